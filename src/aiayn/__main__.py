@@ -1,0 +1,7 @@
+"""``python -m aiayn`` (and ``torchrun -m aiayn``) run the CLI."""
+
+import sys
+
+from aiayn.cli import main
+
+sys.exit(main())

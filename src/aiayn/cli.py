@@ -1,0 +1,49 @@
+"""The ``aiayn`` command.
+
+Each part of the library registers its own sub-commands (``register(subparsers)`` in its ``cli``
+module). Expected failures (bad files, bad config, missing checkpoints) raise
+:class:`aiayn.errors.UserError`: they are printed on one line and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from aiayn import __version__
+from aiayn.errors import UserError
+
+#: Modules whose ``register(subparsers)`` adds sub-commands, in the order ``--help`` lists them.
+COMMAND_MODULES = [
+    "aiayn.data.cli",
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="aiayn", description="The Transformer of 'Attention Is All You Need': train, translate, forecast."
+    )
+    parser.add_argument("--version", action="version", version=f"aiayn {__version__}")
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except UserError as err:
+        print(f"aiayn: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("aiayn: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # `aiayn translate ... | head`
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

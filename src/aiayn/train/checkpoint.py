@@ -1,0 +1,267 @@
+"""Checkpoints: a directory written atomically and loaded without unpickling.
+
+Layout of one checkpoint directory::
+
+    model.safetensors   the weights (tied tensors stored once)
+    config.json         {"format": 1, "kind": "translation" | ..., "model": {...}, ...extra}
+    tokenizer.model     the SentencePiece model (translation checkpoints)
+    state.safetensors   tensors of the training state (optimizer moments, RNG states)
+    state.json          the rest of the training state; tensors appear as {"__tensor__": key}
+
+It is written to a temporary sibling directory, every file fsync'ed, then renamed into place, so a
+crash at any moment leaves either the previous checkpoint or the complete new one. Nothing is ever
+read with pickle: weights and tensors through safetensors, everything else as JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+from torch import Tensor, nn
+
+from aiayn.errors import UserError
+
+FORMAT = 1
+MODEL_FILE, CONFIG_FILE, TOKENIZER_FILE = "model.safetensors", "config.json", "tokenizer.model"
+STATE_TENSORS, STATE_JSON = "state.safetensors", "state.json"
+CHECKPOINTS_DIR, BEST_DIR = "checkpoints", "best"
+
+
+@dataclass
+class Checkpoint:
+    """What :func:`load_checkpoint` reads back."""
+
+    path: Path
+    config: dict[str, Any]  # the whole config.json
+    weights: dict[str, Tensor]
+    tokenizer_bytes: bytes | None
+    train_state: dict[str, Any] | None  # tensors restored in place of their references
+
+    @property
+    def kind(self) -> str:
+        return self.config.get("kind", "translation")
+
+
+# --- nested state <-> (tensors, JSON) -------------------------------------------------------------
+
+def pack_state(obj: Any, tensors: dict[str, Tensor], prefix: str = "s") -> Any:
+    """Split a nested state (dicts, lists, tensors, numbers) into JSON and a flat tensor dict.
+
+    Dicts whose keys are not all strings (an optimizer's ``state`` uses int keys) are stored as
+    ``{"__items__": [[key, value], ...]}`` so the key types survive JSON.
+    """
+    if isinstance(obj, Tensor):
+        key = f"{prefix}"
+        tensors[key] = obj.detach().cpu().contiguous()
+        return {"__tensor__": key}
+    if isinstance(obj, dict):
+        if all(isinstance(k, str) for k in obj):
+            return {k: pack_state(v, tensors, f"{prefix}.{k}") for k, v in obj.items()}
+        return {"__items__": [[k, pack_state(v, tensors, f"{prefix}.{k}")] for k, v in obj.items()]}
+    if isinstance(obj, (list, tuple)):
+        return [pack_state(v, tensors, f"{prefix}.{i}") for i, v in enumerate(obj)]
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        return obj
+    raise TypeError(f"cannot store {type(obj).__name__} at {prefix} in a checkpoint")
+
+
+def unpack_state(obj: Any, tensors: dict[str, Tensor]) -> Any:
+    """Inverse of :func:`pack_state` (tuples come back as lists)."""
+    if isinstance(obj, dict):
+        if set(obj) == {"__tensor__"}:
+            return tensors[obj["__tensor__"]]
+        if set(obj) == {"__items__"}:
+            return {k: unpack_state(v, tensors) for k, v in obj["__items__"]}
+        return {k: unpack_state(v, tensors) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [unpack_state(v, tensors) for v in obj]
+    return obj
+
+
+# --- writing --------------------------------------------------------------------------------------
+
+def unique_state_dict(model: nn.Module) -> dict[str, Tensor]:
+    """The state dict with tied tensors kept once (first name wins), as safetensors requires."""
+    seen: set[int] = set()
+    out: dict[str, Tensor] = {}
+    for name, tensor in model.state_dict().items():
+        if tensor.data_ptr() in seen:
+            continue
+        seen.add(tensor.data_ptr())
+        out[name] = tensor.detach().cpu().contiguous()
+    return out
+
+
+def save_checkpoint(path: str | Path, model: nn.Module | dict[str, Tensor], config: dict[str, Any],
+                    tokenizer_bytes: bytes | None = None, train_state: dict[str, Any] | None = None) -> Path:
+    """Write a checkpoint directory atomically and return its path.
+
+    ``model``: a module (tied weights stored once) or an already flat tensor dict.
+    ``config``: JSON-able; should hold "kind" and "model" (the model config as a dict).
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f".tmp-{path.name}-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    weights = unique_state_dict(model) if isinstance(model, nn.Module) else model
+    save_file(weights, str(tmp / MODEL_FILE))
+    _write_bytes(tmp / CONFIG_FILE, json.dumps({"format": FORMAT, **config}, indent=2).encode())
+    if tokenizer_bytes is not None:
+        _write_bytes(tmp / TOKENIZER_FILE, tokenizer_bytes)
+    if train_state is not None:
+        tensors: dict[str, Tensor] = {}
+        skeleton = pack_state(train_state, tensors)
+        save_file(tensors, str(tmp / STATE_TENSORS))
+        _write_bytes(tmp / STATE_JSON, json.dumps(skeleton).encode())
+    _fsync_tree(tmp)
+    _replace_dir(tmp, path)
+    return path
+
+
+def _write_bytes(path: Path, data: bytes) -> None:
+    with open(path, "wb") as handle:
+        handle.write(data)
+
+
+def _fsync_tree(directory: Path) -> None:
+    for file in directory.iterdir():
+        with open(file, "rb") as handle:
+            os.fsync(handle.fileno())
+    _fsync_dir(directory)
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _replace_dir(tmp: Path, final: Path) -> None:
+    """Move ``tmp`` to ``final``; an existing ``final`` is moved aside first, then deleted."""
+    old = final.parent / f".old-{final.name}-{os.getpid()}"
+    if final.exists():
+        os.rename(final, old)
+    os.rename(tmp, final)
+    _fsync_dir(final.parent)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+# --- reading --------------------------------------------------------------------------------------
+
+def load_checkpoint(path: str | Path, with_state: bool = True) -> Checkpoint:
+    """Read a checkpoint directory (or a run directory: its best, else its latest checkpoint).
+
+    Any missing or unreadable file is a :class:`UserError` naming that file.
+    """
+    path = resolve_checkpoint(path)
+    config = _read_json(path / CONFIG_FILE)
+    weights = _read_tensors(path / MODEL_FILE)
+    tokenizer = (path / TOKENIZER_FILE).read_bytes() if (path / TOKENIZER_FILE).is_file() else None
+    state = None
+    if with_state and (path / STATE_JSON).is_file():
+        state = unpack_state(_read_json(path / STATE_JSON), _read_tensors(path / STATE_TENSORS))
+    return Checkpoint(path, config, weights, tokenizer, state)
+
+
+def resolve_checkpoint(path: str | Path) -> Path:
+    """A checkpoint directory itself, or for a run directory its ``best/``, else its latest."""
+    path = Path(path)
+    if (path / CONFIG_FILE).is_file() or (path / MODEL_FILE).is_file():
+        return path
+    if (path / BEST_DIR / CONFIG_FILE).is_file():
+        return path / BEST_DIR
+    latest = latest_checkpoint(path)
+    if latest is not None:
+        return latest
+    if not path.exists():
+        raise UserError(f"checkpoint not found: {path}")
+    raise UserError(f"no checkpoint in {path} (expected {CONFIG_FILE} and {MODEL_FILE}, or a run directory)")
+
+
+def _read_json(file: Path) -> Any:
+    try:
+        return json.loads(file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UserError(f"checkpoint file missing: {file}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise UserError(f"corrupt checkpoint file {file}: {err}") from None
+
+
+def _read_tensors(file: Path) -> dict[str, Tensor]:
+    if not file.is_file():
+        raise UserError(f"checkpoint file missing: {file}")
+    try:
+        return load_file(str(file))
+    except (SafetensorError, OSError, ValueError, RuntimeError) as err:
+        raise UserError(f"corrupt checkpoint file {file}: {err}") from None
+
+
+def load_weights(model: nn.Module, weights: dict[str, Tensor], source: Path | str = "checkpoint") -> None:
+    """Load ``weights`` into ``model``; tied names absent from the file are fine, others are not."""
+    state = model.state_dict()
+    stored = {state[name].data_ptr() for name in weights if name in state}
+    tied = {name for name, tensor in state.items() if name not in weights and tensor.data_ptr() in stored}
+    result = model.load_state_dict(weights, strict=False)
+    missing = sorted(set(result.missing_keys) - tied)
+    if missing or result.unexpected_keys:
+        raise UserError(f"{source}: weights do not fit the model (missing {missing[:5]}, "
+                        f"unexpected {sorted(result.unexpected_keys)[:5]})")
+
+
+# --- run directories ------------------------------------------------------------------------------
+
+def checkpoint_name(step: int) -> str:
+    return f"step-{step:08d}"
+
+
+def list_checkpoints(run_dir: str | Path) -> list[Path]:
+    """A run's checkpoints, oldest first (temporary directories are ignored)."""
+    folder = Path(run_dir) / CHECKPOINTS_DIR
+    if not folder.is_dir():
+        return []
+    return sorted(p for p in folder.iterdir() if p.is_dir() and p.name.startswith("step-"))
+
+
+def latest_checkpoint(run_dir: str | Path) -> Path | None:
+    found = list_checkpoints(run_dir)
+    return found[-1] if found else None
+
+
+def prune_checkpoints(run_dir: str | Path, keep: int) -> None:
+    """Delete all but the newest ``keep`` checkpoints of a run (``keep <= 0`` keeps all)."""
+    if keep > 0:
+        for old in list_checkpoints(run_dir)[:-keep]:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+# --- translation models ---------------------------------------------------------------------------
+
+def load_translation_model(path: str | Path, device: str | torch.device = "cpu"):
+    """``(model, tokenizer, checkpoint)`` from a checkpoint or run directory, model in eval mode."""
+    from aiayn.config import TransformerConfig
+    from aiayn.data.tokenizer import Tokenizer
+    from aiayn.model import build_model
+
+    ckpt = load_checkpoint(path, with_state=False)
+    if ckpt.kind != "translation":
+        raise UserError(f"{ckpt.path} is a {ckpt.kind!r} checkpoint, not a translation model")
+    try:
+        config = TransformerConfig.from_dict(ckpt.config["model"])
+    except (KeyError, TypeError, ValueError) as err:
+        raise UserError(f"corrupt checkpoint file {ckpt.path / CONFIG_FILE}: {err}") from None
+    if ckpt.tokenizer_bytes is None:
+        raise UserError(f"checkpoint file missing: {ckpt.path / TOKENIZER_FILE}")
+    model = build_model(config)
+    load_weights(model, ckpt.weights, ckpt.path / MODEL_FILE)
+    return model.to(device).eval(), Tokenizer.from_bytes(ckpt.tokenizer_bytes), ckpt

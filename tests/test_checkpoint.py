@@ -1,0 +1,96 @@
+"""Checkpoints: atomic directories, no pickle, tied weights, clear errors on corruption."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from aiayn import TransformerConfig, build_model
+from aiayn.errors import UserError
+from aiayn.train.checkpoint import (
+    MODEL_FILE, STATE_JSON, latest_checkpoint, list_checkpoints, load_checkpoint, load_weights,
+    pack_state, prune_checkpoints, save_checkpoint, unpack_state,
+)
+
+
+def _model(tie: str = "all"):
+    config = TransformerConfig(src_vocab_size=40, tgt_vocab_size=40, d_model=16, n_heads=2, n_encoder_layers=1,
+                               n_decoder_layers=1, d_ff=32, tie_embeddings=tie)
+    return build_model(config), config
+
+
+def test_round_trip_with_tied_weights_and_train_state(tmp_path) -> None:
+    model, config = _model()
+    optimizer = torch.optim.Adam(model.parameters())
+    model(torch.tensor([[5, 6, 3]]), torch.tensor([[2, 7]])).sum().backward()
+    optimizer.step()
+    rng = torch.get_rng_state()
+    state = {"optimizer": optimizer.state_dict(), "step": 7, "rng": rng, "none": None}
+    path = save_checkpoint(tmp_path / "ck", model, {"kind": "translation", "model": config.to_dict()},
+                           tokenizer_bytes=b"spm", train_state=state)
+    ckpt = load_checkpoint(path)
+    assert ckpt.tokenizer_bytes == b"spm" and ckpt.kind == "translation"
+    assert ckpt.config["model"] == config.to_dict()
+    assert "generator.proj.weight" not in ckpt.weights or "tgt_embed.lut.weight" not in ckpt.weights
+    fresh, _ = _model()
+    load_weights(fresh, ckpt.weights)
+    for (name, a), b in zip(model.state_dict().items(), fresh.state_dict().values()):
+        assert torch.equal(a, b), name
+    assert fresh.generator.proj.weight is fresh.tgt_embed.weight  # still tied after loading
+    new_optimizer = torch.optim.Adam(fresh.parameters())
+    new_optimizer.load_state_dict(ckpt.train_state["optimizer"])
+    assert ckpt.train_state["step"] == 7 and torch.equal(ckpt.train_state["rng"], rng)
+    exp_avg = [s["exp_avg"] for s in optimizer.state_dict()["state"].values()]
+    assert all(torch.equal(a, s["exp_avg"]) for a, s in zip(exp_avg, new_optimizer.state_dict()["state"].values()))
+
+
+def test_pack_state_keeps_int_keys_and_rejects_objects() -> None:
+    tensors: dict = {}
+    packed = pack_state({"state": {0: {"m": torch.ones(2)}}, "betas": (0.9, 0.98)}, tensors)
+    json.dumps(packed)
+    restored = unpack_state(json.loads(json.dumps(packed)), tensors)
+    assert list(restored["state"]) == [0] and restored["betas"] == [0.9, 0.98]
+    with pytest.raises(TypeError):
+        pack_state({"x": object()}, {})
+
+
+def test_missing_and_corrupt_checkpoints_name_the_file(tmp_path) -> None:
+    model, config = _model()
+    run = tmp_path / "run"
+    first = save_checkpoint(run / "checkpoints" / "step-00000001", model, {"kind": "translation"}, train_state={"a": 1})
+    second = save_checkpoint(run / "checkpoints" / "step-00000002", model, {"kind": "translation"}, train_state={"a": 2})
+    assert latest_checkpoint(run) == second
+    (second / MODEL_FILE).write_bytes((second / MODEL_FILE).read_bytes()[:100])  # truncated
+    with pytest.raises(UserError, match=f"corrupt checkpoint file {second / MODEL_FILE}"):
+        load_checkpoint(second)
+    (first / STATE_JSON).write_text("{not json")
+    with pytest.raises(UserError, match=f"corrupt checkpoint file {first / STATE_JSON}"):
+        load_checkpoint(first)
+    assert load_checkpoint(first, with_state=False).config["kind"] == "translation"
+    with pytest.raises(UserError, match="checkpoint not found"):
+        load_checkpoint(tmp_path / "nowhere")
+    with pytest.raises(UserError, match="no checkpoint in"):
+        load_checkpoint(tmp_path)
+
+
+def test_overwrite_is_atomic_and_prune_keeps_newest(tmp_path) -> None:
+    model, _ = _model()
+    run = tmp_path / "run"
+    for step in range(1, 5):
+        save_checkpoint(run / "checkpoints" / f"step-{step:08d}", model, {"kind": "translation", "step": step})
+    save_checkpoint(run / "checkpoints" / "step-00000004", model, {"kind": "translation", "step": 44})
+    assert load_checkpoint(run / "checkpoints" / "step-00000004").config["step"] == 44
+    prune_checkpoints(run, keep=2)
+    assert [p.name for p in list_checkpoints(run)] == ["step-00000003", "step-00000004"]
+    assert not [p for p in (run / "checkpoints").iterdir() if p.name.startswith(".")]
+
+
+def test_weights_of_another_model_are_refused(tmp_path) -> None:
+    model, _ = _model()
+    other = build_model(TransformerConfig(src_vocab_size=40, tgt_vocab_size=40, d_model=16, n_heads=2,
+                                          n_encoder_layers=2, n_decoder_layers=1, d_ff=32))
+    path = save_checkpoint(tmp_path / "ck", other, {"kind": "translation"})
+    with pytest.raises(UserError, match="do not fit"):
+        load_weights(model, load_checkpoint(path).weights, path)
