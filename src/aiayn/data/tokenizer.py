@@ -1,0 +1,180 @@
+"""Subword tokenizer: a thin wrapper around SentencePiece with the project's fixed special ids.
+
+The paper uses byte-pair encoding with a shared source-target vocabulary (§5.1); this is the
+default here (``model_type="bpe"``, one joint model trained on source and target sentences of the
+training split). ``"unigram"`` is the other SentencePiece model.
+
+Choices that make ``decode(encode(s)) == s`` hold exactly:
+
+- ``normalization_rule_name="identity"`` (SentencePiece's default NFKC would turn U+00A0 into a
+  space, full-width letters into ASCII, ...);
+- ``remove_extra_whitespaces=False`` (the default would squeeze runs of spaces and drop leading and
+  trailing ones);
+- ``byte_fallback=True``: a character never seen in training is encoded as its UTF-8 bytes
+  (``<0xE2>`` ...) instead of ``<unk>``, so unseen scripts, emoji or U+200B survive.
+
+One exception remains: the character U+2581 (``▁``, which SentencePiece uses to mark spaces)
+decodes as a space. It does not occur in Multi30k.
+
+Digits are split into single pieces (``split_digits=True``), which keeps numbers compositional
+(the built-in digits-to-words task relies on it).
+
+Training is deterministic: one thread, the whole input (no sampling), a fixed random seed.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import sentencepiece as spm
+
+from aiayn.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from aiayn.errors import UserError
+
+MODEL_TYPES = ("bpe", "unigram")
+SPECIAL_IDS = frozenset((PAD_ID, BOS_ID, EOS_ID))
+
+
+class Tokenizer:
+    """Encode text to subword ids (no BOS/EOS added) and decode ids back to text."""
+
+    def __init__(self, model_proto: bytes):
+        self._sp = spm.SentencePieceProcessor(model_proto=model_proto)
+        self._proto = bytes(model_proto)
+        _check_special_ids(self._sp)
+
+    # --- training --------------------------------------------------------------------------------
+    @classmethod
+    def train(
+        cls,
+        sentences: Iterable[str],
+        model_prefix: str | Path | None = None,
+        vocab_size: int = 8000,
+        model_type: str = "bpe",
+        character_coverage: float = 1.0,
+        split_digits: bool = True,
+        seed: int = 0,
+    ) -> "Tokenizer":
+        """Train a model on ``sentences`` (pass source + target training sentences for a joint one).
+
+        ``vocab_size`` is an upper bound: a corpus too small for it gets a smaller vocabulary.
+        With ``model_prefix`` the model is also saved to ``{model_prefix}.model`` (a directory
+        gets ``spm.model`` inside it).
+        """
+        if model_type not in MODEL_TYPES:
+            raise UserError(f"unknown tokenizer model_type {model_type!r}; valid: {', '.join(MODEL_TYPES)}")
+        sentences = [s for s in sentences if s]
+        if not sentences:
+            raise UserError("cannot train a tokenizer on no sentences")
+        proto = _train_proto(sentences, vocab_size, model_type, character_coverage, split_digits, seed)
+        tokenizer = cls(proto)
+        if model_prefix is not None:
+            tokenizer.save(_model_path(Path(model_prefix)))
+        return tokenizer
+
+    # --- encoding and decoding ---------------------------------------------------------------------
+    def encode(self, text: str) -> list[int]:
+        return self._sp.encode(text)
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        return self._sp.encode(list(texts))
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Text of ``ids``; PAD, BOS and EOS are ignored (UNK decodes as " ⁇ ")."""
+        return self._sp.decode([int(i) for i in ids if int(i) not in SPECIAL_IDS])
+
+    def decode_batch(self, batch: Iterable[Sequence[int]]) -> list[str]:
+        return [self.decode(ids) for ids in batch]
+
+    def pieces(self, text: str) -> list[str]:
+        """The subword pieces of ``text`` (labels for attention plots)."""
+        return self._sp.encode(text, out_type=str)
+
+    def id_to_piece(self, token_id: int) -> str:
+        return self._sp.id_to_piece(int(token_id))
+
+    @property
+    def vocab_size(self) -> int:
+        return self._sp.get_piece_size()
+
+    # --- persistence -------------------------------------------------------------------------------
+    def to_bytes(self) -> bytes:
+        """The serialized SentencePiece model (store it in a checkpoint)."""
+        return self._proto
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> "Tokenizer":
+        try:
+            return cls(data)
+        except RuntimeError:
+            raise UserError(f"not a SentencePiece model ({len(data)} bytes)") from None
+
+    def save(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(self._proto)
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Tokenizer":
+        path = Path(path)
+        if path.is_dir():
+            path = _model_path(path)
+        if not path.is_file():
+            raise UserError(f"tokenizer model not found: {path}")
+        try:
+            return cls(path.read_bytes())
+        except RuntimeError:
+            raise UserError(f"{path}: not a SentencePiece model") from None
+
+    def __repr__(self) -> str:
+        return f"Tokenizer(vocab_size={self.vocab_size})"
+
+
+def _model_path(prefix: Path) -> Path:
+    if prefix.is_dir():
+        return prefix / "spm.model"
+    return prefix if prefix.suffix == ".model" else prefix.with_name(prefix.name + ".model")
+
+
+def _train_proto(sentences, vocab_size, model_type, character_coverage, split_digits, seed) -> bytes:
+    spm.set_random_generator_seed(seed)
+    model = io.BytesIO()
+    try:
+        _run_trainer(sentences, model, vocab_size, model_type, character_coverage, split_digits)
+    except RuntimeError as err:  # e.g. a vocab_size below the number of characters + 256 bytes
+        reason = str(err).split("] ", 1)[-1]  # drop SentencePiece's source-location prefix
+        raise UserError(f"cannot train a {model_type} tokenizer with vocab_size={vocab_size}: {reason}") from None
+    return model.getvalue()
+
+
+def _run_trainer(sentences, model, vocab_size, model_type, character_coverage, split_digits) -> None:
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(sentences),
+        model_writer=model,
+        vocab_size=vocab_size,
+        model_type=model_type,
+        character_coverage=character_coverage,
+        pad_id=PAD_ID,
+        unk_id=UNK_ID,
+        bos_id=BOS_ID,
+        eos_id=EOS_ID,
+        normalization_rule_name="identity",
+        remove_extra_whitespaces=False,
+        byte_fallback=True,
+        split_digits=split_digits,
+        hard_vocab_limit=False,  # a small corpus gets a smaller vocabulary instead of an error
+        input_sentence_size=0,  # use every sentence: no sampling
+        num_threads=1,
+        minloglevel=2,  # quiet
+    )
+
+
+def _check_special_ids(sp: spm.SentencePieceProcessor) -> None:
+    found = (sp.pad_id(), sp.unk_id(), sp.bos_id(), sp.eos_id())
+    if found != (PAD_ID, UNK_ID, BOS_ID, EOS_ID):
+        raise UserError(
+            f"tokenizer has special ids pad/unk/bos/eos={found}; aiayn needs {(PAD_ID, UNK_ID, BOS_ID, EOS_ID)}"
+        )
