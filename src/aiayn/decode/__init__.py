@@ -1,0 +1,27 @@
+"""Decoding on the key/value cache: greedy search, beam search (GNMT length penalty), sampling.
+
+    >>> from aiayn.decode import Translator
+    >>> translator = Translator(model, tokenizer, beam=4, alpha=0.6)   # doctest: +SKIP
+    >>> translator.translate(["A man is riding a bike."])               # doctest: +SKIP
+
+:mod:`aiayn.decode.search` holds the searches (their conventions: length, score, stopping rule);
+:mod:`aiayn.decode.step` the model as a step function; :mod:`aiayn.decode.translator` text in/out.
+"""
+
+from aiayn.decode.search import (
+    DecodeOptions,
+    Hypothesis,
+    SpecialIds,
+    beam_search,
+    generate,
+    greedy_search,
+    length_penalty,
+    sample_search,
+)
+from aiayn.decode.step import ModelStep, max_output_lengths
+from aiayn.decode.translator import Translator
+
+__all__ = [
+    "DecodeOptions", "Hypothesis", "ModelStep", "SpecialIds", "Translator", "beam_search", "generate",
+    "greedy_search", "length_penalty", "max_output_lengths", "sample_search",
+]

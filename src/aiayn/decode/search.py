@@ -1,0 +1,308 @@
+"""Greedy search, beam search and sampling over a step function (the model's key/value cache).
+
+Every search works on a *step function* (see :mod:`aiayn.decode.step`): ``step(prefix)`` gives
+the next-token log-probabilities of each row, ``step.reorder(new_order)`` selects rows. The real
+model goes through :class:`~aiayn.decode.step.ModelStep`; the tests use a fake one.
+
+Conventions, the same in every search:
+
+* **Length** ``|Y|`` counts the generated tokens *including* the final EOS (not BOS).
+* **Score** = ``log P(Y) / lp(Y)`` with the GNMT length penalty ``lp(Y) = ((5 + |Y|) / 6) ** alpha``
+  (Wu et al. 2016; the paper uses alpha = 0.6, beam 4). ``alpha = 0`` gives the plain log-prob.
+  ``log P`` sums the model's log-probabilities of the chosen tokens (temperature and top-k/top-p
+  do not change it).
+* **Maximum length**: sentence i may generate at most ``max_lens[i]`` tokens before its EOS; at
+  that step EOS is forced. PAD and BOS are never generated.
+* **Ties** are broken deterministically: the lower (beam, token) index wins, as ``argmax`` does.
+* Sentences never interact: each has its own beam, maximum length and stopping rule, and a
+  finished sentence is dropped from the batch. So, up to float rounding in the model's batched
+  matmuls (about 1e-6), a sentence gives the same result alone or inside any batch.
+
+Beam search stopping rule (fairseq's): at each step the ``2 * beam`` best candidates (beam, token)
+of a sentence are taken in score order; an EOS among the first ``beam`` of them finishes a
+hypothesis (kept while the sentence has fewer than ``beam`` finished ones); the first ``beam``
+non-EOS candidates form the next beam. A sentence stops once it has ``beam`` finished hypotheses,
+or at its maximum length (where every live hypothesis is forced to end). The n-best list is the
+finished hypotheses sorted by score (ties: the earlier-finished first).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Protocol
+
+import torch
+from torch import Tensor
+
+from aiayn.config import BOS_ID, EOS_ID, PAD_ID
+from aiayn.decode.step import ModelStep, max_output_lengths, source_lengths
+from aiayn.errors import UserError
+
+NEG_INF = float("-inf")
+
+
+class StepFunction(Protocol):
+    vocab_size: int
+
+    def __call__(self, prefix: Tensor) -> Tensor: ...  # (N, t) -> (N, V) fp32 log-probs
+
+    def reorder(self, new_order: Tensor) -> None: ...
+
+
+@dataclass(frozen=True)
+class Hypothesis:
+    """One output: ``tokens`` without BOS/EOS, ``score`` = ``log_prob / lp(len(tokens) + 1)``."""
+
+    tokens: list[int]
+    score: float
+    log_prob: float
+
+
+@dataclass(frozen=True)
+class SpecialIds:
+    bos: int = BOS_ID
+    eos: int = EOS_ID
+    pad: int = PAD_ID
+
+
+def length_penalty(length: int, alpha: float) -> float:
+    """GNMT's ``((5 + length) / 6) ** alpha``; ``length`` counts tokens including EOS."""
+    return ((5.0 + length) / 6.0) ** alpha
+
+
+def _hypothesis(tokens: list[int], log_prob: float, alpha: float) -> Hypothesis:
+    return Hypothesis(tokens, log_prob / length_penalty(len(tokens) + 1, alpha), log_prob)
+
+
+# --- shared helpers -------------------------------------------------------------------------------
+
+def stable_topk(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
+    """Top ``k`` of each row of ``x`` ``(N, M)``, descending; equal values: lower index first.
+
+    ``torch.topk`` leaves the order of ties unspecified; this makes it deterministic. It costs one
+    ``topk`` plus a sort of ``k`` elements, or a full stable sort when a row has ties at the k-th value.
+    """
+    kth = x.topk(k, dim=-1).values[:, -1:]  # (N, 1)
+    if bool(((x >= kth).sum(dim=-1) > k).any()):  # ties across the cut: sort everything
+        values, index = x.sort(dim=-1, descending=True, stable=True)
+        return values[:, :k], index[:, :k]
+    index = x.topk(k, dim=-1).indices.sort(dim=-1).values  # (N, k), ascending index
+    values, perm = x.gather(-1, index).sort(dim=-1, descending=True, stable=True)
+    return values, index.gather(-1, perm)
+
+
+def _restrict(log_probs: Tensor, forced_eos: Tensor, ids: SpecialIds) -> Tensor:
+    """Never PAD or BOS; rows where ``forced_eos`` ``(N,)`` is True may only end (EOS)."""
+    out = log_probs.clone()  # (N, V)
+    out[:, [ids.pad, ids.bos]] = NEG_INF
+    eos = out[:, ids.eos].clone()
+    out[forced_eos] = NEG_INF
+    out[:, ids.eos] = eos
+    return out
+
+
+def _check_lengths(batch_size: int, max_lens: list[int]) -> None:
+    if len(max_lens) != batch_size:
+        raise ValueError(f"max_lens has {len(max_lens)} entries for a batch of {batch_size}")
+
+
+# --- greedy search and sampling (one path per row) ------------------------------------------------
+
+Chooser = Callable[[Tensor], Tensor]  # (N, V) restricted log-probs -> (N,) token ids
+
+
+def greedy_search(step: StepFunction, max_lens: list[int], alpha: float = 0.0,
+                  ids: SpecialIds = SpecialIds()) -> list[list[Hypothesis]]:
+    """The most probable next token at each step (argmax; ties: the lowest id). One hypothesis per row."""
+    return _single_path(step, max_lens, alpha, ids, lambda lp: lp.argmax(dim=-1))
+
+
+def sample_search(step: StepFunction, max_lens: list[int], alpha: float = 0.0, nbest: int = 1,
+                  temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, seed: int | None = None,
+                  ids: SpecialIds = SpecialIds()) -> list[list[Hypothesis]]:
+    """``nbest`` samples per sentence from softmax(log_probs / temperature), optionally restricted
+    to the ``top_k`` tokens (0 = all) and to the smallest set with probability >= ``top_p``
+    (nucleus). The same ``seed`` with the same input and batching gives the same samples.
+    Samples of a sentence are returned best score first.
+    """
+    generator: list[torch.Generator] = []  # made on first use, on the device of the log-probs
+
+    def choose(log_probs: Tensor) -> Tensor:
+        if not generator:
+            generator.append(torch.Generator(device=log_probs.device))
+            generator[0].manual_seed(seed if seed is not None else torch.initial_seed())
+        return _sample(log_probs, temperature, top_k, top_p, generator[0])
+
+    step.reorder(torch.arange(len(max_lens)).repeat_interleave(nbest))  # nbest copies of each row
+    flat = _single_path(step, [n for n in max_lens for _ in range(nbest)], alpha, ids, choose)
+    groups = [[h[0] for h in flat[i * nbest:(i + 1) * nbest]] for i in range(len(max_lens))]
+    return [sorted(g, key=lambda h: -h.score) for g in groups]
+
+
+def _sample(log_probs: Tensor, temperature: float, top_k: int, top_p: float, generator: torch.Generator) -> Tensor:
+    """Draw one token per row of ``log_probs`` ``(N, V)`` -> ``(N,)``."""
+    logits = log_probs / temperature  # (N, V)
+    if top_k > 0:
+        kth = logits.topk(min(top_k, logits.size(-1)), dim=-1).values[:, -1:]  # (N, 1)
+        logits = logits.masked_fill(logits < kth, NEG_INF)
+    if top_p < 1.0:
+        logits = _nucleus(logits, top_p)
+    return torch.multinomial(logits.softmax(dim=-1), 1, generator=generator)[:, 0]
+
+
+def _nucleus(logits: Tensor, top_p: float) -> Tensor:
+    """Keep the smallest set of most probable tokens whose probability reaches ``top_p``."""
+    probs, order = logits.softmax(dim=-1).sort(dim=-1, descending=True, stable=True)  # (N, V)
+    before = probs.cumsum(dim=-1) - probs  # probability mass strictly before each token
+    drop = torch.zeros_like(before, dtype=torch.bool).scatter(-1, order, before >= top_p)
+    return logits.masked_fill(drop, NEG_INF)
+
+
+def _single_path(step: StepFunction, max_lens: list[int], alpha: float, ids: SpecialIds,
+                 choose: Chooser) -> list[list[Hypothesis]]:
+    """Extend each row by ``choose`` until EOS or its maximum length; finished rows leave the batch."""
+    device = _device_of(step)
+    active = list(range(len(max_lens)))
+    prefix = torch.full((len(active), 1), ids.bos, dtype=torch.long, device=device)  # (n, t)
+    log_prob = torch.zeros(len(active), dtype=torch.float64, device=device)  # (n,)
+    results: list[list[Hypothesis]] = [[] for _ in active]
+    t = 0
+    while active:
+        forced = torch.tensor([t >= max_lens[i] for i in active], device=device)  # (n,)
+        raw = step(prefix)  # (n, V)
+        token = choose(_restrict(raw, forced, ids))  # (n,)
+        log_prob = log_prob + raw.gather(-1, token[:, None])[:, 0].double()
+        done = (token == ids.eos).tolist()
+        for row, i in enumerate(active):
+            if done[row]:
+                results[i] = [_hypothesis(prefix[row, 1:].tolist(), float(log_prob[row]), alpha)]
+        keep = torch.tensor([r for r, d in enumerate(done) if not d], dtype=torch.long, device=device)
+        active = [i for i, d in zip(active, done) if not d]
+        if active:
+            step.reorder(keep)
+        prefix = torch.cat([prefix, token[:, None]], dim=1)[keep]
+        log_prob, t = log_prob[keep], t + 1
+    return results
+
+
+def _device_of(step: StepFunction) -> torch.device:
+    return getattr(step, "device", torch.device("cpu"))
+
+
+# --- beam search ----------------------------------------------------------------------------------
+
+def beam_search(step: StepFunction, max_lens: list[int], beam: int = 4, alpha: float = 0.6, nbest: int = 1,
+                ids: SpecialIds = SpecialIds()) -> list[list[Hypothesis]]:
+    """Beam search (stopping rule in the module docstring). Returns ``nbest`` hypotheses per row,
+    best score first. ``step`` holds one row per sentence on entry; it is expanded to ``beam`` rows.
+    """
+    if not 1 <= nbest <= beam:
+        raise ValueError(f"nbest ({nbest}) must be between 1 and beam ({beam})")
+    state = _Beams(step, max_lens, beam, alpha, ids)
+    while state.active:
+        state.advance()
+    return [sorted(f, key=lambda h: -h.score)[:nbest] for f in state.finished]
+
+
+class _Beams:
+    """The live beams of the unfinished sentences and the finished hypotheses of every sentence."""
+
+    def __init__(self, step: StepFunction, max_lens: list[int], beam: int, alpha: float, ids: SpecialIds) -> None:
+        self.step, self.max_lens, self.beam, self.alpha, self.ids = step, max_lens, beam, alpha, ids
+        device = _device_of(step)
+        n = len(max_lens)
+        self.active = list(range(n))  # sentence ids still searching
+        self.finished: list[list[Hypothesis]] = [[] for _ in range(n)]
+        self.prefix = torch.full((n * beam, 1), ids.bos, dtype=torch.long, device=device)  # (n*K, t)
+        self.cum = torch.full((n, beam), NEG_INF, dtype=torch.float64, device=device)  # (n, K)
+        self.cum[:, 0] = 0.0  # one live hypothesis (BOS) at the start
+        self.t = 0  # tokens generated so far (BOS not counted)
+        step.reorder(torch.arange(n, device=device).repeat_interleave(beam))
+
+    def advance(self) -> None:
+        """One step: expand, finish EOS candidates, choose the next beams, drop finished sentences."""
+        K, device = self.beam, self.prefix.device
+        forced = torch.tensor([self.t >= self.max_lens[s] for s in self.active], device=device)  # (n,)
+        log_probs = _restrict(self.step(self.prefix), forced.repeat_interleave(K), self.ids)  # (n*K, V)
+        V = log_probs.size(-1)
+        cand = (self.cum.reshape(-1, 1) + log_probs.double()).reshape(len(self.active), K * V)  # (n, K*V)
+        scores, flat = stable_topk(cand, 2 * K)  # (n, 2K)
+        origin, token = flat // V, flat % V  # beam index and token of each candidate
+        is_eos = (token == self.ids.eos) & torch.isfinite(scores)  # (n, 2K)
+        self._finish(scores, origin, is_eos)
+        live = torch.sort(is_eos.int(), dim=-1, stable=True).indices[:, :K]  # first K non-EOS, (n, K)
+        new_cum = scores.gather(-1, live).masked_fill(is_eos.gather(-1, live), NEG_INF)  # (n, K)
+        self._select(origin.gather(-1, live), token.gather(-1, live), new_cum, forced)
+
+    def _finish(self, scores: Tensor, origin: Tensor, is_eos: Tensor) -> None:
+        """EOS among the first ``beam`` candidates ends a hypothesis, while there is room."""
+        for row, s in enumerate(self.active):
+            for c in is_eos[row, : self.beam].nonzero()[:, 0].tolist():
+                if len(self.finished[s]) < self.beam:
+                    tokens = self.prefix[row * self.beam + int(origin[row, c]), 1:].tolist()
+                    self.finished[s].append(_hypothesis(tokens, float(scores[row, c]), self.alpha))
+
+    def _select(self, origin: Tensor, token: Tensor, cum: Tensor, forced: Tensor) -> None:
+        """Keep the unfinished sentences; their rows become the chosen (origin, token) pairs."""
+        K = self.beam
+        done = [len(self.finished[s]) >= K or bool(forced[r]) for r, s in enumerate(self.active)]
+        keep = torch.tensor([r for r, d in enumerate(done) if not d], dtype=torch.long, device=origin.device)
+        rows = (keep[:, None] * K + origin[keep]).reshape(-1)  # (n'*K,) rows of the old prefix
+        self.prefix = torch.cat([self.prefix[rows], token[keep].reshape(-1, 1)], dim=1)  # (n'*K, t+1)
+        self.cum, self.t = cum[keep], self.t + 1
+        self.active = [s for s, d in zip(self.active, done) if not d]
+        if self.active:
+            self.step.reorder(rows)
+
+
+# --- options and the model entry point -----------------------------------------------------------
+
+@dataclass(frozen=True)
+class DecodeOptions:
+    """How to decode. ``beam=1`` is greedy search; ``sample=True`` samples instead of searching.
+
+    ``max_len_a``/``max_len_b``: at most ``floor(a * S + b)`` tokens before EOS for a source of S
+    tokens (its EOS included); the paper's "input length + 50" is a=1, b=50.
+    """
+
+    beam: int = 4
+    alpha: float = 0.6
+    nbest: int = 1
+    max_len_a: float = 1.0
+    max_len_b: int = 50
+    use_cache: bool = True
+    sample: bool = False
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        checks = [("beam", self.beam >= 1, "must be >= 1"), ("alpha", self.alpha >= 0, "must be >= 0"),
+                  ("nbest", self.nbest >= 1, "must be >= 1"), ("max_len_a", self.max_len_a >= 0, "must be >= 0"),
+                  ("max_len_b", self.max_len_b >= 0, "must be >= 0"),
+                  ("temperature", self.temperature > 0, "must be > 0"), ("top_k", self.top_k >= 0, "must be >= 0"),
+                  ("top_p", 0 < self.top_p <= 1, "must be in (0, 1]"),
+                  ("nbest", self.sample or self.nbest <= self.beam, f"({self.nbest}) must not exceed beam ({self.beam})")]
+        for name, ok, message in checks:
+            if not ok:
+                raise UserError(f"{name}: {message}")
+
+
+def generate(model, src: Tensor, options: DecodeOptions = DecodeOptions()) -> list[list[Hypothesis]]:
+    """Decode a padded source batch ``src`` ``(B, S)`` with ``model`` (put it in eval mode first).
+
+    Returns, per sentence, ``options.nbest`` hypotheses (one for greedy search), best first.
+    """
+    config = model.config
+    ids = SpecialIds(config.bos_id, config.eos_id, config.pad_id)
+    max_lens = max_output_lengths(source_lengths(src, config.pad_id), options.max_len_a, options.max_len_b,
+                                  config.max_len)
+    with torch.inference_mode():
+        step = ModelStep(model, src, options.use_cache)
+        if options.sample:
+            return sample_search(step, max_lens, options.alpha, options.nbest, options.temperature,
+                                 options.top_k, options.top_p, options.seed, ids)
+        if options.beam == 1:
+            return greedy_search(step, max_lens, options.alpha, ids)
+        return beam_search(step, max_lens, options.beam, options.alpha, options.nbest, ids)

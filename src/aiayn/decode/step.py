@@ -1,0 +1,75 @@
+"""One decoding step of a :class:`~aiayn.model.Transformer`, as the search algorithms see it.
+
+The searches in :mod:`aiayn.decode.search` never touch the model directly; they talk to a *step
+function*: an object with
+
+* ``__call__(prefix)``: ``prefix`` ``(N, t)`` target ids (BOS first) -> log-probabilities
+  ``(N, V)`` (fp32) of the next token for each of the N rows;
+* ``reorder(new_order)``: row i of the state becomes old row ``new_order[i]`` (beam search
+  calls it after each step; ``new_order`` may repeat rows or select fewer rows);
+* ``vocab_size`` and (optionally) ``device``, where the searches put their tensors.
+
+:class:`ModelStep` is that object for the real model; the tests drive the same search code with
+a fake step function of fixed probabilities.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from aiayn.model.masks import padding_mask
+
+
+class ModelStep:
+    """The Transformer as a step function, with (default) or without the key/value cache.
+
+    ``src`` ``(B, S)`` padded source ids. With ``use_cache=True`` each call feeds only the last
+    prefix token and reuses the cached keys/values; with ``use_cache=False`` it recomputes the
+    decoder over the whole prefix (slow, the reference the cached path is tested against).
+    """
+
+    def __init__(self, model, src: Tensor, use_cache: bool = True) -> None:
+        self.model, self.use_cache = model, use_cache
+        src_mask = padding_mask(src, model.config.pad_id)  # (B, 1, 1, S), True = may attend
+        self.memory = model.encode(src, src_mask)  # (B, S, D)
+        self.src_mask = src_mask
+        self.cache = model.init_cache(self.memory, src_mask) if use_cache else None
+
+    @property
+    def device(self) -> torch.device:
+        return self.memory.device
+
+    @property
+    def vocab_size(self) -> int:
+        return self.model.config.tgt_vocab_size
+
+    def __call__(self, prefix: Tensor) -> Tensor:
+        """``prefix`` ``(N, t)`` -> next-token log-probs ``(N, V)``, fp32."""
+        if self.cache is not None:
+            states = self.model.decode(prefix[:, -1:], self.memory, self.src_mask, cache=self.cache)  # (N, 1, D)
+        else:
+            states = self.model.decode(prefix, self.memory, self.src_mask)  # (N, t, D)
+        return self.model.generator(states[:, -1:], log_probs=True)[:, 0].float()  # (N, V)
+
+    def reorder(self, new_order: Tensor) -> None:
+        """Select rows (beams, finished sentences dropped): row i becomes old row ``new_order[i]``."""
+        if self.cache is not None:
+            self.cache.reorder(new_order)
+        self.memory = self.memory.index_select(0, new_order)  # (N', S, D)
+        self.src_mask = self.src_mask.index_select(0, new_order)  # (N', 1, 1, S)
+
+
+def source_lengths(src: Tensor, pad_id: int) -> Tensor:
+    """``(B, S)`` padded ids -> ``(B,)`` number of non-pad tokens."""
+    return (src != pad_id).sum(dim=1)
+
+
+def max_output_lengths(src_lengths: Tensor, max_len_a: float, max_len_b: int, max_positions: int) -> list[int]:
+    """Most tokens each output may have *before* its EOS: ``floor(a * S + b)``, fairseq-style.
+
+    ``S`` counts the source tokens fed to the encoder (with their EOS). The result is also capped at
+    ``max_positions - 1`` so that the decoder input (BOS + tokens) never exceeds the model's max_len.
+    """
+    limits = torch.floor(src_lengths.double() * max_len_a + max_len_b).long().clamp(0, max_positions - 1)
+    return [int(n) for n in limits]

@@ -1,0 +1,99 @@
+"""Text in, text out: tokenize, batch by tokens, search, detokenize, restore the input order.
+
+Source sentences are fed to the encoder as ``tokenizer.encode(text) + [EOS]`` (no BOS), the same
+convention as training (src = ids + [EOS], tgt_in = [BOS] + ids, tgt_out = ids + [EOS]).
+
+* A blank (or all-whitespace) line gives a blank output without running the model.
+* A source longer than the model's ``max_len`` (EOS included) is truncated to fit, with a warning
+  on stderr naming the line (1-based); no line is ever dropped.
+* Batches hold at most ``batch_tokens`` padded source tokens (at least one sentence), sentences
+  sorted by length so that little padding is computed; outputs come back in input order.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import replace
+from typing import Callable, Iterator, Sequence
+
+import torch
+
+from aiayn.decode.search import DecodeOptions, Hypothesis, generate
+
+Warn = Callable[[str], None]
+
+
+def _stderr(message: str) -> None:
+    print(f"aiayn: warning: {message}", file=sys.stderr)
+
+
+class Translator:
+    """Translate lines of text with a trained model and its tokenizer.
+
+    ``options`` (:class:`DecodeOptions`) may be given whole or as keywords (``beam=4, alpha=0.6,
+    nbest=1, max_len_a=1.0, max_len_b=50, use_cache=True, sample=False, temperature=1.0, top_k=0,
+    top_p=1.0, seed=None``). ``progress`` is called with the number of sentences of each finished
+    batch (for a progress bar).
+    """
+
+    def __init__(self, model, tokenizer, device: str | torch.device = "cpu", batch_tokens: int = 4096,
+                 options: DecodeOptions | None = None, warn: Warn = _stderr, **option_values) -> None:
+        self.model = model.to(device).eval()
+        self.tokenizer, self.device = tokenizer, torch.device(device)
+        self.batch_tokens, self.warn = batch_tokens, warn
+        self.options = replace(options or DecodeOptions(), **option_values)
+        self.progress: Callable[[int], None] | None = None
+
+    def translate(self, lines: Sequence[str]) -> list[str]:
+        """One detokenized translation per line (the best hypothesis)."""
+        return [nbest[0][1] if nbest else "" for nbest in self._search(lines, replace(self.options, nbest=1))]
+
+    def translate_nbest(self, lines: Sequence[str], nbest: int | None = None) -> list[list[tuple[float, str]]]:
+        """``nbest`` (default: the options') ``(score, text)`` pairs per line, best first; [] for a blank line."""
+        options = replace(self.options, nbest=nbest or self.options.nbest)
+        return self._search(lines, options)
+
+    def encode_source(self, text: str, line_number: int | None = None) -> list[int]:
+        """``encode(text) + [EOS]``, truncated (with a warning) to the model's ``max_len``."""
+        ids = self.tokenizer.encode(text)
+        limit = self.model.config.max_len - 1
+        if len(ids) > limit:
+            where = f"line {line_number}: " if line_number is not None else ""
+            self.warn(f"{where}source has {len(ids) + 1} tokens, more than max_len={limit + 1}; truncated")
+            ids = ids[:limit]
+        return ids + [self.model.config.eos_id]
+
+    # --- internals ---------------------------------------------------------------------------------
+    def _search(self, lines: Sequence[str], options: DecodeOptions) -> list[list[tuple[float, str]]]:
+        results: list[list[tuple[float, str]]] = [[] for _ in lines]
+        sources = {i: self.encode_source(line, i + 1) for i, line in enumerate(lines) if line.strip()}
+        for batch in self._batches(sources):
+            hypotheses = generate(self.model, self._pad([sources[i] for i in batch]), options)
+            for i, hyps in zip(batch, hypotheses):
+                results[i] = [(h.score, self._detokenize(h)) for h in hyps]
+            if self.progress is not None:
+                self.progress(len(batch))
+        return results
+
+    def _batches(self, sources: dict[int, list[int]]) -> Iterator[list[int]]:
+        """Indices grouped so that ``len(batch) * longest <= batch_tokens``, longest sentences first."""
+        order = sorted(sources, key=lambda i: (-len(sources[i]), i))
+        batch: list[int] = []
+        for i in order:
+            longest = len(sources[batch[0]]) if batch else len(sources[i])
+            if batch and (len(batch) + 1) * longest > self.batch_tokens:
+                yield batch
+                batch = []
+            batch.append(i)
+        if batch:
+            yield batch
+
+    def _pad(self, sequences: list[list[int]]) -> torch.Tensor:
+        """Right-padded ``(B, S)`` ids on the device."""
+        width = max(len(s) for s in sequences)
+        pad = self.model.config.pad_id
+        rows = [s + [pad] * (width - len(s)) for s in sequences]
+        return torch.tensor(rows, dtype=torch.long, device=self.device)
+
+    def _detokenize(self, hypothesis: Hypothesis) -> str:
+        return self.tokenizer.decode(hypothesis.tokens)

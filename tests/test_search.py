@@ -1,0 +1,260 @@
+"""Greedy, beam and sampling search: exact beams and scores on a fake model of fixed probabilities
+(fairseq's test_sequence_generator style), and the real model through the same code."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from aiayn import TransformerConfig, build_model
+from aiayn.decode import (DecodeOptions, ModelStep, beam_search, generate, greedy_search, length_penalty,
+                          max_output_lengths, sample_search)
+from aiayn.decode.search import stable_topk
+from aiayn.errors import UserError
+
+PAD, UNK, BOS, EOS, A, B = range(6)
+V = 6
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Tiny models decode far faster on one thread (and the timing does not depend on the load)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def dist(eos: float = 0.0, a: float = 0.0, b: float = 0.0, bos: float = 0.0) -> list[float]:
+    """A next-token distribution over the vocabulary [pad, unk, bos, eos, a, b]."""
+    return [0.0, 0.0, bos, eos, a, b]
+
+
+class FakeStep:
+    """A step function with fixed probabilities: ``tables[s][prefix]`` for sentence s, where the
+    prefix is the tuple of tokens after BOS; a prefix not in the table gets ``default``.
+
+    It also plays a key/value cache: each row remembers the prefix it has seen, and every call
+    checks that the search reordered the rows correctly (the row's new prefix extends the old one).
+    """
+
+    vocab_size = V
+
+    def __init__(self, tables: list[dict[tuple, list[float]]], default: list[float] | None = None) -> None:
+        self.tables, self.default = tables, default or dist(eos=1.0)
+        self.rows = list(range(len(tables)))  # the sentence of each row
+        self.seen: list[tuple] = [() for _ in tables]  # what each row's "cache" holds
+        self.calls = 0
+
+    def __call__(self, prefix: torch.Tensor) -> torch.Tensor:
+        assert prefix.shape[0] == len(self.rows)
+        self.calls += 1
+        out = []
+        for row, s in enumerate(self.rows):
+            tokens = tuple(prefix[row].tolist())
+            assert tokens[:-1] == self.seen[row], "search did not reorder the cache correctly"
+            self.seen[row] = tokens
+            out.append(torch.tensor(self.tables[s].get(tokens[1:], self.default), dtype=torch.float64).log())
+        return torch.stack(out).float()
+
+    def reorder(self, new_order: torch.Tensor) -> None:
+        self.rows = [self.rows[i] for i in new_order.tolist()]
+        self.seen = [self.seen[i] for i in new_order.tolist()]
+
+
+# Sentence 0: both beams end at step 2.
+TABLE_0 = {(): dist(eos=0.1, a=0.6, b=0.3), (A,): dist(eos=0.5, a=0.3, b=0.2), (B,): dist(eos=0.9, a=0.05, b=0.05)}
+# Sentence 1: the empty output ends at step 1, "a" at step 2 with a lower log-prob.
+TABLE_1 = {(): dist(eos=0.4, a=0.5, b=0.1), (A,): dist(eos=0.7, a=0.2, b=0.1), (B,): dist(eos=0.6, a=0.2, b=0.2)}
+NEVER_ENDS = dist(eos=0.01, a=0.59, b=0.4)
+
+
+def tokens_and_scores(results):
+    return [[(h.tokens, h.score) for h in hyps] for hyps in results]
+
+
+# --- exact beams on the fake model -------------------------------------------------------------
+
+def test_beam_exact_hypotheses_and_scores_without_length_penalty() -> None:
+    step = FakeStep([TABLE_0, TABLE_1])
+    results = beam_search(step, [10, 10], beam=2, alpha=0.0, nbest=2)
+    # Sentence 0, step 1: a (.6), b (.3) live; step 2: a-eos .30 and b-eos .27 are the top 2 -> both end.
+    assert results[0][0].tokens == [A] and results[0][0].score == pytest.approx(math.log(0.6 * 0.5), abs=1e-6)
+    assert results[0][1].tokens == [B] and results[0][1].score == pytest.approx(math.log(0.3 * 0.9), abs=1e-6)
+    # Sentence 1, step 1: eos (.4) among the top 2 ends; a, b live. Step 2: a-eos (.35) ends -> 2 done.
+    assert results[1][0].tokens == [] and results[1][0].score == pytest.approx(math.log(0.4), abs=1e-6)
+    assert results[1][1].tokens == [A] and results[1][1].score == pytest.approx(math.log(0.5 * 0.7), abs=1e-6)
+    assert step.calls == 2  # both sentences stopped after 2 steps: beam=2 finished hypotheses each
+
+
+def test_length_penalty_divides_log_prob_and_can_reorder_the_nbest() -> None:
+    results = beam_search(FakeStep([TABLE_1]), [10], beam=2, alpha=1.0, nbest=2)
+    # |Y| counts EOS: "" has length 1 (lp = 1), "a" length 2 (lp = 7/6): -1.0498/(7/6) > -0.9163.
+    assert [h.tokens for h in results[0]] == [[A], []]
+    assert results[0][0].score == pytest.approx(math.log(0.35) / (7 / 6), abs=1e-6)
+    assert results[0][0].log_prob == pytest.approx(math.log(0.35), abs=1e-6)
+    assert results[0][1].score == pytest.approx(math.log(0.4), abs=1e-6)
+
+
+def test_length_penalty_formula() -> None:
+    assert length_penalty(1, 0.6) == 1.0
+    assert length_penalty(7, 0.6) == pytest.approx(2.0**0.6)
+    assert length_penalty(30, 0.0) == 1.0
+
+
+def test_maximum_length_forces_eos() -> None:
+    greedy = greedy_search(FakeStep([{}], default=NEVER_ENDS), [3])
+    assert greedy[0][0].tokens == [A, A, A]
+    assert greedy[0][0].log_prob == pytest.approx(3 * math.log(0.59) + math.log(0.01), abs=1e-6)
+    step = FakeStep([{}], default=NEVER_ENDS)
+    beams = beam_search(step, [3], beam=2, alpha=0.0, nbest=2)
+    assert beams[0][0].tokens == [A, A, A] and all(len(h.tokens) == 3 for h in beams[0])
+    assert step.calls == 4  # 3 tokens + the forced EOS
+
+
+def test_zero_maximum_length_gives_the_empty_output() -> None:
+    assert greedy_search(FakeStep([{}], default=NEVER_ENDS), [0])[0][0].tokens == []
+    assert beam_search(FakeStep([{}], default=NEVER_ENDS), [0], beam=3)[0][0].tokens == []
+
+
+def test_pad_and_bos_are_never_generated() -> None:
+    table = {(): dist(bos=0.9, a=0.06, eos=0.04)}
+    assert greedy_search(FakeStep([table]), [5])[0][0].tokens == [A]
+    assert beam_search(FakeStep([table]), [5], beam=2)[0][0].tokens == [A]
+
+
+def test_beam_one_equals_greedy_on_the_fake_model() -> None:
+    tables = [TABLE_0, TABLE_1, {}]
+    greedy = greedy_search(FakeStep(tables, NEVER_ENDS), [4, 4, 4], alpha=0.6)
+    beam = beam_search(FakeStep(tables, NEVER_ENDS), [4, 4, 4], beam=1, alpha=0.6)
+    assert tokens_and_scores(greedy) == tokens_and_scores(beam)
+
+
+def test_sentences_do_not_interact_in_a_batch() -> None:
+    tables, lens = [TABLE_0, {}, TABLE_1], [10, 3, 10]
+    together = beam_search(FakeStep(tables, NEVER_ENDS), lens, beam=2, nbest=2)
+    alone = [beam_search(FakeStep([t], NEVER_ENDS), [n], beam=2, nbest=2)[0] for t, n in zip(tables, lens)]
+    assert tokens_and_scores(together) == tokens_and_scores(alone)
+
+
+def test_stable_topk_breaks_ties_by_lower_index() -> None:
+    x = torch.tensor([[1.0, 3.0, 3.0, 2.0, 3.0], [0.0, -1.0, 5.0, 4.0, 4.0]])
+    values, index = stable_topk(x, 2)
+    assert index.tolist() == [[1, 2], [2, 3]] and values.tolist() == [[3.0, 3.0], [5.0, 4.0]]
+    values, index = stable_topk(x, 3)
+    assert index.tolist() == [[1, 2, 4], [2, 3, 4]]
+
+
+def test_nbest_must_not_exceed_beam() -> None:
+    with pytest.raises(ValueError, match="nbest"):
+        beam_search(FakeStep([TABLE_0]), [5], beam=2, nbest=3)
+    with pytest.raises(UserError, match="nbest"):
+        DecodeOptions(beam=2, nbest=3)
+    with pytest.raises(UserError, match="top_p"):
+        DecodeOptions(top_p=0.0)
+
+
+def test_sampling_with_top_k_one_is_greedy_on_the_fake_model() -> None:
+    tables = [TABLE_0, TABLE_1]
+    greedy = greedy_search(FakeStep(tables, NEVER_ENDS), [4, 4])
+    sampled = sample_search(FakeStep(tables, NEVER_ENDS), [4, 4], top_k=1, seed=3, temperature=2.0)
+    assert tokens_and_scores(greedy) == tokens_and_scores(sampled)
+
+
+def test_max_output_lengths() -> None:
+    lengths = torch.tensor([1, 7, 40])
+    assert max_output_lengths(lengths, 1.0, 50, 64) == [51, 57, 63]  # capped at max_len - 1
+    assert max_output_lengths(lengths, 1.5, 2, 1024) == [3, 12, 62]
+
+
+# --- the real model through the same code ---------------------------------------------------------
+
+def tiny_model(**overrides):
+    values = dict(src_vocab_size=40, tgt_vocab_size=30, d_model=32, n_heads=4, n_encoder_layers=2,
+                  n_decoder_layers=2, d_ff=64, dropout=0.0, max_len=64)
+    torch.manual_seed(1)
+    return build_model(TransformerConfig.from_dict({**values, **overrides})).eval()
+
+
+def sources(lengths: list[int], seed: int = 0) -> list[list[int]]:
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(4, 40, (n - 1,), generator=g).tolist() + [EOS] for n in lengths]
+
+
+def pad(rows: list[list[int]]) -> torch.Tensor:
+    width = max(len(r) for r in rows)
+    return torch.tensor([r + [PAD] * (width - len(r)) for r in rows])
+
+
+def assert_same(a, b) -> None:
+    assert [[h.tokens for h in hyps] for hyps in a] == [[h.tokens for h in hyps] for hyps in b]
+    for hyps_a, hyps_b in zip(a, b):
+        for x, y in zip(hyps_a, hyps_b):
+            assert x.score == pytest.approx(y.score, abs=1e-5)
+
+
+OPTION_SETS = [
+    DecodeOptions(beam=1, alpha=0.0, max_len_b=8),
+    DecodeOptions(beam=4, alpha=0.6, nbest=3, max_len_b=8),
+    DecodeOptions(sample=True, seed=5, nbest=2, top_p=0.9, max_len_b=8),
+]
+
+
+@pytest.mark.parametrize("options", OPTION_SETS, ids=["greedy", "beam", "sample"])
+def test_cached_and_uncached_decoding_agree(options: DecodeOptions) -> None:
+    model, src = tiny_model(), pad(sources([5, 9, 3]))
+    cached = generate(model, src, options)
+    uncached = generate(model, src, DecodeOptions(**{**options.__dict__, "use_cache": False}))
+    assert_same(cached, uncached)
+
+
+@pytest.mark.parametrize("options", OPTION_SETS[:2], ids=["greedy", "beam"])
+def test_output_does_not_depend_on_batch_composition(options: DecodeOptions) -> None:
+    model, rows = tiny_model(), sources([6, 2, 11, 4], seed=2)
+    together = generate(model, pad(rows), options)
+    alone = [generate(model, pad([r]), options)[0] for r in rows]
+    assert_same(together, alone)
+    reversed_batch = generate(model, pad(rows[::-1]), options)[::-1]
+    assert_same(reversed_batch, alone)
+
+
+def test_beam_one_equals_greedy_on_the_real_model() -> None:
+    model, src = tiny_model(), pad(sources([5, 8]))
+    greedy = generate(model, src, DecodeOptions(beam=1, alpha=0.6, max_len_b=8))
+    with torch.inference_mode():
+        beam = beam_search(ModelStep(model, src), max_output_lengths(torch.tensor([5, 8]), 1.0, 8, 64), beam=1,
+                           alpha=0.6)
+    assert_same(greedy, beam)
+
+
+def test_nbest_is_sorted_and_starts_with_the_one_best() -> None:
+    model, src = tiny_model(), pad(sources([5, 8, 3]))
+    nbest = generate(model, src, DecodeOptions(beam=5, nbest=5, max_len_b=8))
+    best = generate(model, src, DecodeOptions(beam=5, nbest=1, max_len_b=8))
+    for hyps, one in zip(nbest, best):
+        assert len(hyps) == 5
+        assert [h.score for h in hyps] == sorted((h.score for h in hyps), reverse=True)
+        assert hyps[0] == one[0]
+        assert len({tuple(h.tokens) for h in hyps}) == 5  # distinct hypotheses
+
+
+def test_sampling_is_reproducible_with_a_seed_and_top_k_one_is_greedy() -> None:
+    model, src = tiny_model(), pad(sources([5, 8]))
+    options = DecodeOptions(sample=True, seed=11, temperature=1.5, max_len_b=8)
+    first, second = generate(model, src, options), generate(model, src, options)
+    assert [h.tokens for hyps in first for h in hyps] == [h.tokens for hyps in second for h in hyps]
+    other = generate(model, src, DecodeOptions(**{**options.__dict__, "seed": 12}))
+    assert [h.tokens for hyps in first for h in hyps] != [h.tokens for hyps in other for h in hyps]
+    greedy = generate(model, src, DecodeOptions(beam=1, alpha=0.6, max_len_b=8))
+    top1 = generate(model, src, DecodeOptions(sample=True, top_k=1, seed=0, alpha=0.6, max_len_b=8))
+    nucleus = generate(model, src, DecodeOptions(sample=True, top_p=1e-6, seed=0, alpha=0.6, max_len_b=8))
+    assert_same(top1, greedy)
+    assert_same(nucleus, greedy)
+
+
+def test_output_length_is_capped_by_the_model_max_len() -> None:
+    model = tiny_model(max_len=12)
+    hyps = generate(model, pad(sources([10])), DecodeOptions(beam=2, max_len_b=50))
+    assert len(hyps[0][0].tokens) <= 11  # BOS + 11 tokens = the 12 positions
