@@ -1,0 +1,55 @@
+"""Metrics: sacreBLEU BLEU/chrF with signatures, and the labelled tokenized lowercased BLEU."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import sacrebleu
+
+from aiayn.errors import UserError
+from aiayn.evaluate import TOKENIZED_LABEL, moses_lowercase, sacrebleu_scores, tokenized_bleu
+
+HYPS = ["The cat sat on the mat.", "A man is riding a bicycle down the street!", "Two dogs play in the snow."]
+REFS = ["The cat is sitting on the mat.", "A man rides a bike down the street.", "Two dogs are playing in snow."]
+
+
+def test_identical_hypotheses_score_100() -> None:
+    scores = sacrebleu_scores(REFS, REFS)
+    assert scores["bleu"] == pytest.approx(100.0) and scores["chrf"] == pytest.approx(100.0)
+    assert tokenized_bleu(REFS, REFS, "en") == pytest.approx(100.0)
+
+
+def test_sacrebleu_scores_match_sacrebleu_directly() -> None:
+    scores = sacrebleu_scores(HYPS, REFS)
+    assert scores["bleu"] == pytest.approx(sacrebleu.corpus_bleu(HYPS, [REFS]).score)
+    assert scores["chrf"] == pytest.approx(sacrebleu.corpus_chrf(HYPS, [REFS]).score)
+    assert 0 < scores["bleu"] < 100
+    assert scores["bleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:")
+    assert scores["chrf_signature"].startswith("nrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no|version:")
+
+
+def test_hand_checkable_bleu() -> None:
+    # The hypothesis is the first 4 of the 5 reference words: every n-gram precision is 1, so BLEU is
+    # the brevity penalty alone, exp(1 - r/c) = exp(1 - 5/4).
+    hyp, ref = ["a b c d"], ["a b c d e"]
+    assert sacrebleu_scores(hyp, ref)["bleu"] == pytest.approx(100 * math.exp(1 - 5 / 4), abs=1e-4)
+
+
+def test_tokenized_bleu_lowercases_and_moses_tokenizes() -> None:
+    assert moses_lowercase(["Hello, World!"], "en") == ["hello , world !"]
+    # Case and punctuation attachment differ only: tokenized lowercased BLEU is 100, sacreBLEU is not.
+    hyps, refs = ["A DOG RUNS, FAST."], ["a dog runs, fast."]
+    assert tokenized_bleu(hyps, refs, "en") == pytest.approx(100.0)
+    assert sacrebleu_scores(hyps, refs)["bleu"] < 100
+    expected = sacrebleu.corpus_bleu(moses_lowercase(HYPS, "en"), [moses_lowercase(REFS, "en")],
+                                     tokenize="none", force=True).score
+    assert tokenized_bleu(HYPS, REFS, "en") == pytest.approx(expected)
+    assert "not comparable to sacreBLEU" in TOKENIZED_LABEL
+
+
+def test_length_mismatch_is_a_user_error() -> None:
+    with pytest.raises(UserError, match="2 hypotheses but 3 references"):
+        sacrebleu_scores(HYPS[:2], REFS)
+    with pytest.raises(UserError):
+        tokenized_bleu(HYPS, REFS[:1], "de")
