@@ -1,0 +1,173 @@
+"""Pictures: attention heatmaps, the positional-encoding table, training curves (matplotlib, Agg).
+
+Each function writes one PNG and returns its path. Bad input (no metrics log, an empty one, a
+broken JSON line, maps whose shapes do not match the tokens) raises :class:`UserError`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+from torch import Tensor  # noqa: E402
+
+from aiayn.errors import UserError  # noqa: E402
+
+#: The attention kinds of ``Transformer.forward(..., return_attention=True)``: (title, query axis, key axis).
+ATTENTION_KINDS = {
+    "encoder_self": ("encoder self-attention", "source", "source"),
+    "decoder_self": ("decoder self-attention", "target", "target"),
+    "cross": ("cross-attention (decoder -> encoder)", "target", "source"),
+}
+
+
+# --- attention --------------------------------------------------------------------------------------
+
+def plot_attention(maps: dict[str, list[Tensor]], src_tokens: Sequence[str], tgt_tokens: Sequence[str],
+                   path: str | Path) -> Path:
+    """Heatmaps of every layer and head: one row per (kind, layer), one column per head.
+
+    ``maps``: as returned by ``Transformer.forward(..., return_attention=True)``, one tensor per
+    layer, ``(H, T_q, T_k)`` or ``(1, H, T_q, T_k)``. ``src_tokens`` label the source positions
+    (encoder input, EOS included), ``tgt_tokens`` the target positions (decoder input, BOS first).
+    Rows are queries, columns are keys.
+    """
+    rows = [(kind, layer, _heads(m)) for kind in ATTENTION_KINDS for layer, m in enumerate(maps.get(kind, []))]
+    if not rows:
+        raise UserError("no attention maps to plot")
+    n_heads = rows[0][2].shape[0]
+    for kind, layer, weights in rows:
+        _check_shape(kind, layer, weights, src_tokens, tgt_tokens)
+    cell = min(max(1.8, 0.22 * max(len(src_tokens), len(tgt_tokens)) + 1.0), 6.0)
+    fig, axes = plt.subplots(len(rows), n_heads, figsize=(cell * n_heads, cell * len(rows)), squeeze=False)
+    for r, (kind, layer, weights) in enumerate(rows):
+        for h in range(n_heads):
+            _attention_panel(axes[r][h], weights[h], kind, layer, h, src_tokens, tgt_tokens)
+    fig.suptitle("Attention weights (rows: queries, columns: keys)", fontsize=14)
+    return _save(fig, path)
+
+
+def _heads(weights: Tensor):
+    """``(1, H, Tq, Tk)`` or ``(H, Tq, Tk)`` -> numpy ``(H, Tq, Tk)``."""
+    w = weights.detach().float().cpu()
+    return (w[0] if w.dim() == 4 else w).numpy()
+
+
+def _labels(kind: str, src_tokens: Sequence[str], tgt_tokens: Sequence[str]) -> tuple[Sequence[str], Sequence[str]]:
+    _, query, key = ATTENTION_KINDS[kind]
+    pick = {"source": src_tokens, "target": tgt_tokens}
+    return pick[query], pick[key]
+
+
+def _check_shape(kind, layer, weights, src_tokens, tgt_tokens) -> None:
+    queries, keys = _labels(kind, src_tokens, tgt_tokens)
+    if weights.shape[1:] != (len(queries), len(keys)):
+        raise UserError(f"{kind} layer {layer + 1}: attention is {tuple(weights.shape[1:])} but there are "
+                        f"{len(queries)} x {len(keys)} tokens")
+
+
+def _attention_panel(ax, weights, kind, layer, head, src_tokens, tgt_tokens) -> None:
+    queries, keys = _labels(kind, src_tokens, tgt_tokens)
+    ax.imshow(weights, cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
+    ax.set_xticks(range(len(keys)), keys, rotation=90, fontsize=7)
+    ax.set_yticks(range(len(queries)), queries, fontsize=7)
+    ax.set_title(f"{ATTENTION_KINDS[kind][0]}\nlayer {layer + 1}, head {head + 1}", fontsize=8)
+
+
+# --- positional encoding --------------------------------------------------------------------------
+
+def plot_positional_encoding(d_model: int, max_len: int, path: str | Path, dims: Sequence[int] | None = None) -> Path:
+    """The sinusoidal table as a heatmap (position x dimension) and a few of its sinusoids.
+
+    ``dims`` default: four sine dimensions at 1/64, 1/16, 1/8 and 1/4 of ``d_model`` (wavelengths
+    from a few positions to tens of them).
+    """
+    from aiayn.model.embedding import positional_encoding
+
+    if d_model < 2 or max_len < 1:
+        raise UserError(f"need d_model >= 2 and max_len >= 1, got d_model={d_model}, max_len={max_len}")
+    table = positional_encoding(max_len, d_model).numpy()  # (max_len, d_model)
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 9), height_ratios=(3, 2))
+    image = top.pcolormesh(table, cmap="RdBu", vmin=-1, vmax=1)
+    top.set(xlabel="dimension i", ylabel="position", title=f"Sinusoidal positional encoding (d_model={d_model})")
+    top.invert_yaxis()
+    fig.colorbar(image, ax=top)
+    if dims is None:
+        dims = sorted({2 * int(d_model * f / 2) for f in (1 / 64, 1 / 16, 1 / 8, 1 / 4)})
+    for d in [d for d in dims if d < d_model]:
+        bottom.plot(table[:, d], label=f"dim {d} ({'sin' if d % 2 == 0 else 'cos'})")
+    bottom.set(xlabel="position", ylabel="value", title="a few dimensions along the positions")
+    bottom.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    return _save(fig, path)
+
+
+# --- training curves ----------------------------------------------------------------------------
+
+def read_metrics(run_dir: str | Path) -> list[dict]:
+    """The records of ``RUN_DIR/metrics.jsonl`` (one JSON object per line, with "step" and "split")."""
+    log = Path(run_dir) / "metrics.jsonl"
+    if not log.is_file():
+        raise UserError(f"no metrics log at {log}")
+    records = []
+    for number, line in enumerate(log.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+        if line.strip():
+            records.append(_record(line, log, number))
+    if not records:
+        raise UserError(f"{log} is empty: nothing to plot")
+    return records
+
+
+def _record(line: str, log: Path, number: int) -> dict:
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as err:
+        raise UserError(f"{log}: line {number}: not JSON ({err.msg})") from None
+    if not isinstance(record, dict) or "step" not in record or "split" not in record:
+        raise UserError(f"{log}: line {number}: expected an object with \"step\" and \"split\"")
+    return record
+
+
+def _series(records: list[dict], split: str, key: str) -> tuple[list, list]:
+    points = [(r["step"], r[key]) for r in records if r["split"] == split and r.get(key) is not None]
+    return [p[0] for p in points], [p[1] for p in points]
+
+
+def plot_curves(run_dir: str | Path, path: str | Path) -> Path:
+    """Loss (train and valid), learning rate and, when logged, valid BLEU, each against the step."""
+    records = read_metrics(run_dir)
+    panels = [("loss", ["train", "valid"]), ("lr", ["train"]), ("bleu", ["valid"])]
+    panels = [(key, splits) for key, splits in panels if any(_series(records, s, key)[0] for s in splits)]
+    if not panels:
+        raise UserError(f"{Path(run_dir) / 'metrics.jsonl'} has no loss, lr or bleu values")
+    fig, axes = plt.subplots(len(panels), 1, figsize=(8, 3.2 * len(panels)), sharex=True, squeeze=False)
+    for ax, (key, splits) in zip(axes[:, 0], panels):
+        for split in splits:
+            steps, values = _series(records, split, key)
+            if steps:
+                ax.plot(steps, values, marker="o" if split == "valid" else None, markersize=3, label=split)
+        ax.set_ylabel({"lr": "learning rate", "bleu": "BLEU"}.get(key, key))
+        if key == "lr":
+            ax.ticklabel_format(axis="y", style="sci", scilimits=(-2, 2))
+        ax.grid(alpha=0.3)
+        ax.legend(loc="best")
+    axes[-1, 0].set_xlabel("step")
+    fig.suptitle(f"Training curves: {Path(run_dir).name}")
+    return _save(fig, path)
+
+
+def _save(fig, path: str | Path) -> Path:
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.tight_layout()
+        fig.savefig(path, dpi=100, format="png")
+    except OSError as err:
+        raise UserError(f"cannot write {path}: {err.strerror}") from None
+    finally:
+        plt.close(fig)
+    return path
