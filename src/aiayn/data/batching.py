@@ -18,7 +18,8 @@ per batch (§5.1). Here:
   Every batch holds a multiple of ``batch_multiple`` sentences, which must be a multiple of
   ``world_size`` so that the ranks get equal shares; to make that possible, ``len(examples) %
   batch_multiple`` random examples sit out each epoch (a different few each epoch; see
-  ``n_skipped_per_epoch``).
+  ``n_skipped_per_epoch``). With ``shuffle=False`` (evaluation) nothing is skipped, so the last
+  batch may split unevenly across ranks.
 
 Iterate the sampler directly (the examples are token ids in memory and :func:`collate` is cheap);
 a ``DataLoader`` with worker prefetching would advance the position before the batches are used.

@@ -181,7 +181,8 @@ def filter_by_length(
     A pair is dropped when either side has more than ``max_tokens`` tokens ("too long"), or when
     ``longer / shorter > max_ratio`` and the longer side has at least ``ratio_min_tokens`` tokens
     (short pairs such as "Yes." / "Ja, genau." naturally have large ratios, so they are kept; one
-    word against ten is still caught). Raises UserError when nothing is left.
+    word against ten is still caught). Lengths count subword ids without BOS/EOS (the decoder sees
+    one more). Raises UserError when nothing is left.
     """
     stats.max_tokens, stats.max_ratio = max_tokens, max_ratio
     stats.n_too_long = stats.n_bad_ratio = 0
