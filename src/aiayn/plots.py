@@ -44,10 +44,12 @@ def plot_attention(maps: dict[str, list[Tensor]], src_tokens: Sequence[str], tgt
     for kind, layer, weights in rows:
         _check_shape(kind, layer, weights, src_tokens, tgt_tokens)
     cell = min(max(1.8, 0.22 * max(len(src_tokens), len(tgt_tokens)) + 1.0), 6.0)
-    fig, axes = plt.subplots(len(rows), n_heads, figsize=(cell * n_heads, cell * len(rows)), squeeze=False)
+    fig, axes = plt.subplots(len(rows), n_heads, figsize=(cell * n_heads + 1, cell * len(rows)), squeeze=False,
+                             layout="constrained")
     for r, (kind, layer, weights) in enumerate(rows):
         for h in range(n_heads):
-            _attention_panel(axes[r][h], weights[h], kind, layer, h, src_tokens, tgt_tokens)
+            image = _attention_panel(axes[r][h], weights[h], kind, layer, h, src_tokens, tgt_tokens)
+    fig.colorbar(image, ax=axes, shrink=min(1.0, 4.0 / len(rows)), label="attention weight")
     fig.suptitle("Attention weights (rows: queries, columns: keys)", fontsize=14)
     return _save(fig, path)
 
@@ -73,10 +75,11 @@ def _check_shape(kind, layer, weights, src_tokens, tgt_tokens) -> None:
 
 def _attention_panel(ax, weights, kind, layer, head, src_tokens, tgt_tokens) -> None:
     queries, keys = _labels(kind, src_tokens, tgt_tokens)
-    ax.imshow(weights, cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
+    image = ax.imshow(weights, cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
     ax.set_xticks(range(len(keys)), keys, rotation=90, fontsize=7)
     ax.set_yticks(range(len(queries)), queries, fontsize=7)
     ax.set_title(f"{ATTENTION_KINDS[kind][0]}\nlayer {layer + 1}, head {head + 1}", fontsize=8)
+    return image
 
 
 # --- positional encoding --------------------------------------------------------------------------
@@ -92,7 +95,7 @@ def plot_positional_encoding(d_model: int, max_len: int, path: str | Path, dims:
     if d_model < 2 or max_len < 1:
         raise UserError(f"need d_model >= 2 and max_len >= 1, got d_model={d_model}, max_len={max_len}")
     table = positional_encoding(max_len, d_model).numpy()  # (max_len, d_model)
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 9), height_ratios=(3, 2))
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 9), height_ratios=(3, 2), layout="constrained")
     image = top.pcolormesh(table, cmap="RdBu", vmin=-1, vmax=1)
     top.set(xlabel="dimension i", ylabel="position", title=f"Sinusoidal positional encoding (d_model={d_model})")
     top.invert_yaxis()
@@ -144,7 +147,8 @@ def plot_curves(run_dir: str | Path, path: str | Path) -> Path:
     panels = [(key, splits) for key, splits in panels if any(_series(records, s, key)[0] for s in splits)]
     if not panels:
         raise UserError(f"{Path(run_dir) / 'metrics.jsonl'} has no loss, lr or bleu values")
-    fig, axes = plt.subplots(len(panels), 1, figsize=(8, 3.2 * len(panels)), sharex=True, squeeze=False)
+    fig, axes = plt.subplots(len(panels), 1, figsize=(8, 3.2 * len(panels)), sharex=True, squeeze=False,
+                             layout="constrained")
     for ax, (key, splits) in zip(axes[:, 0], panels):
         for split in splits:
             steps, values = _series(records, split, key)
@@ -164,7 +168,6 @@ def _save(fig, path: str | Path) -> Path:
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fig.tight_layout()
         fig.savefig(path, dpi=100, format="png")
     except OSError as err:
         raise UserError(f"cannot write {path}: {err.strerror}") from None

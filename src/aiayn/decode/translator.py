@@ -6,12 +6,16 @@ convention as training (src = ids + [EOS], tgt_in = [BOS] + ids, tgt_out = ids +
 * A blank (or all-whitespace) line gives a blank output without running the model.
 * A source longer than the model's ``max_len`` (EOS included) is truncated to fit, with a warning
   on stderr naming the line (1-based); no line is ever dropped.
+* An output never contains a line break: characters that ``str.splitlines`` splits on (a model
+  can emit them through SentencePiece's byte fallback, e.g. ``<0x0A>``) become spaces, so the
+  output keeps exactly one line per input line.
 * Batches hold at most ``batch_tokens`` padded source tokens (at least one sentence), sentences
   sorted by length so that little padding is computed; outputs come back in input order.
 """
 
 from __future__ import annotations
 
+import re
 import sys
 from dataclasses import replace
 from typing import Callable, Iterator, Sequence
@@ -21,6 +25,7 @@ import torch
 from aiayn.decode.search import DecodeOptions, Hypothesis, generate
 
 Warn = Callable[[str], None]
+LINE_BREAKS = re.compile("[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
 
 
 def _stderr(message: str) -> None:
@@ -96,4 +101,4 @@ class Translator:
         return torch.tensor(rows, dtype=torch.long, device=self.device)
 
     def _detokenize(self, hypothesis: Hypothesis) -> str:
-        return self.tokenizer.decode(hypothesis.tokens)
+        return LINE_BREAKS.sub(" ", self.tokenizer.decode(hypothesis.tokens))

@@ -1,0 +1,238 @@
+"""``aiayn translate``, ``aiayn evaluate`` and ``aiayn plot``.
+
+translate
+    Reads stdin (or ``--input``), writes stdout (or ``--output``): one detokenized line per input
+    line; a blank input line gives a blank output line. With ``--nbest K``: K lines per input line,
+    each ``score<TAB>text`` (best first; the score is log P / lp, see :mod:`aiayn.decode.search`);
+    a blank input line gives K blank lines. Invalid UTF-8 is an error naming the line; a source
+    longer than the model's max_len is truncated with a warning naming the line.
+evaluate
+    Translates ``--src`` and scores it against ``--ref``: sacreBLEU BLEU and chrF (with
+    signatures) on detokenized text, plus the Multi30k literature's tokenized lowercased BLEU,
+    labelled as not comparable.
+plot
+    ``attention``, ``positional-encoding`` and ``curves`` pictures (see :mod:`aiayn.plots`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+from aiayn.errors import UserError
+
+
+def register(subparsers) -> None:
+    _register_translate(subparsers)
+    _register_evaluate(subparsers)
+    _register_plot(subparsers)
+
+
+# --- shared options and helpers -----------------------------------------------------------------
+
+def _add_model_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--checkpoint", required=True, help="checkpoint or run directory")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
+    parser.add_argument("--beam", type=int, default=4, help="beam size; 1 = greedy (default: 4, the paper's)")
+    parser.add_argument("--alpha", type=float, default=0.6, help="length penalty alpha; 0 = none (default: 0.6)")
+    parser.add_argument("--batch-tokens", type=int, default=4096, help="padded source tokens per batch")
+    parser.add_argument("--max-len-a", type=float, default=1.0, help="max output length = a * source length + b")
+    parser.add_argument("--max-len-b", type=int, default=50, help="(default: a=1, b=50, the paper's)")
+    parser.add_argument("--no-cache", action="store_true", help="recompute the decoder prefix at each step")
+
+
+def _device(name: str) -> torch.device:
+    if name not in ("cpu", "cuda") and not name.startswith("cuda:"):
+        raise UserError(f"--device: unknown device {name!r}; use cpu or cuda")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise UserError("--device cuda: no CUDA device is available")
+    return torch.device(name)
+
+
+def _translator(args, **overrides):
+    from aiayn.decode.search import DecodeOptions
+    from aiayn.decode.translator import Translator
+    from aiayn.train.checkpoint import load_translation_model
+
+    device = _device(args.device)
+    if args.batch_tokens < 1:
+        raise UserError("--batch-tokens: must be >= 1")
+    options = DecodeOptions(beam=args.beam, alpha=args.alpha, max_len_a=args.max_len_a, max_len_b=args.max_len_b,
+                            use_cache=not args.no_cache, **overrides)
+    model, tokenizer, _ = load_translation_model(args.checkpoint, device=device)
+    return Translator(model, tokenizer, device, args.batch_tokens, options)
+
+
+def read_lines(path: str | None) -> list[str]:
+    """Lines of ``path`` (stdin when None) without their newline; invalid UTF-8 names the line."""
+    name = path or "<stdin>"
+    try:
+        data = Path(path).read_bytes() if path else sys.stdin.buffer.read()
+    except OSError as err:
+        raise UserError(f"cannot read {name}: {err.strerror}") from None
+    lines = data.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    return [_decode_line(line.rstrip(b"\r"), name, number) for number, line in enumerate(lines, 1)]
+
+
+def _decode_line(line: bytes, name: str, number: int) -> str:
+    try:
+        return line.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise UserError(f"{name}: line {number}: invalid UTF-8 (byte {err.start + 1})") from None
+
+
+def write_lines(lines: list[str], path: str | None) -> None:
+    text = "".join(line + "\n" for line in lines)
+    if path is None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    try:
+        Path(path).write_text(text, encoding="utf-8")
+    except OSError as err:
+        raise UserError(f"cannot write {path}: {err.strerror}") from None
+
+
+def _run_with_progress(translator, lines: list[str], enabled: bool, fn):
+    from tqdm import tqdm
+
+    with tqdm(total=sum(1 for line in lines if line.strip()), unit="sent", file=sys.stderr,
+              disable=not enabled) as bar:
+        translator.progress = bar.update
+        return fn(lines)
+
+
+# --- translate ------------------------------------------------------------------------------------
+
+def _register_translate(subparsers) -> None:
+    p = subparsers.add_parser("translate", help="translate text with a trained model",
+                              description="Translate lines of text (stdin -> stdout by default).")
+    _add_model_options(p)
+    p.add_argument("--input", help="input file (default: stdin)")
+    p.add_argument("--output", help="output file (default: stdout)")
+    p.add_argument("--nbest", type=int, default=1, help="K hypotheses per line, as 'score<TAB>text'")
+    p.add_argument("--sample", action="store_true", help="sample instead of beam search")
+    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--top-k", type=int, default=0, help="sample from the k most probable tokens (0 = all)")
+    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling threshold")
+    p.add_argument("--seed", type=int, default=None, help="random seed for --sample")
+    p.set_defaults(func=run_translate)
+
+
+def run_translate(args) -> int:
+    sampling = dict(sample=args.sample, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                    seed=args.seed)
+    translator = _translator(args, nbest=args.nbest, **sampling)
+    lines = read_lines(args.input)
+    if args.nbest == 1:
+        out = _run_with_progress(translator, lines, args.input is not None, translator.translate)
+    else:
+        nbest = _run_with_progress(translator, lines, args.input is not None, translator.translate_nbest)
+        out = [_nbest_line(hyps, k) for hyps in nbest for k in range(args.nbest)]
+    write_lines(out, args.output)
+    return 0
+
+
+def _nbest_line(hyps: list[tuple[float, str]], k: int) -> str:
+    return f"{hyps[k][0]:.6f}\t{hyps[k][1]}" if k < len(hyps) else ""
+
+
+# --- evaluate -------------------------------------------------------------------------------------
+
+def _register_evaluate(subparsers) -> None:
+    p = subparsers.add_parser("evaluate", help="translate a test set and score it with sacreBLEU",
+                              description="BLEU and chrF (sacreBLEU, detokenized) of translations of --src "
+                                          "against --ref.")
+    _add_model_options(p)
+    p.add_argument("--src", required=True, help="source sentences, one per line")
+    p.add_argument("--ref", required=True, help="reference translations, one per line")
+    p.add_argument("--lang", default=None, help="target language for Moses tokenization (default: --ref's "
+                                                "extension, e.g. 'de' for test.de)")
+    p.add_argument("--json", action="store_true", help="print the scores as one JSON object")
+    p.add_argument("--output", help="also write the translations to this file")
+    p.set_defaults(func=run_evaluate)
+
+
+def run_evaluate(args) -> int:
+    from aiayn.evaluate import TOKENIZED_LABEL, sacrebleu_scores, tokenized_bleu
+
+    src, ref = read_lines(args.src), read_lines(args.ref)
+    if len(src) != len(ref):
+        raise UserError(f"{args.src} has {len(src)} lines but {args.ref} has {len(ref)}")
+    translator = _translator(args)
+    hyps = _run_with_progress(translator, src, True, translator.translate)
+    if args.output:
+        write_lines(hyps, args.output)
+    scores = sacrebleu_scores(hyps, ref)
+    lang = args.lang or Path(args.ref).suffix.lstrip(".") or "en"
+    scores["tokenized_bleu"] = tokenized_bleu(hyps, ref, lang)
+    scores["sentences"] = len(hyps)
+    print(json.dumps(scores, indent=2) if args.json else _report(scores, TOKENIZED_LABEL, lang))
+    return 0
+
+
+def _report(scores: dict, label: str, lang: str) -> str:
+    return "\n".join([
+        f"BLEU = {scores['bleu']:.2f}   {scores['bleu_signature']}",
+        f"chrF = {scores['chrf']:.2f}   {scores['chrf_signature']}",
+        f"{label} [{lang}] = {scores['tokenized_bleu']:.2f}",
+        f"({scores['sentences']} sentences)",
+    ])
+
+
+# --- plot -----------------------------------------------------------------------------------------
+
+def _register_plot(subparsers) -> None:
+    p = subparsers.add_parser("plot", help="draw attention maps, the positional encoding or training curves")
+    kinds = p.add_subparsers(dest="plot", required=True, metavar="WHAT")
+    att = kinds.add_parser("attention", help="attention heatmaps of one sentence, per layer and head")
+    att.add_argument("--checkpoint", required=True)
+    att.add_argument("--src", required=True, help="source sentence")
+    att.add_argument("--tgt", help="target sentence (default: the model's greedy translation)")
+    att.add_argument("--device", default="cpu")
+    att.add_argument("--out", required=True, help="PNG file to write")
+    att.set_defaults(func=run_plot_attention)
+    pe = kinds.add_parser("positional-encoding", help="the sinusoidal positional-encoding table")
+    pe.add_argument("--d-model", type=int, default=512)
+    pe.add_argument("--max-len", type=int, default=100)
+    pe.add_argument("--out", required=True)
+    pe.set_defaults(func=lambda a: _plot_done(_plots().plot_positional_encoding(a.d_model, a.max_len, a.out)))
+    cur = kinds.add_parser("curves", help="loss, learning rate and BLEU from RUN_DIR/metrics.jsonl")
+    cur.add_argument("run_dir")
+    cur.add_argument("--out", required=True)
+    cur.set_defaults(func=lambda a: _plot_done(_plots().plot_curves(a.run_dir, a.out)))
+
+
+def _plots():
+    import aiayn.plots
+
+    return aiayn.plots
+
+
+def _plot_done(path: Path) -> int:
+    print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+def run_plot_attention(args) -> int:
+    from aiayn.decode.search import DecodeOptions
+    from aiayn.decode.translator import Translator
+    from aiayn.train.checkpoint import load_translation_model
+
+    model, tokenizer, _ = load_translation_model(args.checkpoint, device=_device(args.device))
+    config = model.config
+    translator = Translator(model, tokenizer, args.device, options=DecodeOptions(beam=1, alpha=0.0))
+    src_ids = translator.encode_source(args.src)
+    tgt_text = args.tgt if args.tgt is not None else translator.translate([args.src])[0]
+    tgt_ids = [config.bos_id] + tokenizer.encode(tgt_text)[: config.max_len - 1]
+    with torch.inference_mode():
+        src, tgt = (torch.tensor([ids], device=args.device) for ids in (src_ids, tgt_ids))
+        _, maps = model(src, tgt, return_attention=True)
+    labels = [tokenizer.id_to_piece(i) for i in src_ids], [tokenizer.id_to_piece(i) for i in tgt_ids]
+    return _plot_done(_plots().plot_attention(maps, *labels, args.out))

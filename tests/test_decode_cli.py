@@ -1,0 +1,211 @@
+"""`aiayn translate`, `aiayn evaluate`, `aiayn plot` end to end, and the Translator, on a tiny
+random-weight model saved as a real checkpoint."""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from aiayn import TransformerConfig, build_model
+from aiayn.cli import main
+from aiayn.data.tokenizer import Tokenizer
+from aiayn.decode import Translator
+from aiayn.train.checkpoint import save_checkpoint
+
+MAX_LEN = 24
+FAST = ["--max-len-b", "4"]
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def sentences(multi30k_dir: Path) -> list[str]:
+    en = (multi30k_dir / "val.en").read_text(encoding="utf-8").splitlines()[:200]
+    de = (multi30k_dir / "val.de").read_text(encoding="utf-8").splitlines()[:200]
+    return en + de
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory, sentences) -> Path:
+    tokenizer = Tokenizer.train(sentences, vocab_size=400)
+    config = TransformerConfig.from_dict(dict(
+        src_vocab_size=tokenizer.vocab_size, tgt_vocab_size=tokenizer.vocab_size, d_model=32, n_heads=2,
+        n_encoder_layers=1, n_decoder_layers=2, d_ff=64, dropout=0.0, max_len=MAX_LEN))
+    torch.manual_seed(0)
+    model = build_model(config)
+    path = tmp_path_factory.mktemp("ckpt") / "model"
+    return save_checkpoint(path, model, {"kind": "translation", "model": config.to_dict()}, tokenizer.to_bytes())
+
+
+def feed_stdin(monkeypatch, data: bytes) -> None:
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data), encoding="utf-8"))
+
+
+def write(path: Path, lines: list[str]) -> Path:
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return path
+
+
+LINES = ["A man rides a bike.", "", "Two dogs play in the snow near a red house."]
+
+
+# --- translate ---------------------------------------------------------------------------------
+
+def test_translate_stdin_to_stdout_keeps_one_line_per_line(checkpoint, monkeypatch, capsys) -> None:
+    feed_stdin(monkeypatch, "\n".join(LINES).encode() + b"\n")
+    assert main(["translate", "--checkpoint", str(checkpoint), *FAST]) == 0
+    out = capsys.readouterr().out
+    assert out.endswith("\n") and len(out.splitlines()) == 3  # no line breaks inside an output
+    assert out.splitlines()[1] == ""  # blank in, blank out
+
+
+def test_translate_files_match_the_translator_and_no_cache(checkpoint, tmp_path, capsys) -> None:
+    from aiayn.train.checkpoint import load_translation_model
+
+    src = write(tmp_path / "in.txt", LINES)
+    for name, extra in (("cached.txt", []), ("uncached.txt", ["--no-cache"])):
+        args = ["translate", "--checkpoint", str(checkpoint), "--input", str(src), "--output", str(tmp_path / name)]
+        assert main([*args, *FAST, *extra]) == 0
+    cached = (tmp_path / "cached.txt").read_text(encoding="utf-8")
+    assert cached == (tmp_path / "uncached.txt").read_text(encoding="utf-8")
+    model, tokenizer, _ = load_translation_model(checkpoint)
+    expected = Translator(model, tokenizer, max_len_b=4).translate(LINES)
+    assert cached.splitlines() == expected
+
+
+def test_translate_nbest_format(checkpoint, monkeypatch, capsys) -> None:
+    feed_stdin(monkeypatch, "\n".join(LINES).encode())
+    assert main(["translate", "--checkpoint", str(checkpoint), "--nbest", "3", *FAST]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 9
+    assert out[3:6] == ["", "", ""]  # the blank line
+    for group in (out[0:3], out[6:9]):
+        scores = [float(line.split("\t", 1)[0]) for line in group]
+        assert all("\t" in line for line in group) and scores == sorted(scores, reverse=True)
+
+
+def test_sampling_with_a_seed_is_reproducible(checkpoint, monkeypatch, capsys) -> None:
+    outputs = []
+    for _ in range(2):
+        feed_stdin(monkeypatch, "\n".join(LINES).encode())
+        args = ["translate", "--checkpoint", str(checkpoint), "--sample", "--seed", "7", "--top-p", "0.9"]
+        assert main([*args, *FAST]) == 0
+        outputs.append(capsys.readouterr().out)
+    assert outputs[0] == outputs[1]
+
+
+def test_translator_restores_input_order_whatever_the_batching(checkpoint) -> None:
+    from aiayn.train.checkpoint import load_translation_model
+
+    model, tokenizer, _ = load_translation_model(checkpoint)
+    lines = ["A dog.", "A man in a blue shirt is standing on a ladder.", "", "Kids play.", "Two women talk."]
+    one_by_one = Translator(model, tokenizer, batch_tokens=1, max_len_b=4).translate(lines)
+    together = Translator(model, tokenizer, batch_tokens=10_000, max_len_b=4).translate(lines)
+    alone = [Translator(model, tokenizer, max_len_b=4).translate([line])[0] for line in lines]
+    assert one_by_one == together == alone
+    assert together[2] == ""
+
+
+def test_too_long_line_is_truncated_with_a_warning_naming_the_line(checkpoint, tmp_path, capsys) -> None:
+    long_line = " ".join(["a man rides a big red bike down the busy street"] * 6)
+    src = write(tmp_path / "in.txt", ["A dog.", long_line, "A cat."])
+    assert main(["translate", "--checkpoint", str(checkpoint), "--input", str(src), *FAST]) == 0
+    captured = capsys.readouterr()
+    assert len(captured.out.splitlines()) == 3
+    assert "line 2" in captured.err and "truncated" in captured.err and "Traceback" not in captured.err
+
+
+# --- bad input: one line, non-zero exit, no traceback ------------------------------------------
+
+def assert_user_error(capsys, *needles: str) -> None:
+    err = capsys.readouterr().err
+    assert err.startswith("aiayn: error: ") and "Traceback" not in err
+    for needle in needles:
+        assert needle in err, err
+
+
+def test_invalid_utf8_names_the_line(checkpoint, tmp_path, capsys) -> None:
+    src = tmp_path / "bad.txt"
+    src.write_bytes(b"A dog.\nA \xff cat.\n")
+    assert main(["translate", "--checkpoint", str(checkpoint), "--input", str(src)]) == 2
+    assert_user_error(capsys, "bad.txt", "line 2", "invalid UTF-8")
+
+
+def test_missing_input_file(checkpoint, tmp_path, capsys) -> None:
+    assert main(["translate", "--checkpoint", str(checkpoint), "--input", str(tmp_path / "nope.txt")]) == 2
+    assert_user_error(capsys, "nope.txt")
+
+
+def test_missing_and_corrupt_checkpoints(checkpoint, tmp_path, monkeypatch, capsys) -> None:
+    feed_stdin(monkeypatch, b"A dog.\n")
+    assert main(["translate", "--checkpoint", str(tmp_path / "missing")]) == 2
+    assert_user_error(capsys, "missing")
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    for f in checkpoint.iterdir():
+        (broken / f.name).write_bytes(f.read_bytes())
+    (broken / "model.safetensors").write_bytes(b"not a safetensors file")
+    feed_stdin(monkeypatch, b"A dog.\n")
+    assert main(["translate", "--checkpoint", str(broken)]) == 2
+    assert_user_error(capsys, "model.safetensors")
+
+
+def test_bad_options_are_user_errors(checkpoint, capsys) -> None:
+    assert main(["translate", "--checkpoint", str(checkpoint), "--beam", "2", "--nbest", "3"]) == 2
+    assert_user_error(capsys, "nbest")
+    assert main(["translate", "--checkpoint", str(checkpoint), "--device", "tpu"]) == 2
+    assert_user_error(capsys, "--device")
+
+
+# --- evaluate ------------------------------------------------------------------------------------
+
+def test_evaluate_prints_signatures_and_the_labelled_tokenized_bleu(checkpoint, tmp_path, capsys) -> None:
+    src = write(tmp_path / "test.en", ["A dog runs.", "A man sits."])
+    ref = write(tmp_path / "test.de", ["Ein Hund rennt.", "Ein Mann sitzt."])
+    hyps = tmp_path / "hyps.de"
+    args = ["evaluate", "--checkpoint", str(checkpoint), "--src", str(src), "--ref", str(ref), *FAST]
+    assert main([*args, "--json", "--output", str(hyps)]) == 0
+    scores = json.loads(capsys.readouterr().out)
+    assert {"bleu", "chrf", "bleu_signature", "chrf_signature", "tokenized_bleu"} <= set(scores)
+    assert scores["sentences"] == 2 and len(hyps.read_text(encoding="utf-8").splitlines()) == 2
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "BLEU = " in out and "nrefs:1|case:mixed" in out
+    assert "tokenized lowercased BLEU (multi-bleu.perl style, not comparable to sacreBLEU) [de]" in out
+
+
+def test_evaluate_line_count_mismatch(checkpoint, tmp_path, capsys) -> None:
+    src = write(tmp_path / "a.en", ["one", "two", "three"])
+    ref = write(tmp_path / "b.de", ["eins", "zwei"])
+    assert main(["evaluate", "--checkpoint", str(checkpoint), "--src", str(src), "--ref", str(ref)]) == 2
+    assert_user_error(capsys, "a.en", "3 lines", "b.de", "2")
+
+
+# --- plot ------------------------------------------------------------------------------------------
+
+def test_plot_attention_with_and_without_target(checkpoint, tmp_path, capsys) -> None:
+    base = ["plot", "attention", "--checkpoint", str(checkpoint), "--src", "A dog runs in the park."]
+    assert main([*base, "--tgt", "Ein Hund rennt.", "--out", str(tmp_path / "a.png")]) == 0
+    assert main([*base, "--out", str(tmp_path / "b.png")]) == 0
+    for name in ("a.png", "b.png"):
+        data = (tmp_path / name).read_bytes()
+        assert data[:4] == b"\x89PNG" and len(data) > 20_000
+
+
+def test_plot_positional_encoding_and_curves(tmp_path, capsys) -> None:
+    out = tmp_path / "pe.png"
+    assert main(["plot", "positional-encoding", "--d-model", "32", "--max-len", "40", "--out", str(out)]) == 0
+    assert out.read_bytes()[:4] == b"\x89PNG" and "wrote" in capsys.readouterr().err
+    assert main(["plot", "curves", str(tmp_path / "no-run"), "--out", str(tmp_path / "c.png")]) == 2
+    assert_user_error(capsys, "metrics.jsonl")
