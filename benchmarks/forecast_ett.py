@@ -1,0 +1,140 @@
+"""ETTh1 multivariate (features M, 7 variables) long-horizon benchmark.
+
+For each horizon: repeat-last, seasonal naive (period 24), DLinear and the encoder-decoder
+Transformer, all through the same data pipeline (standard splits, train-fitted scaler), trained with
+early stopping on the validation split and scored once on the test split (MSE/MAE, scaled data).
+Writes ``benchmarks/results/ett.json`` after every horizon and prints a table.
+
+    .venv/bin/python benchmarks/forecast_ett.py --threads 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shlex
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from aiayn.forecast.baselines import DLinear, RepeatLast, SeasonalNaive
+from aiayn.forecast.data import prepare
+from aiayn.forecast.model import ForecastConfig, Forecaster
+from aiayn.forecast.train import TrainConfig, evaluate, fit
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT.parent / "shared" / "data" / "ett" / "ETTh1.csv"
+ANCHORS = {  # published test MSE, ETTh1 multivariate
+    "PatchTST/64": {96: 0.370, 192: 0.413, 336: 0.422, 720: 0.447},
+    "DLinear": {96: 0.375, 192: 0.405, 336: 0.439, 720: 0.472},
+}
+MODEL = dict(label_len=48, d_model=64, n_heads=4, n_encoder_layers=2, n_decoder_layers=1, d_ff=128,
+             dropout=0.1, norm_first=True, instance_norm=True, channel_independent=True, patch_len=24,
+             decoding="one_pass")
+TRAIN = dict(batch_size=128, lr=1e-3, lr_decay=0.8, max_epochs=4, patience=2)
+DLINEAR_TRAIN = dict(batch_size=32, lr=5e-3, lr_decay=0.5, max_epochs=10, patience=3)
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", default=str(DATA))
+    parser.add_argument("--horizons", type=int, nargs="+", default=[96, 192, 336, 720])
+    parser.add_argument("--input-len", type=int, default=336)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--max-epochs", type=int, default=TRAIN["max_epochs"])
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--skip-baselines", action="store_true")
+    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "ett.json"))
+    parser.add_argument("--merge", nargs="+", help="combine the JSON files of earlier (parallel) runs into --out")
+    return parser.parse_args()
+
+
+def timed(fn):
+    t0 = time.perf_counter()
+    result = fn()
+    return result, time.perf_counter() - t0
+
+
+def run_horizon(path: str, seq_len: int, horizon: int, args: argparse.Namespace) -> dict:
+    data = prepare(path, "M", "OT", seq_len, horizon)
+    train, val, test = (data.windows(s, seq_len, horizon) for s in ("train", "val", "test"))
+    outs, n = data.outputs, len(data.columns)
+    rows = {}
+    if not args.skip_baselines:
+        for name, model in (("repeat_last", RepeatLast(horizon, outs)), ("seasonal_naive_24", SeasonalNaive(horizon, outs, 24))):
+            scores, secs = timed(lambda: evaluate(model, test, outs))
+            rows[name] = {**scores, "seconds": secs}
+        torch.manual_seed(args.seed)
+        dlinear = DLinear(seq_len, horizon, outs)
+        cfg = TrainConfig(**{**DLINEAR_TRAIN, "max_epochs": args.max_epochs, "seed": args.seed})
+        state, secs = timed(lambda: fit(dlinear, train, val, outs, cfg, progress=False))
+        rows["dlinear"] = {**evaluate(dlinear, test, outs), "seconds": secs, "epochs": state.epoch,
+                           "best_val_mse": state.best_val}
+    torch.manual_seed(args.seed)
+    model_cfg = ForecastConfig(n_features=n, outputs=outs, seq_len=seq_len, horizon=horizon, **MODEL)
+    model = Forecaster(model_cfg)
+    cfg = TrainConfig(**{**TRAIN, "max_epochs": args.max_epochs, "seed": args.seed})
+    state, secs = timed(lambda: fit(model, train, val, outs, cfg, progress=False))
+    rows["transformer"] = {**evaluate(model, test, outs), "seconds": secs, "epochs": state.epoch,
+                           "best_val_mse": state.best_val, "history": state.history}
+    return rows
+
+
+def machine() -> dict:
+    return {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
+            "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(), "python": sys.version.split()[0],
+            "torch": torch.__version__, "numpy": np.__version__}
+
+
+def print_table(results: dict) -> None:
+    names = ["transformer", "dlinear", "seasonal_naive_24", "repeat_last"]
+    print(f"{'H':>4} " + " ".join(f"{n:>22}" for n in names) + f" {'PatchTST':>9} {'DLinear*':>9} {'time(s)':>8}")
+    for h, rows in results["horizons"].items():
+        cells = [f"{rows[n]['mse']:.3f}/{rows[n]['mae']:.3f}" if n in rows else "-" for n in names]
+        print(f"{h:>4} " + " ".join(f"{c:>22}" for c in cells)
+              + f" {ANCHORS['PatchTST/64'].get(int(h), float('nan')):>9.3f} {ANCHORS['DLinear'].get(int(h), float('nan')):>9.3f}"
+              + f" {rows['transformer']['seconds']:>8.0f}")
+    print("cells: test MSE/MAE on standardised data; anchors are published MSE; time = transformer training")
+
+
+def merge(parts: list[str], out: str) -> None:
+    """One results file from runs that each did some horizons (run in parallel)."""
+    loaded = [json.loads(Path(p).read_text()) for p in parts]
+    results = {**loaded[0], "command": [r["command"] for r in loaded], "horizons": {}}
+    for r in loaded:
+        results["horizons"].update(r["horizons"])
+    results["horizons"] = dict(sorted(results["horizons"].items(), key=lambda kv: int(kv[0])))
+    Path(out).write_text(json.dumps(results, indent=2))
+    print_table(results)
+
+
+def main() -> None:
+    args = parse_args()
+    if args.merge:
+        return merge(args.merge, args.out)
+    torch.set_num_threads(args.threads)
+    results = {"command": "cd /work/main && .venv/bin/python " + " ".join(shlex.quote(a) for a in sys.argv),
+               "dataset": "ETTh1", "features": "M (7 variables, all forecast)", "input_len": args.input_len,
+               "splits": "rows [0,8640) train, [8640,11520) val, [11520,14400) test; val/test start input_len earlier",
+               "metric": "MSE/MAE on train-standardised data, every test window (stride 1)",
+               "model": {**MODEL, "note": "paper encoder-decoder (aiayn.model Encoder/Decoder); channel independent, "
+                         "pre-norm, patch tokens of 24 steps (one day) embedded linearly, RevIN-style instance norm, one-pass decoding"},
+               "train": TRAIN, "dlinear_train": DLINEAR_TRAIN, "anchors_mse": ANCHORS,
+               "machine": machine(), "horizons": {}}
+    for horizon in args.horizons:
+        t0 = time.perf_counter()
+        results["horizons"][str(horizon)] = run_horizon(args.data, args.input_len, horizon, args)
+        results["horizons"][str(horizon)]["wall_seconds"] = time.perf_counter() - t0
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(results, indent=2))
+        print_table(results)
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,194 @@
+"""Training with early stopping on the validation split, checkpoints and exact resume.
+
+A run directory holds ``last/`` (weights + training state, written after every epoch) and ``best/``
+(the weights with the lowest validation MSE so far), both through
+:mod:`aiayn.train.checkpoint` (safetensors + JSON, atomic directory writes, no pickle). Training
+from a directory whose ``last/`` exists resumes: weights, optimizer, epoch, patience, the best
+score and the RNG state come back, and each epoch's data order depends only on (seed, epoch).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from torch import Tensor, nn
+from tqdm import tqdm
+
+from aiayn.forecast.data import Windows
+from aiayn.forecast.metrics import Running
+from aiayn.train.checkpoint import load_checkpoint, load_weights, save_checkpoint
+
+LAST_DIR, BEST_DIR = "last", "best"
+
+
+@dataclass
+class TrainConfig:
+    """Optimisation settings (AdamW, constant or per-epoch decayed learning rate)."""
+
+    batch_size: int = 128
+    lr: float = 1e-4
+    lr_decay: float = 1.0  # multiply the learning rate by this after every epoch
+    weight_decay: float = 0.0
+    max_epochs: int = 10
+    patience: int = 3  # stop after this many epochs without a better validation MSE
+    seed: int = 0
+    bf16: bool = False  # bf16 autocast for the forward pass on CPU; the loss stays fp32
+    max_steps_per_epoch: int = 0  # 0 = every training window once per epoch
+    grad_clip: float = 0.0  # 0 = no clipping
+
+    def __post_init__(self) -> None:
+        for name in ("batch_size", "max_epochs"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise ValueError(f"{name}: must be an integer >= 1")
+        if not self.lr > 0:
+            raise ValueError("lr: must be positive")
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> "TrainConfig":
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - names)
+        if unknown:
+            raise ValueError(f"unknown train field(s) {', '.join(unknown)}; valid: {', '.join(sorted(names))}")
+        return cls(**values)
+
+
+def autocast(enabled: bool) -> contextlib.AbstractContextManager:
+    """bf16 autocast on CPU when enabled, else nothing."""
+    return torch.autocast("cpu", dtype=torch.bfloat16) if enabled else contextlib.nullcontext()
+
+
+def _call(model: nn.Module, x: Tensor, target: Tensor | None) -> Tensor:
+    """Models that teacher-force take ``target``; the baselines do not."""
+    try:
+        return model(x, target)
+    except TypeError:
+        return model(x)
+
+
+def loss_on_batch(model: nn.Module, windows: Windows, idx: Tensor, outputs: list[int], bf16: bool) -> Tensor:
+    """fp32 MSE of the model's forecast on windows ``idx``."""
+    x, y = windows.inputs(idx), windows.targets(idx)  # (B, L, n), (B, H, n)
+    with autocast(bf16):
+        pred = _call(model, x, y)  # (B, H, n_out)
+    return torch.mean((pred.float() - y[..., outputs]) ** 2)
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, windows: Windows, outputs: list[int], batch_size: int = 256,
+             bf16: bool = False) -> dict[str, float]:
+    """MSE and MAE over every window of a split (standardised scale)."""
+    model.eval()
+    running = Running()
+    for start in range(0, len(windows), batch_size):
+        idx = torch.arange(start, min(start + batch_size, len(windows)))
+        with autocast(bf16):
+            pred = model(windows.inputs(idx))
+        running.update(pred.float(), windows.targets(idx)[..., outputs])
+    return running.result()
+
+
+@dataclass
+class FitState:
+    epoch: int = 0  # epochs finished
+    best_val: float = math.inf
+    bad_epochs: int = 0
+    history: list[dict[str, float]] = dataclasses.field(default_factory=list)
+
+
+def _epoch_order(n: int, seed: int, epoch: int) -> Tensor:
+    generator = torch.Generator().manual_seed(seed * 100_003 + epoch)
+    return torch.randperm(n, generator=generator)
+
+
+def _train_epoch(model: nn.Module, optimizer: torch.optim.Optimizer, train: Windows, outputs: list[int],
+                 cfg: TrainConfig, epoch: int, progress: bool) -> float:
+    model.train()
+    order = _epoch_order(len(train), cfg.seed, epoch)
+    batches = list(order.split(cfg.batch_size))
+    if cfg.max_steps_per_epoch:
+        batches = batches[: cfg.max_steps_per_epoch]
+    total = 0.0
+    bar = tqdm(batches, desc=f"epoch {epoch + 1}", disable=not progress, leave=False, dynamic_ncols=True)
+    for idx in bar:
+        loss = loss_on_batch(model, train, idx, outputs, cfg.bf16)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if cfg.grad_clip:
+            nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        optimizer.step()
+        total += loss.item()
+        bar.set_postfix(loss=f"{loss.item():.4f}")
+    return total / max(len(batches), 1)
+
+
+def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
+    return torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+
+
+def fit(model: nn.Module, train: Windows, val: Windows, outputs: list[int], cfg: TrainConfig,
+        run_dir: str | Path | None = None, run_config: dict[str, Any] | None = None,
+        progress: bool = True, log: Callable[[str], None] = print) -> FitState:
+    """Train with early stopping on ``val``; with ``run_dir``, checkpoint every epoch and resume.
+
+    At the end the model holds the best validation weights.
+    """
+    torch.manual_seed(cfg.seed)
+    optimizer = make_optimizer(model, cfg)
+    state = FitState()
+    best_weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    if run_dir is not None and (Path(run_dir) / LAST_DIR).is_dir():
+        state, best_weights = _resume(model, optimizer, Path(run_dir))
+        log(f"resuming from {Path(run_dir) / LAST_DIR} after epoch {state.epoch} (best val MSE {state.best_val:.4f})")
+    while state.epoch < cfg.max_epochs and state.bad_epochs < cfg.patience:
+        _set_lr(optimizer, cfg.lr * cfg.lr_decay**state.epoch)
+        t0 = time.perf_counter()
+        train_loss = _train_epoch(model, optimizer, train, outputs, cfg, state.epoch, progress)
+        scores = evaluate(model, val, outputs, bf16=cfg.bf16)
+        improved = scores["mse"] < state.best_val
+        if improved:
+            state.best_val, state.bad_epochs = scores["mse"], 0
+            best_weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        else:
+            state.bad_epochs += 1
+        state.epoch += 1
+        state.history.append({"epoch": state.epoch, "train_loss": train_loss, "val_mse": scores["mse"],
+                              "val_mae": scores["mae"], "seconds": time.perf_counter() - t0})
+        log(f"epoch {state.epoch}: train loss {train_loss:.4f}  val MSE {scores['mse']:.4f}  MAE {scores['mae']:.4f}"
+            f"{'  (best)' if improved else ''}  {time.perf_counter() - t0:.1f}s")
+        if run_dir is not None:
+            _save(model, optimizer, state, best_weights, Path(run_dir), run_config or {}, improved)
+    model.load_state_dict(best_weights)
+    return state
+
+
+def _set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+
+
+def _save(model: nn.Module, optimizer: torch.optim.Optimizer, state: FitState, best: dict[str, Tensor],
+          run_dir: Path, run_config: dict[str, Any], improved: bool) -> None:
+    config = {"kind": "forecast", **run_config, "fit": {"epoch": state.epoch, "best_val_mse": state.best_val}}
+    if improved:
+        save_checkpoint(run_dir / BEST_DIR, best, config)
+    train_state = {"epoch": state.epoch, "best_val": state.best_val, "bad_epochs": state.bad_epochs,
+                   "history": state.history, "optimizer": optimizer.state_dict(), "rng": torch.get_rng_state(),
+                   "best_weights": best}
+    save_checkpoint(run_dir / LAST_DIR, model, config, train_state=train_state)
+
+
+def _resume(model: nn.Module, optimizer: torch.optim.Optimizer, run_dir: Path) -> tuple[FitState, dict[str, Tensor]]:
+    ckpt = load_checkpoint(run_dir / LAST_DIR)
+    load_weights(model, ckpt.weights, ckpt.path)
+    ts = ckpt.train_state or {}
+    optimizer.load_state_dict(ts["optimizer"])
+    torch.set_rng_state(ts["rng"])
+    state = FitState(ts["epoch"], ts["best_val"], ts["bad_epochs"], ts["history"])
+    return state, ts["best_weights"]

@@ -1,0 +1,186 @@
+"""Forecasting mode: data, model, baselines, training. Real ETT data, tiny models, seconds."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from aiayn.forecast.baselines import DLinear, RepeatLast, SeasonalNaive
+from aiayn.forecast.data import Scaler, n_windows, prepare, read_series, split_borders, split_range
+from aiayn.forecast.model import ForecastConfig, Forecaster, InstanceNorm
+from aiayn.forecast.train import TrainConfig, evaluate, fit, loss_on_batch
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Tiny models: one thread is faster, and much faster when the cores are shared."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def etth1(data_dir: Path) -> Path:
+    return data_dir / "ett" / "ETTh1.csv"
+
+
+def tiny(**overrides) -> ForecastConfig:
+    values = dict(n_features=3, outputs=[0, 1, 2], seq_len=32, label_len=8, horizon=16, d_model=16, n_heads=2,
+                  n_encoder_layers=1, n_decoder_layers=1, d_ff=32, dropout=0.0)
+    return ForecastConfig(**{**values, **overrides})
+
+
+# --- data ---------------------------------------------------------------------------------------
+
+def test_etth1_split_borders_and_train_only_scaler(etth1: Path) -> None:
+    data = prepare(etth1, "M", "OT", 96, 24)
+    assert data.borders == (8640, 11520, 14400)
+    assert data.columns == ["HUFL", "HULL", "MUFL", "MULL", "LUFL", "LULL", "OT"]
+    raw = read_series(etth1).values
+    np.testing.assert_allclose(data.scaler.mean, raw[:8640].mean(axis=0))
+    np.testing.assert_allclose(data.scaler.std, raw[:8640].std(axis=0))
+    assert abs(data.scaled[:8640].mean()) < 1e-9 and not np.allclose(data.scaled[8640:14400].mean(axis=0), 0, atol=0.05)
+    assert data.scaled.shape == (14400, 7)
+
+
+def test_window_counts_and_context(etth1: Path) -> None:
+    data = prepare(etth1, "M", "OT", 96, 24)
+    train, val, test = (data.windows(s, 96, 24) for s in ("train", "val", "test"))
+    assert len(train) == 8640 - 96 - 24 + 1
+    assert len(val) == len(test) == 2880 - 24 + 1  # val/test start 96 rows earlier for context
+    first = test.targets(torch.tensor([0]))[0]  # the first target row is the test split's first row
+    np.testing.assert_allclose(first[0].numpy(), data.scaled[11520], rtol=1e-6)
+    assert split_range(data.borders, "val", 96) == (8544, 11520)
+    assert n_windows(10, 4, 3) == 4
+
+
+def test_feature_modes(etth1: Path) -> None:
+    assert prepare(etth1, "S", "OT", 48, 24).columns == ["OT"]
+    ms = prepare(etth1, "MS", "OT", 48, 24)
+    assert len(ms.columns) == 7 and ms.outputs == [6]
+
+
+def test_ratio_split_for_other_files(tmp_path: Path, etth1: Path) -> None:
+    small = tmp_path / "small.csv"
+    small.write_text("".join(etth1.read_text().splitlines(keepends=True)[:1001]))
+    assert split_borders(small, 1000) == (700, 800, 1000)
+
+
+# --- model --------------------------------------------------------------------------------------
+
+def test_instance_norm_round_trip() -> None:
+    x = torch.randn(4, 32, 3) * 5 + 7
+    norm = InstanceNorm()
+    mean, std = norm.stats(x)
+    z = norm.normalise(x, mean, std)
+    assert torch.allclose(z.mean(dim=1), torch.zeros(4, 3), atol=1e-5)
+    assert torch.allclose(z.std(dim=1, unbiased=False), torch.ones(4, 3), atol=1e-3)
+    assert torch.allclose(norm.restore(z, mean, std), x, atol=1e-5)
+
+
+@pytest.mark.parametrize("options", [{}, {"patch_len": 4}, {"channel_independent": True}])
+def test_one_pass_decoding_is_causal(options: dict) -> None:
+    model = Forecaster(tiny(**options)).eval()
+    x = torch.randn(2, 32, 3)
+    memory = model.encode(model._split_channels(x))
+    dec_in = model.decoder_input(model._split_channels(x))  # (B, 24, c): 8 known + 16 placeholders
+    changed = dec_in.clone()
+    changed[:, 16:] = torch.randn_like(changed[:, 16:])  # later placeholders
+    out, out2 = model.decode(dec_in, memory), model.decode(changed, memory)
+    assert torch.allclose(out[:, :16], out2[:, :16], atol=1e-6)
+    assert not torch.allclose(out[:, 16:], out2[:, 16:])
+
+
+def test_forward_shapes_and_outputs() -> None:
+    model = Forecaster(tiny(outputs=[2], instance_norm=False)).eval()
+    assert model(torch.randn(5, 32, 3)).shape == (5, 16, 1)
+
+
+def test_autoregressive_option_runs_and_matches_teacher_forcing() -> None:
+    model = Forecaster(tiny(decoding="autoregressive", patch_len=4)).eval()
+    x = torch.randn(2, 32, 3)
+    generated = model(x)  # fed back token by token
+    assert generated.shape == (2, 16, 3) and torch.isfinite(generated).all()
+    model.train()  # teacher forcing on its own output must give the same values  # dropout is 0: train mode = teacher forcing
+    forced = model(x, target=generated)
+    assert torch.allclose(forced, generated, atol=1e-4)
+
+
+def test_config_errors_name_the_field() -> None:
+    with pytest.raises(ValueError, match="horizon"):
+        tiny(horizon=18, patch_len=4)
+    with pytest.raises(ValueError, match="channel_independent"):
+        tiny(outputs=[0], channel_independent=True)
+    with pytest.raises(ValueError, match="d_model"):
+        tiny(d_model=15)
+
+
+def test_few_training_steps_lower_the_loss(etth1: Path) -> None:
+    data = prepare(etth1, "M", "OT", 32, 16)
+    train = data.windows("train", 32, 16)
+    model = Forecaster(tiny(n_features=7, outputs=list(range(7)), channel_independent=True, patch_len=4))
+    idx = torch.arange(0, 4096, 256)
+    before = loss_on_batch(model, train, idx, data.outputs, False).item()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    for _ in range(40):
+        loss = loss_on_batch(model, train, idx, data.outputs, False)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    assert loss_on_batch(model, train, idx, data.outputs, False).item() < 0.85 * before
+
+
+# --- baselines ----------------------------------------------------------------------------------
+
+def _periodic(length: int, period: int = 24) -> torch.Tensor:
+    t = torch.arange(length, dtype=torch.float32)
+    return torch.stack([torch.sin(2 * math.pi * t / period), torch.cos(2 * math.pi * t / period) * 3], dim=1)
+
+
+def test_seasonal_naive_exact_on_periodic_series() -> None:
+    series = _periodic(96 + 40)
+    x, y = series[None, :96], series[None, 96:]
+    assert torch.allclose(SeasonalNaive(40, [0, 1], 24)(x), y, atol=1e-5)
+    assert not torch.allclose(RepeatLast(40, [0, 1])(x), y, atol=1e-2)
+
+
+def test_repeat_last_exact_on_constant_series() -> None:
+    x = torch.full((2, 10, 3), 4.5)
+    assert torch.equal(RepeatLast(5, [1])(x), torch.full((2, 5, 1), 4.5))
+
+
+def test_dlinear_learns_a_linear_trend() -> None:
+    torch.manual_seed(0)
+    model = DLinear(24, 8, [0])
+    t = torch.arange(32, dtype=torch.float32)
+    slopes = torch.linspace(-1, 1, 64)[:, None, None]
+    series = slopes * t[None, :, None] / 10  # (64, 32, 1) straight lines
+    optimizer = torch.optim.Adam(model.parameters(), lr=2e-2)
+    for _ in range(150):
+        loss = torch.mean((model(series[:, :24]) - series[:, 24:]) ** 2)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    assert loss.item() < 1e-3
+
+
+def test_evaluate_and_fit_with_early_stopping(etth1: Path) -> None:
+    data = prepare(etth1, "S", "OT", 48, 24)
+    train, val = data.windows("train", 48, 24), data.windows("val", 48, 24)
+    model = DLinear(48, 24, data.outputs)
+    state = fit(model, train, val, data.outputs, TrainConfig(batch_size=256, lr=1e-2, max_epochs=2), progress=False)
+    assert state.epoch == 2 and state.best_val == min(h["val_mse"] for h in state.history)
+    assert evaluate(model, val, data.outputs)["mse"] == pytest.approx(state.best_val)
+    assert evaluate(RepeatLast(24, [0]), val, [0])["mse"] > state.best_val
+
+
+def test_scaler_round_trip() -> None:
+    values = np.random.default_rng(0).normal(3, 2, size=(50, 2))
+    scaler = Scaler.from_dict(Scaler.fit(values).to_dict())
+    np.testing.assert_allclose(scaler.inverse(scaler.transform(values)), values)
+    np.testing.assert_allclose(scaler.inverse(scaler.transform(values)[:, [1]], [1]), values[:, [1]])
