@@ -18,6 +18,7 @@ from aiayn.errors import UserError
 COMMAND_MODULES = [
     "aiayn.data.cli",
     "aiayn.decode.cli",
+    "aiayn.forecast.cli",
 ]
 
 
