@@ -129,11 +129,11 @@ def test_bad_sampler_arguments():
 def test_collate_pads_and_shifts():
     batch = collate([([10, 11, 12], [20]), ([13], [21, 22, 23])])
     P, B, E = PAD_ID, BOS_ID, EOS_ID
-    assert batch.src.tolist() == [[10, 11, 12], [13, P, P]]
+    assert batch.src.tolist() == [[10, 11, 12, E], [13, E, P, P]]
     assert batch.tgt_in.tolist() == [[B, 20, P, P], [B, 21, 22, 23]]
     assert batch.tgt_out.tolist() == [[20, E, P, P], [21, 22, 23, E]]
     assert batch.src.dtype == torch.long and len(batch) == 2
-    assert (batch.n_src_tokens, batch.n_tgt_tokens) == (4, 6)
+    assert (batch.n_src_tokens, batch.n_tgt_tokens) == (6, 6)
     moved = batch.to("cpu")
     assert torch.equal(moved.src, batch.src) and moved.n_tgt_tokens == 6
-    assert padding_share([batch]) == pytest.approx((2 + 2) / (6 + 8))
+    assert padding_share([batch]) == pytest.approx((2 + 2) / (8 + 8))

@@ -3,7 +3,8 @@
 The paper batches "by approximate sequence length", about 25,000 source and 25,000 target tokens
 per batch (§5.1). Here:
 
-- The size of an example is ``max(len(src), len(tgt) + 1)`` (the decoder sees BOS + target, is
+- The size of an example is ``max(len(src) + 1, len(tgt) + 1)`` (the encoder sees source + EOS,
+  as in fairseq and as :class:`aiayn.decode.Translator` feeds it; the decoder sees BOS + target, is
   trained on target + EOS), and a batch of ``B`` examples costs ``B × largest size`` tokens, i.e.
   its padded size. Batches are cut so that this stays ``<= max_tokens``.
 - Each epoch, examples are sorted by (size, source length) with a random tie-break, cut greedily
@@ -40,8 +41,8 @@ Example = tuple[Sequence[int], Sequence[int]]  # (source ids, target ids), no BO
 
 
 def example_sizes(examples: Sequence[Example]) -> np.ndarray:
-    """Padded-token cost of each example: ``max(len(src), len(tgt) + 1)``."""
-    return np.array([max(len(src), len(tgt) + 1) for src, tgt in examples], dtype=np.int64)
+    """Padded-token cost of each example: ``max(len(src) + 1, len(tgt) + 1)`` (EOS on both sides)."""
+    return np.array([max(len(src), len(tgt)) + 1 for src, tgt in examples], dtype=np.int64)
 
 
 def make_batches(
@@ -166,7 +167,7 @@ class TokenBatchSampler:
 class Batch:
     """Padded token ids, batch first. The model builds the masks (``True`` = may attend)."""
 
-    src: torch.Tensor  # (B, S) source ids, PAD_ID after the end
+    src: torch.Tensor  # (B, S) source ids + EOS, PAD_ID after the end
     tgt_in: torch.Tensor  # (B, T) BOS + target: the decoder input
     tgt_out: torch.Tensor  # (B, T) target + EOS: what the decoder must predict
     n_src_tokens: int  # real source tokens (no padding)
@@ -182,10 +183,10 @@ class Batch:
 
 def collate(examples: Sequence[Example]) -> Batch:
     """Stack ``(src_ids, tgt_ids)`` examples into a padded :class:`Batch`."""
-    src = _pad([list(s) for s, _ in examples])
+    src = _pad([[*s, EOS_ID] for s, _ in examples])
     tgt_in = _pad([[BOS_ID, *t] for _, t in examples])
     tgt_out = _pad([[*t, EOS_ID] for _, t in examples])
-    n_src = sum(len(s) for s, _ in examples)
+    n_src = sum(len(s) + 1 for s, _ in examples)
     n_tgt = sum(len(t) + 1 for _, t in examples)
     return Batch(src, tgt_in, tgt_out, n_src, n_tgt)
 
