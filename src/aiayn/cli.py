@@ -17,6 +17,7 @@ from aiayn.errors import UserError
 #: Modules whose ``register(subparsers)`` adds sub-commands, in the order ``--help`` lists them.
 COMMAND_MODULES = [
     "aiayn.data.cli",
+    "aiayn.train.cli",
     "aiayn.decode.cli",
     "aiayn.forecast.cli",
 ]

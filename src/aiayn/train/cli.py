@@ -1,0 +1,64 @@
+"""``aiayn train`` and ``aiayn average``."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def register(subparsers) -> None:
+    train = subparsers.add_parser("train", help="train a translation model (resumes when --out holds a checkpoint)")
+    train.add_argument("--config", required=True, help="run config YAML (see configs/)")
+    train.add_argument("--data-dir", help="corpus directory ({split}.{lang} files) or TSV; overrides data.dir")
+    train.add_argument("--src-lang")
+    train.add_argument("--tgt-lang")
+    train.add_argument("--out", required=True, help="run directory (checkpoints, best/, metrics.jsonl)")
+    train.add_argument("--max-steps", type=int)
+    train.add_argument("--max-epochs", type=int)
+    train.add_argument("--save-every", type=int)
+    train.add_argument("--seed", type=int)
+    train.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                       help="override any config field, e.g. --set optim.warmup=8000 (repeatable)")
+    train.add_argument("--no-progress", action="store_true", help="no progress bar (log lines only)")
+    train.set_defaults(func=run_train)
+
+    average = subparsers.add_parser("average", help="average checkpoints (the paper averaged the last 5)")
+    group = average.add_mutually_exclusive_group(required=True)
+    group.add_argument("--inputs", nargs="+", type=Path, metavar="CKPT")
+    group.add_argument("--last", nargs=2, metavar=("N", "RUN_DIR"), help="the last N checkpoints of RUN_DIR")
+    average.add_argument("--output", required=True, type=Path)
+    average.set_defaults(func=run_average)
+
+
+def run_train(args: argparse.Namespace) -> int:
+    from aiayn.train import distributed
+    from aiayn.train.config import load_run_config
+    from aiayn.train.trainer import Trainer
+
+    config = load_run_config(args.config, args.set, **{
+        "data.dir": args.data_dir, "data.src_lang": args.src_lang, "data.tgt_lang": args.tgt_lang,
+        "train.max_steps": args.max_steps, "train.max_epochs": args.max_epochs,
+        "train.save_every": args.save_every, "train.seed": args.seed,
+    })
+    try:
+        Trainer(config, args.out, progress=not args.no_progress).train()
+    finally:
+        distributed.cleanup()
+    return 0
+
+
+def run_average(args: argparse.Namespace) -> int:
+    from aiayn.errors import UserError
+    from aiayn.train.average import average_checkpoints, last_checkpoints
+
+    if args.last:
+        try:
+            n = int(args.last[0])
+        except ValueError:
+            raise UserError(f"--last expects N RUN_DIR, got {' '.join(args.last)}") from None
+        inputs = last_checkpoints(Path(args.last[1]), n)
+    else:
+        inputs = args.inputs
+    path = average_checkpoints(inputs, args.output)
+    print(f"averaged {len(inputs)} checkpoints into {path}")
+    return 0

@@ -1,0 +1,249 @@
+"""Training: the recipe's pieces, exact resume after SIGKILL, checkpoints, averaging, DDP, Multi30k."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file
+
+from aiayn.cli import main
+from aiayn.data.batching import collate
+from aiayn.data.synthetic import write_task
+from aiayn.errors import UserError
+from aiayn.train.checkpoint import MODEL_FILE, list_checkpoints, load_checkpoint
+from aiayn.train.config import load_run_config, run_config_from_dict
+from aiayn.train.loss import label_smoothed_nll
+from aiayn.train.schedule import inverse_sqrt_lr, noam_lr
+from aiayn.train.trainer import Trainer
+
+TINY_MODEL = {"d_model": 32, "n_heads": 4, "n_encoder_layers": 1, "n_decoder_layers": 1, "d_ff": 64,
+              "max_len": 64, "tie_embeddings": "all"}
+
+
+@pytest.fixture(scope="module")
+def task_dir(tmp_path_factory) -> Path:
+    directory = tmp_path_factory.mktemp("task")
+    write_task(directory, seed=0, n_train=400, n_valid=40, n_test=40)
+    return directory
+
+
+def run_config(data_dir: Path, **sections) -> dict:
+    values = {
+        "model": {**TINY_MODEL, "dropout": 0.1},
+        "data": {"dir": str(data_dir), "src_lang": "digits", "tgt_lang": "words", "vocab_size": 400,
+                 "batch_tokens": 256, "max_sentence_tokens": 32},
+        "optim": {"warmup": 10},
+        "train": {"precision": "fp32", "device": "cpu", "max_steps": 12, "save_every": 4, "valid_every": 6,
+                  "log_every": 1, "valid_bleu": False, "keep_last": 10},
+    }
+    for name, updates in sections.items():
+        values[name] = {**values[name], **updates}
+    return values
+
+
+# --- the recipe's pieces ---------------------------------------------------------------------------
+
+def test_noam_schedule_at_known_steps() -> None:
+    assert noam_lr(1, 512, 4000) == pytest.approx(512**-0.5 * 4000**-1.5)
+    assert noam_lr(4000, 512, 4000) == pytest.approx(512**-0.5 * 4000**-0.5)  # the peak, ~7.0e-4
+    assert noam_lr(4000, 512, 4000) == pytest.approx(6.988e-4, rel=1e-3)
+    assert noam_lr(16000, 512, 4000) == pytest.approx(512**-0.5 / math.sqrt(16000))
+    assert noam_lr(2000, 512, 4000) == pytest.approx(noam_lr(4000, 512, 4000) / 2)  # linear warm-up
+    assert noam_lr(100, 512, 4000, factor=2.0) == pytest.approx(2 * noam_lr(100, 512, 4000))
+
+
+def test_inverse_sqrt_schedule() -> None:
+    assert inverse_sqrt_lr(2000, 5e-4, 4000) == pytest.approx(2.5e-4)
+    assert inverse_sqrt_lr(4000, 5e-4, 4000) == pytest.approx(5e-4)
+    assert inverse_sqrt_lr(16000, 5e-4, 4000) == pytest.approx(2.5e-4)
+
+
+def test_label_smoothing_hand_computed() -> None:
+    logits = torch.log(torch.tensor([[0.5, 0.25, 0.25]]))  # log-probs of a known distribution
+    loss, nll = label_smoothed_nll(logits, torch.tensor([0]), epsilon=0.3)
+    expected_nll = -math.log(0.5)
+    smooth = -(math.log(0.5) + 2 * math.log(0.25)) / 3
+    assert nll.item() == pytest.approx(expected_nll)
+    assert loss.item() == pytest.approx(0.7 * expected_nll + 0.3 * smooth)
+    assert math.isfinite(label_smoothed_nll(torch.tensor([[0.0, -1e4]]), torch.tensor([0]), 0.1)[0].item())
+
+
+def test_label_smoothing_matches_torch_cross_entropy() -> None:
+    logits, target = torch.randn(50, 37), torch.randint(0, 37, (50,))
+    loss, nll = label_smoothed_nll(logits.bfloat16(), target, epsilon=0.1)
+    reference = F.cross_entropy(logits.bfloat16().float(), target, label_smoothing=0.1, reduction="sum")
+    assert loss.dtype == torch.float32
+    torch.testing.assert_close(loss, reference)
+    torch.testing.assert_close(nll, F.cross_entropy(logits.bfloat16().float(), target, reduction="sum"))
+
+
+def test_accumulating_small_batches_equals_one_big_batch(task_dir: Path) -> None:
+    config = run_config_from_dict(run_config(task_dir, model={"dropout": 0.0}))
+    small, big = Trainer(config, task_dir / "a", log=lambda _: None), Trainer(config, task_dir / "b", log=lambda _: None)
+    examples = small.train_examples[:24]
+    parts = [collate(examples[i : i + 8]) for i in range(0, 24, 8)]
+    totals_small = small.accumulate_gradients(parts)
+    totals_big = big.accumulate_gradients([collate(examples)])
+    assert totals_small[2] == totals_big[2] == sum(len(t) + 1 for _, t in examples)
+    assert totals_small[0] == pytest.approx(totals_big[0], rel=1e-5)
+    for (name, a), b in zip(small.model.named_parameters(), big.model.parameters()):
+        torch.testing.assert_close(a.grad, b.grad, atol=1e-6, rtol=1e-4, msg=name)
+
+
+# --- config ---------------------------------------------------------------------------------------
+
+def test_unknown_keys_and_bad_values_name_the_field(task_dir: Path, tmp_path: Path) -> None:
+    with pytest.raises(UserError, match=r"unknown key\(s\) optim\.warmpu; valid: lr_schedule, warmup"):
+        load_run_config(None, ["optim.warmpu=10"])
+    with pytest.raises(UserError, match=r"model\.d_modle.*valid:.*d_model"):
+        run_config_from_dict({"model": {"d_modle": 3}})
+    with pytest.raises(UserError, match=r"train\.precision 'fp8' unknown; valid: auto, bf16, fp32"):
+        load_run_config(None, ["train.precision=fp8"])
+    with pytest.raises(UserError, match=r"config model\.d_model: \(30\) must be divisible by n_heads"):
+        run_config_from_dict({"model": {"d_model": 30, "n_heads": 4}})
+    with pytest.raises(UserError, match=r"train\.max_steps must be int"):
+        load_run_config(None, ["train.max_steps=many"])
+    with pytest.raises(UserError, match="config file not found"):
+        load_run_config(tmp_path / "missing.yaml")
+
+
+def test_cli_bad_config_is_one_line_and_exit_2(tmp_path: Path, capsys) -> None:
+    config = tmp_path / "bad.yaml"
+    config.write_text("model:\n  d_model: 30\n  n_heads: 4\n")
+    assert main(["train", "--config", str(config), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("aiayn: error:") and "\n" not in err and "divisible by n_heads" in err
+
+
+def test_shipped_configs_are_valid() -> None:
+    configs = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.yaml"))
+    translation = [c for c in configs if not c.name.startswith("ett")]
+    assert {c.name for c in translation} >= {"demo.yaml", "multi30k_de_en.yaml", "multi30k_en_de.yaml",
+                                             "wmt14_en_de_base.yaml", "wmt14_en_de_big.yaml"}
+    for path in translation:
+        load_run_config(path).model_config(vocab_size=1000)
+
+
+# --- exact resume after SIGKILL -------------------------------------------------------------------
+
+def _train_command(config: Path, out: Path) -> list[str]:
+    return [sys.executable, "-m", "aiayn", "train", "--config", str(config), "--out", str(out), "--no-progress"]
+
+
+def _write_config(path: Path, values: dict) -> Path:
+    import yaml
+
+    path.write_text(yaml.safe_dump(values))
+    return path
+
+
+def test_sigkill_then_resume_is_bit_identical(task_dir: Path, tmp_path: Path) -> None:
+    values = run_config(task_dir, train={"max_steps": 40, "save_every": 3, "valid_every": 7})
+    config = _write_config(tmp_path / "run.yaml", values)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    subprocess.run(_train_command(config, tmp_path / "straight"), check=True, env=env, capture_output=True)
+
+    victim = subprocess.Popen(_train_command(config, tmp_path / "killed"), env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while len(list_checkpoints(tmp_path / "killed")) < 3 and victim.poll() is None and time.time() < deadline:
+        time.sleep(0.02)
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+    assert victim.returncode == -signal.SIGKILL, "the run finished before it could be killed"
+    killed_at = list_checkpoints(tmp_path / "killed")[-1].name
+    resumed = subprocess.run(_train_command(config, tmp_path / "killed"), env=env, capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resuming from" in resumed.stdout
+
+    final = lambda run: load_file(str(list_checkpoints(run)[-1] / MODEL_FILE))  # noqa: E731
+    straight, again = final(tmp_path / "straight"), final(tmp_path / "killed")
+    assert list_checkpoints(tmp_path / "killed")[-1].name == "step-00000040" != killed_at
+    for name, tensor in straight.items():
+        assert torch.equal(tensor, again[name]), name
+    def log(run: Path) -> list[dict]:  # every record but the timing must match
+        records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+        return [{k: v for k, v in r.items() if k != "tokens_per_s"} for r in records]
+
+    assert log(tmp_path / "killed") == log(tmp_path / "straight")
+
+
+def test_corrupt_latest_checkpoint_is_a_clear_error(task_dir: Path, tmp_path: Path, capsys) -> None:
+    config = _write_config(tmp_path / "run.yaml", run_config(task_dir, train={"max_steps": 8}))
+    assert main(["train", "--config", str(config), "--out", str(tmp_path / "run"), "--no-progress"]) == 0
+    *_, previous, latest = list_checkpoints(tmp_path / "run")
+    (latest / MODEL_FILE).write_bytes(b"\x00garbage")
+    capsys.readouterr()
+    assert main(["train", "--config", str(config), "--out", str(tmp_path / "run"), "--max-steps", "12"]) == 2
+    err = capsys.readouterr().err
+    assert f"corrupt checkpoint file {latest / MODEL_FILE}" in err and "Traceback" not in err
+    assert load_checkpoint(previous).train_state["trainer"]["step"] == 4
+
+
+# --- averaging ------------------------------------------------------------------------------------
+
+def test_average_checkpoints(task_dir: Path, tmp_path: Path, capsys) -> None:
+    config = _write_config(tmp_path / "run.yaml", run_config(task_dir, train={"max_steps": 12}))
+    assert main(["train", "--config", str(config), "--out", str(tmp_path / "run"), "--no-progress"]) == 0
+    checkpoints = list_checkpoints(tmp_path / "run")[-3:]
+    assert main(["average", "--last", "3", str(tmp_path / "run"), "--output", str(tmp_path / "avg")]) == 0
+    averaged = load_checkpoint(tmp_path / "avg")
+    weights = [load_checkpoint(c).weights for c in checkpoints]
+    for name, tensor in averaged.weights.items():
+        torch.testing.assert_close(tensor, sum(w[name] for w in weights) / 3)
+    assert averaged.train_state is None and averaged.tokenizer_bytes == load_checkpoint(checkpoints[-1]).tokenizer_bytes
+    assert main(["translate", "--checkpoint", str(tmp_path / "avg"), "--input", str(task_dir / "test.digits"),
+                 "--output", str(tmp_path / "out.txt")]) == 0
+    assert len((tmp_path / "out.txt").read_text().splitlines()) == 40
+    assert main(["average", "--last", "30", str(tmp_path / "run"), "--output", str(tmp_path / "x")]) == 2
+    assert "fewer than --last 30" in capsys.readouterr().err
+
+
+# --- several processes ----------------------------------------------------------------------------
+
+def test_two_processes_match_one_with_the_same_global_batch(task_dir: Path, tmp_path: Path) -> None:
+    values = run_config(task_dir, model={"dropout": 0.0}, data={"batch_multiple": 2},
+                        train={"max_steps": 5, "save_every": 5, "valid_every": 5})
+    config = _write_config(tmp_path / "run.yaml", values)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    subprocess.run(_train_command(config, tmp_path / "one"), check=True, env=env, capture_output=True)
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+                str(29500 + os.getpid() % 1000), "-m", "aiayn"]
+    two = subprocess.run(torchrun + _train_command(config, tmp_path / "two")[3:], env=env, capture_output=True,
+                         text=True)
+    assert two.returncode == 0, two.stderr[-2000:]
+    read = lambda run: [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines()]  # noqa: E731
+    one_log, two_log = read(tmp_path / "one"), read(tmp_path / "two")
+    assert [r["split"] for r in one_log] == [r["split"] for r in two_log]
+    for a, b in zip(one_log, two_log):
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-5), (a, b)
+    assert sum(r["split"] == "train" for r in two_log) == 5
+
+
+# --- real data ------------------------------------------------------------------------------------
+
+def test_multi30k_smoke_run_loss_falls(multi30k_dir: Path, tmp_path: Path) -> None:
+    values = run_config(multi30k_dir, model={"dropout": 0.0, "d_model": 64, "d_ff": 128},
+                        data={"src_lang": "de", "tgt_lang": "en", "vocab_size": 2000, "batch_tokens": 2048,
+                              "max_sentence_tokens": 60},
+                        optim={"warmup": 30, "lr_factor": 2.0},
+                        train={"max_steps": 30, "save_every": 30, "valid_every": 30, "log_every": 5})
+    logs: list[str] = []
+    trainer = Trainer(run_config_from_dict(values), tmp_path / "run", log=logs.append, progress=False)
+    trainer.valid_examples = trainer.valid_examples[:200]  # keep the smoke run short
+    trainer.train()
+    assert any(line.startswith("read 29000 pairs") for line in logs)
+    records = [json.loads(l) for l in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    train = [r["loss"] for r in records if r["split"] == "train"]
+    assert len(train) == 6 and train[-1] < train[0] - 1.0, train
+    assert (tmp_path / "run" / "best" / MODEL_FILE).is_file()
