@@ -60,6 +60,7 @@ class TrainSection:
     save_every: int = 1000  #: checkpoint every N steps (and at the end)
     keep_last: int = 5  #: checkpoints kept (0 = all)
     valid_every: int = 1000  #: validate every N steps (and at each epoch's end)
+    valid_at_epoch_end: bool = True  #: also validate when an epoch ends
     valid_bleu: bool = True  #: greedy-decode the validation set for BLEU/chrF
     best_metric: str = "bleu"  #: "bleu", "chrf" or "loss": which validation metric picks best/
     patience: int = 0  #: stop after this many validations without improvement (0 = off)

@@ -80,6 +80,7 @@ class Trainer:
         self.optimizer = self._build_optimizer()
         self.sampler = self._sampler()
         self.validated_at = -1
+        self._tensorboard = None  # a SummaryWriter once the first record is written, if installed
         if resume_from is not None:
             self._resume(resume_from)
 
@@ -205,7 +206,8 @@ class Trainer:
                     self.save()
                 if self._done():
                     break
-            if self.sampler.epoch != epoch and self.validated_at != self.state.step:  # an epoch ended
+            epoch_ended = self.sampler.epoch != epoch
+            if epoch_ended and cfg.valid_at_epoch_end and self.validated_at != self.state.step:
                 metrics = self._validate()
         bar.close()
         return metrics
@@ -320,7 +322,9 @@ class Trainer:
         from tqdm import tqdm
 
         cfg = self.config.train
-        total = cfg.max_steps or None
+        steps_per_epoch = math.ceil(len(self.sampler) / self.config.optim.accum_steps)
+        by_epochs = cfg.max_epochs * steps_per_epoch if cfg.max_epochs else None
+        total = min(filter(None, (cfg.max_steps, by_epochs)), default=None)  # for the ETA
         return tqdm(total=total, initial=self.state.step, disable=not self.progress, unit="step",
                     dynamic_ncols=True, leave=False)
 
@@ -336,6 +340,21 @@ class Trainer:
         if self.rank == 0:
             with open(self.out / METRICS_FILE, "a", encoding="utf-8") as handle:
                 handle.write(json.dumps(record) + "\n")
+            self._write_tensorboard(split, values)
+
+    def _write_tensorboard(self, split: str, values: dict[str, Any]) -> None:
+        """TensorBoard events under RUN/tensorboard when the tensorboard package is installed."""
+        if self._tensorboard is None:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError:
+                self._tensorboard = False
+                return
+            self._tensorboard = SummaryWriter(str(self.out / "tensorboard"))
+        if self._tensorboard:
+            for key, value in values.items():
+                self._tensorboard.add_scalar(f"{split}/{key}", value, self.state.step)
+            self._tensorboard.flush()
 
 
 class _Meter:
