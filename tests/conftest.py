@@ -27,3 +27,12 @@ def multi30k_dir(data_dir: Path) -> Path:
 @pytest.fixture(autouse=True)
 def _seed() -> None:
     torch.manual_seed(0)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _one_thread():
+    """Tiny models run faster on one thread, and far faster when the two cores are shared."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

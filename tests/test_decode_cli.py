@@ -21,13 +21,6 @@ MAX_LEN = 24
 FAST = ["--max-len-b", "4"]
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
 
 @pytest.fixture(scope="module")
 def sentences(multi30k_dir: Path) -> list[str]:

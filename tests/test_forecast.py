@@ -15,14 +15,6 @@ from aiayn.forecast.model import ForecastConfig, Forecaster, InstanceNorm
 from aiayn.forecast.train import TrainConfig, evaluate, fit, loss_on_batch
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models: one thread is faster, and much faster when the cores are shared."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
 
 @pytest.fixture(scope="module")
 def etth1(data_dir: Path) -> Path:

@@ -18,14 +18,6 @@ PAD, UNK, BOS, EOS, A, B = range(6)
 V = 6
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny models decode far faster on one thread (and the timing does not depend on the load)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
 
 def dist(eos: float = 0.0, a: float = 0.0, b: float = 0.0, bos: float = 0.0) -> list[float]:
     """A next-token distribution over the vocabulary [pad, unk, bos, eos, a, b]."""

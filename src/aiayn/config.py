@@ -99,10 +99,7 @@ class TransformerConfig:
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> "TransformerConfig":
         """Build from a mapping; an unknown key is a ``ValueError`` listing the valid names."""
-        unknown = sorted(set(values) - set(cls.field_names()))
-        if unknown:
-            raise ValueError(f"unknown config field(s) {', '.join(unknown)}; valid: {', '.join(cls.field_names())}")
-        return cls(**values)
+        return strict_from_dict(cls, values, "config")
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True)
@@ -122,6 +119,15 @@ class TransformerConfig:
         if name not in PRESETS:
             raise ValueError(f"unknown preset {name!r}; valid: {', '.join(PRESETS)}")
         return cls.from_dict({**PRESETS[name], **overrides})
+
+
+def strict_from_dict(cls: type, values: dict[str, Any], what: str) -> Any:
+    """``cls(**values)`` for a dataclass, refusing unknown keys with a ``ValueError`` listing the valid ones."""
+    names = [f.name for f in dataclasses.fields(cls)]
+    unknown = sorted(set(values) - set(names))
+    if unknown:
+        raise ValueError(f"unknown {what} field(s) {', '.join(unknown)}; valid: {', '.join(names)}")
+    return cls(**values)
 
 
 def _require(field: str, ok: bool, message: str) -> None:

@@ -33,7 +33,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from aiayn.config import TransformerConfig
+from aiayn.config import TransformerConfig, strict_from_dict
 from aiayn.model import Decoder, Encoder, PositionalEncoding, causal_mask
 
 DECODING = ("one_pass", "autoregressive")
@@ -97,11 +97,7 @@ class ForecastConfig:
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> "ForecastConfig":
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - names)
-        if unknown:
-            raise ValueError(f"unknown model field(s) {', '.join(unknown)}; valid: {', '.join(sorted(names))}")
-        return cls(**values)
+        return strict_from_dict(cls, values, "model")
 
 
 def _require(field: str, ok: bool, message: str) -> None:

@@ -21,6 +21,7 @@ import torch
 from torch import Tensor, nn
 from tqdm import tqdm
 
+from aiayn.config import strict_from_dict
 from aiayn.forecast.data import Windows
 from aiayn.forecast.metrics import Running
 from aiayn.train.checkpoint import load_checkpoint, load_weights, save_checkpoint
@@ -52,11 +53,7 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> "TrainConfig":
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - names)
-        if unknown:
-            raise ValueError(f"unknown train field(s) {', '.join(unknown)}; valid: {', '.join(sorted(names))}")
-        return cls(**values)
+        return strict_from_dict(cls, values, "train")
 
 
 def autocast(enabled: bool) -> contextlib.AbstractContextManager:
