@@ -81,6 +81,22 @@ def test_beam_exact_hypotheses_and_scores_without_length_penalty() -> None:
     assert step.calls == 2  # both sentences stopped after 2 steps: beam=2 finished hypotheses each
 
 
+# The best output "a a a" (.8 * .8 * .8 * .9 = .46) finishes at step 4, after "b" (.135, step 2) and
+# "a b" (.072, step 3): stopping at `beam` finished hypotheses would return "b".
+LATE_BEST = {(): dist(eos=0.05, a=0.8, b=0.15), (A,): dist(eos=0.1, a=0.8, b=0.1), (B,): dist(eos=0.9, a=0.05, b=0.05),
+             (A, A): dist(eos=0.1, a=0.8, b=0.1), (A, B): dist(eos=0.9, a=0.05, b=0.05),
+             (A, A, A): dist(eos=0.9, a=0.05, b=0.05)}
+
+
+def test_a_live_hypothesis_better_than_the_finished_ones_is_not_dropped() -> None:
+    step = FakeStep([LATE_BEST])
+    results = beam_search(step, [10], beam=2, alpha=0.0, nbest=2)
+    assert [h.tokens for h in results[0]] == [[A, A, A], [B]]
+    assert results[0][0].score == pytest.approx(math.log(0.8 * 0.8 * 0.8 * 0.9), abs=1e-6)
+    assert results[0][1].score == pytest.approx(math.log(0.15 * 0.9), abs=1e-6)  # "a b" (.072) was replaced
+    assert step.calls == 4  # after step 4 the best live (.512 * .05) cannot beat the worst finished (.135)
+
+
 def test_length_penalty_divides_log_prob_and_can_reorder_the_nbest() -> None:
     results = beam_search(FakeStep([TABLE_1]), [10], beam=2, alpha=1.0, nbest=2)
     # |Y| counts EOS: "" has length 1 (lp = 1), "a" length 2 (lp = 7/6): -1.0498/(7/6) > -0.9163.
