@@ -16,6 +16,7 @@ from aiayn.errors import UserError
 
 #: Modules whose ``register(subparsers)`` adds sub-commands, in the order ``--help`` lists them.
 COMMAND_MODULES = [
+    "aiayn.demo",
     "aiayn.data.cli",
     "aiayn.train.cli",
     "aiayn.decode.cli",

@@ -221,18 +221,24 @@ def _plot_done(path: Path) -> int:
 
 
 def run_plot_attention(args) -> int:
-    from aiayn.decode.search import DecodeOptions
-    from aiayn.decode.translator import Translator
     from aiayn.train.checkpoint import load_translation_model
 
     model, tokenizer, _ = load_translation_model(args.checkpoint, device=_device(args.device))
+    return _plot_done(draw_attention(model, tokenizer, args.src, args.tgt, args.out, args.device))
+
+
+def draw_attention(model, tokenizer, src_text: str, tgt_text: str | None, out, device="cpu") -> Path:
+    """Heatmaps of every layer's and head's attention for one sentence pair (greedy target if None)."""
+    from aiayn.decode.search import DecodeOptions
+    from aiayn.decode.translator import Translator
+
     config = model.config
-    translator = Translator(model, tokenizer, args.device, options=DecodeOptions(beam=1, alpha=0.0))
-    src_ids = translator.encode_source(args.src)
-    tgt_text = args.tgt if args.tgt is not None else translator.translate([args.src])[0]
+    translator = Translator(model, tokenizer, device, options=DecodeOptions(beam=1, alpha=0.0))
+    src_ids = translator.encode_source(src_text)
+    tgt_text = tgt_text if tgt_text is not None else translator.translate([src_text])[0]
     tgt_ids = [config.bos_id] + tokenizer.encode(tgt_text)[: config.max_len - 1]
     with torch.inference_mode():
-        src, tgt = (torch.tensor([ids], device=args.device) for ids in (src_ids, tgt_ids))
+        src, tgt = (torch.tensor([ids], device=device) for ids in (src_ids, tgt_ids))
         _, maps = model(src, tgt, return_attention=True)
     labels = [tokenizer.id_to_piece(i) for i in src_ids], [tokenizer.id_to_piece(i) for i in tgt_ids]
-    return _plot_done(_plots().plot_attention(maps, *labels, args.out))
+    return _plots().plot_attention(maps, *labels, out)

@@ -60,13 +60,13 @@ class TrainState:
 class Trainer:
     """Train a Transformer on a parallel corpus; see the module docstring for the run directory."""
 
-    def __init__(self, config: RunConfig, out_dir: str | Path, log: Callable[[str], None] = print,
+    def __init__(self, config: RunConfig, out_dir: str | Path, log: Callable[[str], None] | None = None,
                  progress: bool = True) -> None:
         self.out = Path(out_dir)
         self.rank, self.world_size = dist.setup()
         self.device = dist.pick_device(config.train.device)
         self.precision = resolve_precision(config.train.precision, self.device)
-        self.log = log if self.rank == 0 else (lambda _msg: None)
+        self.log = (log or _write) if self.rank == 0 else (lambda _msg: None)
         self.progress = progress and self.rank == 0
         _seed_everything(config.train.seed)
         resume_from = latest_checkpoint(self.out)
@@ -383,6 +383,13 @@ class _Meter:
 
 
 # --- helpers -----------------------------------------------------------------------------------------
+
+def _write(message: str) -> None:
+    """Print a log line without tearing the progress bar."""
+    from tqdm import tqdm
+
+    tqdm.write(message)
+
 
 def _data_path(directory: str) -> Path:
     if not directory:
