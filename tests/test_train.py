@@ -247,3 +247,18 @@ def test_multi30k_smoke_run_loss_falls(multi30k_dir: Path, tmp_path: Path) -> No
     train = [r["loss"] for r in records if r["split"] == "train"]
     assert len(train) == 6 and train[-1] < train[0] - 1.0, train
     assert (tmp_path / "run" / "best" / MODEL_FILE).is_file()
+
+
+def test_early_stopping_after_patience_validations_without_improvement(task_dir: Path, tmp_path: Path) -> None:
+    # An untrained model's greedy BLEU stays 0: the first validation sets the best, the next two
+    # do not beat it, so patience 2 stops the run at the third validation (step 6 of 100).
+    values = run_config(task_dir, model={"dropout": 0.0}, optim={"lr_schedule": "inverse_sqrt", "peak_lr": 1e-9},
+                        train={"max_steps": 100, "valid_every": 2, "save_every": 50, "valid_bleu": True,
+                               "best_metric": "bleu", "patience": 2, "log_every": 0})
+    trainer = Trainer(run_config_from_dict(values), tmp_path / "run", log=lambda _: None, progress=False)
+    trainer.valid_pairs = trainer.valid_pairs[:8]  # BLEU on a few sentences keeps the test short
+    trainer.train()
+    assert trainer.state.step == 6 and trainer.state.stopped_early and trainer.state.bad_validations == 2
+    records = [json.loads(l) for l in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if r["split"] == "valid"] == [2, 4, 6]
+    assert load_checkpoint(tmp_path / "run" / "best").config["step"] == 2

@@ -76,6 +76,8 @@ class Trainer:
         self.train_examples, self.valid_examples, self.valid_pairs = self._read_data()
         self.model = self._build_model()
         self.loss_fn = Seq2SeqObjective(self.model, self.config.optim.label_smoothing, self.model.config.pad_id)
+        if self.config.train.compile:
+            self.loss_fn.compile()  # in place: parameter names (and checkpoints) stay the same
         self.objective = dist.wrap(self.loss_fn, self.device)  # DDP-wrapped when several processes
         self.optimizer = self._build_optimizer()
         self.sampler = self._sampler()
@@ -124,7 +126,7 @@ class Trainer:
         model = build_model(self.config.model_config(self.tokenizer.vocab_size)).to(self.device)
         self.log(f"model: {count_parameters(model):,} parameters, {model.config.n_encoder_layers}+"
                  f"{model.config.n_decoder_layers} layers, d_model={model.config.d_model}")
-        return torch.compile(model) if self.config.train.compile else model
+        return model
 
     def _build_optimizer(self) -> torch.optim.Optimizer:
         optim = self.config.optim
