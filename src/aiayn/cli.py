@@ -20,6 +20,7 @@ COMMAND_MODULES = [
     "aiayn.data.cli",
     "aiayn.train.cli",
     "aiayn.decode.cli",
+    "aiayn.export",
     "aiayn.forecast.cli",
 ]
 

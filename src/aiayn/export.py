@@ -1,0 +1,281 @@
+"""``aiayn export``: a trained translation model as a CTranslate2 model directory.
+
+CTranslate2 (https://opennmt.net/CTranslate2) runs Transformers fast on CPUs and GPUs, with int8 /
+float16 weights. The model is written through CTranslate2's own model-spec API
+(:mod:`ctranslate2.specs`): each weight of the aiayn model is set on a ``TransformerSpec``, then
+``validate()``, ``optimize(quantization)`` and ``save(out)``. How the aiayn parts map:
+
+* ``MultiHeadAttention.in_proj`` (rows Q, K, V) is already CTranslate2's fused self-attention
+  ``linear[0]``; for cross-attention rows ``[:d]`` are the query ``linear[0]`` and rows ``[d:]``
+  the fused key/value ``linear[1]``; ``out_proj`` is ``linear[-1]``.
+* ``Residual.norm`` is the ``layer_norm`` of the sub-layer it wraps; ``pre_norm`` follows
+  ``norm_first`` (post-norm puts it after the residual sum, as aiayn does), and only pre-norm
+  stacks have a final LayerNorm, in both libraries. The epsilon is exported.
+* Token embeddings are scaled by sqrt(d_model) (``scale_embeddings``).
+* Positions: aiayn's table is always exported as ``position_encodings.encodings`` (row 0 = the
+  first token). CTranslate2's built-in sinusoids put all sines in the first half of the vector and
+  all cosines in the second; aiayn interleaves them (PE(pos, 2i) = sin, PE(pos, 2i+1) = cos), so
+  letting CTranslate2 compute its own would give a different model. Learned tables are exported
+  the same way; ``positional: none`` becomes an all-zero table.
+* The generator has no bias: the ``projection`` gets an explicit zero bias. Tied weights are
+  written as equal arrays; ``optimize()`` stores them once (aliases).
+* ReLU -> ``Activation.RELU``; GELU (PyTorch's exact, erf form) -> ``Activation.GELU``.
+* Special tokens: the vocabulary is the SentencePiece pieces in id order, with ``<pad>`` renamed
+  to CTranslate2's padding name ``<blank>`` (id 0 in both). The decoder starts from ``<s>``
+  and aiayn's source convention ``encode(text) + [EOS]`` is ``add_source_eos``: CTranslate2
+  appends ``</s>`` itself, so the caller passes only the pieces.
+* aiayn's search never generates PAD or BOS; CTranslate2 does not know that, so the README tells
+  the caller to pass ``suppress_sequences=[["<blank>"], ["<s>"]]`` (:data:`SUPPRESS`).
+
+The SentencePiece model is copied next to the weights as ``sentencepiece.model``, with a
+``README.md`` and ``aiayn_export.json`` saying how to call the model.
+
+``ctranslate2`` is an optional dependency (``pip install ctranslate2``, or the ``test``/``bench``
+extras); it is imported only when an export runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from aiayn.errors import UserError
+
+FORMATS = ("ctranslate2",)
+QUANTIZATIONS = ("none", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16",
+                 "bfloat16", "float32")
+SPM_FILE, INFO_FILE, README_FILE = "sentencepiece.model", "aiayn_export.json", "README.md"
+PAD_PIECE = "<blank>"  # CTranslate2's name for the padding token
+#: Tokens aiayn's search never generates; pass as ``suppress_sequences`` to CTranslate2.
+SUPPRESS = [[PAD_PIECE], ["<s>"]]
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "export", help="write a trained translation model in another runtime's format (CTranslate2)",
+        description="Export a translation checkpoint as a CTranslate2 model directory (model.bin, "
+                    "vocabulary, sentencepiece.model, README.md). Needs `pip install ctranslate2`.")
+    parser.add_argument("--checkpoint", required=True, help="checkpoint or run directory")
+    parser.add_argument("--format", default="ctranslate2", choices=FORMATS, help="output format (default: ctranslate2)")
+    parser.add_argument("--out", required=True, help="output directory (must be new or empty unless --force)")
+    parser.add_argument("--quantization", default="none", choices=QUANTIZATIONS,
+                        help="weight type of the exported model (default: none = float32 as trained)")
+    parser.add_argument("--force", action="store_true", help="replace a non-empty output directory")
+    parser.set_defaults(func=_run)
+
+
+def _run(args) -> int:
+    out = export_ctranslate2(args.checkpoint, args.out, args.quantization, force=args.force)
+    print(f"wrote a CTranslate2 model to {out} (quantization: {args.quantization}); see {out / README_FILE}")
+    return 0
+
+
+# --- the export -----------------------------------------------------------------------------------
+
+def export_ctranslate2(checkpoint: str | Path, out: str | Path, quantization: str = "none",
+                       force: bool = False) -> Path:
+    """Write the translation model of ``checkpoint`` as a CTranslate2 model directory ``out``."""
+    from aiayn.train.checkpoint import load_translation_model
+
+    if quantization not in QUANTIZATIONS:
+        raise UserError(f"--quantization: unknown value {quantization!r}; valid: {', '.join(QUANTIZATIONS)}")
+    _ctranslate2()  # fail early, before any work, when it is not installed
+    out = Path(out)
+    _check_out(out, force)
+    model, tokenizer, ckpt = load_translation_model(checkpoint)
+    spec = build_spec(model, [tokenizer.id_to_piece(i) for i in range(tokenizer.vocab_size)])
+    spec.validate()
+    spec.optimize(quantization=None if quantization == "none" else quantization)
+    tmp = out.parent / f".tmp-{out.name}-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    spec.save(str(tmp))
+    (tmp / SPM_FILE).write_bytes(tokenizer.to_bytes())
+    _write_docs(tmp, ckpt.path, model.config, quantization)
+    if out.exists():
+        shutil.rmtree(out)
+    os.rename(tmp, out)
+    return out
+
+
+def _check_out(out: Path, force: bool) -> None:
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out: {out} exists and is not a directory")
+    if out.is_dir() and any(out.iterdir()) and not force:
+        raise UserError(f"--out: {out} is not empty (use --force to replace it)")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UserError(f"--out: cannot create {out.parent}: {err.strerror}") from None
+
+
+def _ctranslate2():
+    try:
+        import ctranslate2
+    except ImportError:
+        raise UserError("export to CTranslate2 needs the ctranslate2 package: pip install ctranslate2") from None
+    return ctranslate2
+
+
+def build_spec(model: nn.Module, pieces: list[str]):
+    """A filled ``ctranslate2.specs.TransformerSpec`` for an aiayn ``Transformer`` (not yet validated).
+
+    ``pieces``: the tokenizer's pieces in id order (one joint vocabulary for source and target).
+    """
+    specs = _ctranslate2().specs
+    config = model.config
+    _check_supported(config, pieces)
+    activation = {"relu": specs.Activation.RELU, "gelu": specs.Activation.GELU}[config.activation]
+    encoder = specs.TransformerEncoderSpec(config.n_encoder_layers, config.n_heads, pre_norm=config.norm_first,
+                                           activation=activation)
+    decoder = specs.TransformerDecoderSpec(config.n_decoder_layers, config.n_heads, pre_norm=config.norm_first,
+                                           activation=activation)
+    _set_encoder(encoder, model)
+    _set_decoder(decoder, model)
+    spec = specs.TransformerSpec(encoder, decoder)
+    vocabulary = [PAD_PIECE if i == config.pad_id else piece for i, piece in enumerate(pieces)]
+    spec.register_source_vocabulary(vocabulary)
+    spec.register_target_vocabulary(vocabulary)
+    _set_special_tokens(spec.config, config, vocabulary)
+    return spec
+
+
+def _check_supported(config, pieces: list[str]) -> None:
+    """The one thing CTranslate2 cannot express here: model vocabularies unlike the tokenizer's."""
+    for name in ("src_vocab_size", "tgt_vocab_size"):
+        if getattr(config, name) != len(pieces):
+            raise UserError(f"{name}: the model has {getattr(config, name)} tokens but the tokenizer "
+                            f"{len(pieces)}; CTranslate2 needs one vocabulary entry per embedding row")
+    if len(set(pieces)) != len(pieces):
+        raise UserError("tokenizer: duplicate pieces; CTranslate2 needs unique vocabulary entries")
+
+
+def _set_special_tokens(ct2_config, config, vocabulary: list[str]) -> None:
+    ct2_config.unk_token = vocabulary[config.unk_id]
+    ct2_config.bos_token = vocabulary[config.bos_id]
+    ct2_config.eos_token = vocabulary[config.eos_id]
+    ct2_config.decoder_start_token = vocabulary[config.bos_id]
+    ct2_config.add_source_bos = False
+    ct2_config.add_source_eos = True  # aiayn feeds encode(text) + [EOS]
+    ct2_config.layer_norm_epsilon = config.layer_norm_eps
+
+
+def _set_encoder(spec, model: nn.Module) -> None:
+    _set_inputs(spec, spec.embeddings[0], model.src_embed, model.src_pos, model.config)
+    for layer_spec, layer in zip(spec.layer, model.encoder.layers):
+        _set_attention(layer_spec.self_attention, layer.self_attn, layer.attn_block.norm, self_attention=True)
+        _set_ffn(layer_spec.ffn, layer.feed_forward, layer.ff_block.norm)
+    if model.config.norm_first:
+        _set_layer_norm(spec.layer_norm, model.encoder.norm)
+
+
+def _set_decoder(spec, model: nn.Module) -> None:
+    _set_inputs(spec, spec.embeddings, model.tgt_embed, model.tgt_pos, model.config)
+    for layer_spec, layer in zip(spec.layer, model.decoder.layers):
+        _set_attention(layer_spec.self_attention, layer.self_attn, layer.self_block.norm, self_attention=True)
+        _set_attention(layer_spec.attention, layer.cross_attn, layer.cross_block.norm, self_attention=False)
+        _set_ffn(layer_spec.ffn, layer.feed_forward, layer.ff_block.norm)
+    if model.config.norm_first:
+        _set_layer_norm(spec.layer_norm, model.decoder.norm)
+    weight = model.generator.proj.weight
+    spec.projection.weight = _array(weight)
+    spec.projection.bias = np.zeros(weight.shape[0], dtype=np.float32)  # aiayn's generator has no bias
+
+
+def _set_inputs(spec, embeddings_spec, embed: nn.Module, positions: nn.Module, config) -> None:
+    embeddings_spec.weight = _array(embed.lut.weight)
+    spec.scale_embeddings = True  # x sqrt(d_model), as TokenEmbedding
+    spec.position_encodings.encodings = _position_table(positions, config)
+
+
+def _position_table(positions: nn.Module, config) -> np.ndarray:
+    """``(max_len, d_model)`` added to the scaled embeddings; row p = position p (from 0)."""
+    if positions.kind == "none":
+        return np.zeros((config.max_len, config.d_model), dtype=np.float32)
+    return _array(positions.table)
+
+
+def _set_attention(spec, attention: nn.Module, norm: nn.LayerNorm, self_attention: bool) -> None:
+    """Self-attention: ``linear[0]`` = fused Q/K/V. Cross: ``linear[0]`` = Q, ``linear[1]`` = fused K/V."""
+    weight, bias, d = attention.in_proj.weight, attention.in_proj.bias, attention.d_model
+    if self_attention:
+        _set_linear(spec.linear[0], weight, bias)  # rows Q, K, V: CTranslate2's fused layout
+    else:
+        _set_linear(spec.linear[0], weight[:d], bias[:d])
+        _set_linear(spec.linear[1], weight[d:], bias[d:])
+    _set_linear(spec.linear[-1], attention.out_proj.weight, attention.out_proj.bias)
+    _set_layer_norm(spec.layer_norm, norm)
+
+
+def _set_ffn(spec, feed_forward: nn.Module, norm: nn.LayerNorm) -> None:
+    _set_linear(spec.linear_0, feed_forward.w_1.weight, feed_forward.w_1.bias)
+    _set_linear(spec.linear_1, feed_forward.w_2.weight, feed_forward.w_2.bias)
+    _set_layer_norm(spec.layer_norm, norm)
+
+
+def _set_linear(spec, weight: Tensor, bias: Tensor | None) -> None:
+    spec.weight = _array(weight)  # (out, in), as nn.Linear stores it
+    if bias is not None:
+        spec.bias = _array(bias)
+
+
+def _set_layer_norm(spec, norm: nn.LayerNorm) -> None:
+    spec.gamma, spec.beta = _array(norm.weight), _array(norm.bias)
+
+
+def _array(tensor: Tensor) -> np.ndarray:
+    """A float32 copy (tied tensors become equal arrays, which ``optimize()`` aliases)."""
+    return tensor.detach().to("cpu", torch.float32).contiguous().numpy().copy()
+
+
+# --- how to use it --------------------------------------------------------------------------------
+
+def _write_docs(out: Path, checkpoint: Path, config, quantization: str) -> None:
+    info: dict[str, Any] = {
+        "format": "ctranslate2",
+        "ctranslate2_version": _ctranslate2().__version__,
+        "checkpoint": str(checkpoint),
+        "quantization": quantization,
+        "tokenizer": SPM_FILE,
+        "source": "SentencePiece pieces of the text; CTranslate2 appends </s> itself (add_source_eos)",
+        "suppress_sequences": SUPPRESS,
+        "max_positions": config.max_len,
+        "model": config.to_dict(),
+    }
+    (out / INFO_FILE).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
+    (out / README_FILE).write_text(README.format(quantization=quantization, max_len=config.max_len), encoding="utf-8")
+
+
+README = """\
+# aiayn translation model for CTranslate2
+
+Exported by `aiayn export` (weights: {quantization}). Files: `model.bin`, `config.json`,
+`shared_vocabulary.json` (CTranslate2), `sentencepiece.model` (the tokenizer), `aiayn_export.json`.
+
+```python
+import ctranslate2, sentencepiece as spm
+
+sp = spm.SentencePieceProcessor(model_file="sentencepiece.model")
+translator = ctranslate2.Translator(".", device="cpu")  # or "cuda"
+pieces = sp.encode(["A man rides a bike."], out_type=str)  # no </s>: CTranslate2 adds it
+results = translator.translate_batch(
+    pieces,
+    beam_size=4, length_penalty=0.6,          # aiayn's defaults (beam 1 = greedy)
+    max_decoding_length=50,
+    suppress_sequences=[["<blank>"], ["<s>"]],  # aiayn never generates PAD or BOS
+)
+print(sp.decode(results[0].hypotheses[0]))
+```
+
+Sources and outputs longer than {max_len} positions (the model's `max_len`) do not fit the
+position table. Beam search and length penalties follow CTranslate2's rules, which differ in
+detail from aiayn's; greedy search (`beam_size=1`) gives the same tokens as
+`aiayn translate --beam 1`.
+"""

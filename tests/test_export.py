@@ -1,0 +1,160 @@
+"""`aiayn export --format ctranslate2`: the exported model computes what the aiayn model computes.
+
+Tiny random-weight models (every weight perturbed so that biases, LayerNorms and positions all
+matter) are exported through the CLI, loaded with ``ctranslate2.Translator`` and checked on
+Multi30k sentences: greedy outputs token for token, and per-token log-probabilities of the
+reference translations (``score_batch``) against the model's own.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import ctranslate2  # a `test` extra: this file never skips
+import pytest
+import torch
+
+from aiayn import TransformerConfig, build_model
+from aiayn.cli import main
+from aiayn.data.tokenizer import Tokenizer
+from aiayn.decode import Translator
+from aiayn.decode.search import generate
+from aiayn.decode.translator import LINE_BREAKS
+from aiayn.train.checkpoint import save_checkpoint
+
+MAX_OUT = 20  # generated tokens before EOS
+N_SENTENCES = 20
+SUPPRESS = [["<blank>"], ["<s>"]]  # aiayn never generates PAD or BOS
+
+
+@pytest.fixture(scope="module")
+def tokenizer(multi30k_dir: Path) -> Tokenizer:
+    lines = []
+    for lang in ("de", "en"):
+        lines += (multi30k_dir / f"train.{lang}").read_text(encoding="utf-8").splitlines()[:2000]
+    return Tokenizer.train(lines, vocab_size=1000)
+
+
+@pytest.fixture(scope="module")
+def val(multi30k_dir: Path) -> tuple[list[str], list[str]]:
+    """(English sources, German references): the first val sentences."""
+    read = lambda lang: (multi30k_dir / f"val.{lang}").read_text(encoding="utf-8").splitlines()[:N_SENTENCES]
+    return read("en"), read("de")
+
+
+def random_model(tokenizer: Tokenizer, **overrides):
+    """A tiny model whose every weight matters: matrices x3 (sharper attention), biases and
+    LayerNorm parameters perturbed (they start at 0 and 1, where a missing one would go unseen)."""
+    config = TransformerConfig.from_dict(dict(
+        src_vocab_size=tokenizer.vocab_size, tgt_vocab_size=tokenizer.vocab_size, d_model=64, n_heads=4,
+        n_encoder_layers=2, n_decoder_layers=2, d_ff=128, dropout=0.0, max_len=64, **overrides))
+    torch.manual_seed(0)
+    model = build_model(config).eval()
+    with torch.no_grad():
+        for param in model.parameters():  # tied weights appear once
+            if param.dim() == 1:
+                param.add_(torch.randn_like(param) * 0.3)
+            else:
+                param.mul_(3.0)
+    return model, config
+
+
+def export(tmp_path: Path, model, config, tokenizer, *extra: str) -> Path:
+    checkpoint = save_checkpoint(tmp_path / "ckpt", model, {"kind": "translation", "model": config.to_dict()},
+                                 tokenizer.to_bytes())
+    out = tmp_path / "ct2"
+    assert main(["export", "--checkpoint", str(checkpoint), "--format", "ctranslate2", "--out", str(out), *extra]) == 0
+    return out
+
+
+def pieces(tokenizer: Tokenizer, text: str) -> list[str]:
+    return [tokenizer.id_to_piece(i) for i in tokenizer.encode(text)]
+
+
+def piece_ids(tokenizer: Tokenizer, tokens: list[str]) -> list[int]:
+    vocabulary = {tokenizer.id_to_piece(i): i for i in range(tokenizer.vocab_size)}
+    return [vocabulary["<pad>" if t == "<blank>" else t] for t in tokens]
+
+
+def aiayn_log_probs(model, tokenizer: Tokenizer, source: str, target: str) -> list[float]:
+    """log P(y_t | y_<t, x) of ``target`` + EOS, teacher-forced from BOS."""
+    src = torch.tensor([tokenizer.encode(source) + [model.config.eos_id]])
+    tgt = tokenizer.encode(target) + [model.config.eos_id]
+    with torch.no_grad():
+        logits = model(src, torch.tensor([[model.config.bos_id] + tgt[:-1]]))  # (1, T, V)
+    return logits.float().log_softmax(-1)[0].gather(-1, torch.tensor(tgt)[:, None])[:, 0].tolist()
+
+
+CASES = [
+    dict(norm_first=False, tie_embeddings="none"),
+    dict(norm_first=False, tie_embeddings="all", activation="gelu"),
+    dict(norm_first=True, tie_embeddings="none", positional="learned"),
+    dict(norm_first=True, tie_embeddings="all"),
+]
+
+
+@pytest.mark.parametrize("overrides", CASES, ids=lambda o: "-".join(str(v) for v in o.values()))
+def test_ctranslate2_matches_aiayn(tmp_path, tokenizer, val, overrides) -> None:
+    model, config = random_model(tokenizer, **overrides)
+    out = export(tmp_path, model, config, tokenizer)
+    sources, references = val
+    translator = ctranslate2.Translator(str(out), device="cpu", intra_threads=1)
+
+    # greedy search, token for token, and the detokenized strings
+    ours = Translator(model, tokenizer, beam=1, alpha=0.0, max_len_a=0.0, max_len_b=MAX_OUT)
+    expected = [generate(model, torch.tensor([ours.encode_source(s)]), ours.options)[0][0].tokens for s in sources]
+    results = translator.translate_batch([pieces(tokenizer, s) for s in sources], beam_size=1,
+                                         max_decoding_length=MAX_OUT, suppress_sequences=SUPPRESS)
+    got = [piece_ids(tokenizer, r.hypotheses[0]) for r in results]
+    assert got == expected
+    # (the Translator turns line breaks that byte-fallback pieces can spell into spaces)
+    assert [LINE_BREAKS.sub(" ", tokenizer.decode(ids)) for ids in got] == ours.translate(sources)
+    assert len({tuple(ids) for ids in expected}) > 1  # the outputs depend on the input
+
+    # every position of the reference translations: same log-probabilities
+    scored = translator.score_batch([pieces(tokenizer, s) for s in sources],
+                                    [pieces(tokenizer, r) for r in references])
+    for source, reference, result in zip(sources, references, scored):
+        want = aiayn_log_probs(model, tokenizer, source, reference)
+        assert result.tokens == pieces(tokenizer, reference) + ["</s>"]
+        assert result.log_probs == pytest.approx(want, abs=1e-4)  # measured: <= 3e-5
+
+
+def test_export_files_and_int8(tmp_path, tokenizer, val) -> None:
+    model, config = random_model(tokenizer)
+    out = export(tmp_path, model, config, tokenizer, "--quantization", "int8")
+    assert (out / "sentencepiece.model").read_bytes() == tokenizer.to_bytes()
+    info = json.loads((out / "aiayn_export.json").read_text())
+    assert info["quantization"] == "int8" and info["model"] == config.to_dict()
+    assert "translate_batch" in (out / "README.md").read_text()
+    results = ctranslate2.Translator(str(out), device="cpu").translate_batch(
+        [pieces(tokenizer, val[0][0])], beam_size=1, max_decoding_length=5, suppress_sequences=SUPPRESS)
+    assert 1 <= len(results[0].hypotheses[0]) <= 5
+
+
+def test_missing_checkpoint_is_one_line_exit_2(tmp_path, capsys) -> None:
+    code = main(["export", "--checkpoint", str(tmp_path / "nope"), "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "checkpoint not found" in err and str(tmp_path / "nope") in err
+
+
+def test_non_empty_out_needs_force(tmp_path, tokenizer, capsys) -> None:
+    model, config = random_model(tokenizer)
+    (tmp_path / "ct2").mkdir()
+    (tmp_path / "ct2" / "keep.txt").write_text("x")
+    checkpoint = save_checkpoint(tmp_path / "ckpt", model, {"kind": "translation", "model": config.to_dict()},
+                                 tokenizer.to_bytes())
+    args = ["export", "--checkpoint", str(checkpoint), "--out", str(tmp_path / "ct2")]
+    assert main(args) == 2 and "--force" in capsys.readouterr().err
+    assert main([*args, "--force"]) == 0 and not (tmp_path / "ct2" / "keep.txt").exists()
+
+
+def test_without_ctranslate2_says_how_to_install(tmp_path, tokenizer, monkeypatch, capsys) -> None:
+    model, config = random_model(tokenizer)
+    checkpoint = save_checkpoint(tmp_path / "ckpt", model, {"kind": "translation", "model": config.to_dict()},
+                                 tokenizer.to_bytes())
+    monkeypatch.setitem(__import__("sys").modules, "ctranslate2", None)  # import ctranslate2 -> ImportError
+    assert main(["export", "--checkpoint", str(checkpoint), "--out", str(tmp_path / "ct2")]) == 2
+    assert "pip install ctranslate2" in capsys.readouterr().err
+    assert not (tmp_path / "ct2").exists()
