@@ -55,7 +55,9 @@ class ModelStep:
     def reorder(self, new_order: Tensor) -> None:
         """Select rows (beams, finished sentences dropped): row i becomes old row ``new_order[i]``."""
         if self.cache is not None:
-            self.cache.reorder(new_order)
+            self.cache.reorder(new_order)  # also reorders the memory and mask it holds
+            self.memory, self.src_mask = self.cache.memory, self.cache.src_mask
+            return
         self.memory = self.memory.index_select(0, new_order)  # (N', S, D)
         self.src_mask = self.src_mask.index_select(0, new_order)  # (N', 1, 1, S)
 

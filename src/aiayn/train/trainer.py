@@ -36,7 +36,7 @@ from aiayn.model import Transformer, build_model, count_parameters
 from aiayn.precision import autocast, resolve_precision
 from aiayn.train import distributed as dist
 from aiayn.train.checkpoint import (
-    BEST_DIR, CHECKPOINTS_DIR, checkpoint_name, latest_checkpoint, load_checkpoint, load_weights,
+    BEST_DIR, CHECKPOINTS_DIR, Checkpoint, checkpoint_name, latest_checkpoint, load_checkpoint, load_weights,
     prune_checkpoints, save_checkpoint,
 )
 from aiayn.train.config import RunConfig, run_config_from_dict
@@ -69,10 +69,11 @@ class Trainer:
         self.log = (log or _write) if self.rank == 0 else (lambda _msg: None)
         self.progress = progress and self.rank == 0
         _seed_everything(config.train.seed)
-        resume_from = latest_checkpoint(self.out)
-        self.config = self._merge_resumed_config(config, resume_from)
+        latest = latest_checkpoint(self.out)
+        resumed = load_checkpoint(latest) if latest is not None else None  # read once, used thrice
+        self.config = self._merge_resumed_config(config, resumed)
         self.state = TrainState()
-        self.tokenizer = self._tokenizer(resume_from)
+        self.tokenizer = self._tokenizer(resumed)
         self.train_examples, self.valid_examples, self.valid_pairs = self._read_data()
         self.model = self._build_model()
         self.loss_fn = Seq2SeqObjective(self.model, self.config.optim.label_smoothing, self.model.config.pad_id)
@@ -83,22 +84,22 @@ class Trainer:
         self.sampler = self._sampler()
         self.validated_at = -1
         self._tensorboard = None  # a SummaryWriter once the first record is written, if installed
-        if resume_from is not None:
-            self._resume(resume_from)
+        if resumed is not None:
+            self._resume(resumed)
 
     # --- set-up ---------------------------------------------------------------------------------------
-    def _merge_resumed_config(self, config: RunConfig, resume_from: Path | None) -> RunConfig:
+    def _merge_resumed_config(self, config: RunConfig, resumed: Checkpoint | None) -> RunConfig:
         """On resume the saved run config rules, except for the limits and cadences in ``train``."""
-        if resume_from is None:
+        if resumed is None:
             return config
-        saved = run_config_from_dict(load_checkpoint(resume_from, with_state=False).config["run"], str(resume_from))
+        saved = run_config_from_dict(resumed.config["run"], str(resumed.path))
         saved.train = config.train
-        self.log(f"resuming from {resume_from}")
+        self.log(f"resuming from {resumed.path}")
         return saved
 
-    def _tokenizer(self, resume_from: Path | None) -> Tokenizer:
-        if resume_from is not None:
-            return Tokenizer.from_bytes(load_checkpoint(resume_from, with_state=False).tokenizer_bytes)
+    def _tokenizer(self, resumed: Checkpoint | None) -> Tokenizer:
+        if resumed is not None:
+            return Tokenizer.from_bytes(resumed.tokenizer_bytes)
         data = self.config.data
         pairs, _ = read_parallel(_data_path(data.dir), data.train_split, data.src_lang, data.tgt_lang)
         sentences = [s for pair in pairs for s in pair]
@@ -144,8 +145,8 @@ class Trainer:
                                  batch_multiple=data.batch_multiple or self.world_size)
 
     # --- checkpoints ----------------------------------------------------------------------------------
-    def _resume(self, path: Path) -> None:
-        ckpt = load_checkpoint(path)
+    def _resume(self, ckpt: Checkpoint) -> None:
+        path = ckpt.path
         if ckpt.train_state is None:
             raise UserError(f"{path} holds no training state; cannot resume from it")
         load_weights(self.model, ckpt.weights, path)
