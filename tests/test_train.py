@@ -262,3 +262,15 @@ def test_early_stopping_after_patience_validations_without_improvement(task_dir:
     records = [json.loads(l) for l in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records if r["split"] == "valid"] == [2, 4, 6]
     assert load_checkpoint(tmp_path / "run" / "best").config["step"] == 2
+
+
+def test_max_hours_stops_the_run_and_carries_over_resumes(task_dir: Path, tmp_path: Path) -> None:
+    config = _write_config(tmp_path / "run.yaml", run_config(task_dir, train={"max_steps": 0, "max_hours": 1e-7}))
+    assert main(["train", "--config", str(config), "--out", str(tmp_path / "run"), "--no-progress"]) == 0
+    state = load_checkpoint(list_checkpoints(tmp_path / "run")[-1]).train_state["trainer"]
+    assert state["step"] == 1 and state["hours"] > 1e-7  # one step already spends 0.36 ms
+    # resumed with a larger budget: the hours already spent count, and the run goes on from there
+    assert main(["train", "--config", str(config), "--out", str(tmp_path / "run"), "--no-progress",
+                 "--max-hours", str(state["hours"] + 1e-7)]) == 0
+    again = load_checkpoint(list_checkpoints(tmp_path / "run")[-1]).train_state["trainer"]
+    assert again["step"] == 2 and again["hours"] > state["hours"]

@@ -15,6 +15,7 @@ def register(subparsers) -> None:
     train.add_argument("--out", required=True, help="run directory (checkpoints, best/, metrics.jsonl)")
     train.add_argument("--max-steps", type=int)
     train.add_argument("--max-epochs", type=int)
+    train.add_argument("--max-hours", type=float, help="stop after this much training time (summed over resumes)")
     train.add_argument("--save-every", type=int)
     train.add_argument("--seed", type=int)
     train.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
@@ -38,6 +39,7 @@ def run_train(args: argparse.Namespace) -> int:
     config = load_run_config(args.config, args.set, **{
         "data.dir": args.data_dir, "data.src_lang": args.src_lang, "data.tgt_lang": args.tgt_lang,
         "train.max_steps": args.max_steps, "train.max_epochs": args.max_epochs,
+        "train.max_hours": args.max_hours,
         "train.save_every": args.save_every, "train.seed": args.seed,
     })
     try:

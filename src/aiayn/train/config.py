@@ -57,6 +57,7 @@ class TrainSection:
     compile: bool = False  #: torch.compile the model
     max_steps: int = 0  #: stop after this many optimizer steps (0 = no limit)
     max_epochs: int = 0  #: stop after this many epochs (0 = no limit)
+    max_hours: float = 0.0  #: stop after this much training time, summed over resumes (0 = no limit)
     save_every: int = 1000  #: checkpoint every N steps (and at the end)
     keep_last: int = 5  #: checkpoints kept (0 = all)
     valid_every: int = 1000  #: validate every N steps (and at each epoch's end)

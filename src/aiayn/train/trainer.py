@@ -55,6 +55,7 @@ class TrainState:
     best: float | None = None
     bad_validations: int = 0  # validations since the best one (patience)
     stopped_early: bool = False
+    hours: float = 0.0  # training wall-clock time so far, summed over resumes (train.max_hours)
 
 
 class Trainer:
@@ -83,6 +84,7 @@ class Trainer:
         self.optimizer = self._build_optimizer()
         self.sampler = self._sampler()
         self.validated_at = -1
+        self._clock = time.perf_counter()  # state.hours counts from here (see _out_of_time)
         self._tensorboard = None  # a SummaryWriter once the first record is written, if installed
         if resumed is not None:
             self._resume(resumed)
@@ -178,8 +180,9 @@ class Trainer:
     def train(self) -> dict[str, Any]:
         """Run until max_steps / max_epochs / early stopping; return the last validation metrics."""
         cfg = self.config.train
-        if not (cfg.max_steps or cfg.max_epochs):
-            raise UserError("set train.max_steps or train.max_epochs (or --max-steps / --max-epochs)")
+        if not (cfg.max_steps or cfg.max_epochs or cfg.max_hours):
+            raise UserError("set train.max_steps, train.max_epochs or train.max_hours "
+                            "(or --max-steps / --max-epochs / --max-hours)")
         self.out.mkdir(parents=True, exist_ok=True)
         if self.rank == 0:
             (self.out / RUN_CONFIG_FILE).write_text(yaml.safe_dump(self.config.to_dict(), sort_keys=False))
@@ -196,6 +199,7 @@ class Trainer:
         metrics: dict[str, Any] = {}
         meter = _Meter()
         bar = self._progress_bar()
+        self._clock = time.perf_counter()
         while not self._done():
             epoch = self.sampler.epoch
             for batches in self._optimizer_steps():
@@ -218,8 +222,16 @@ class Trainer:
 
     def _done(self) -> bool:
         cfg = self.config.train
-        return (self.state.stopped_early or (cfg.max_steps and self.state.step >= cfg.max_steps)
-                or (cfg.max_epochs and self.sampler.epoch >= cfg.max_epochs))
+        return bool(self.state.stopped_early or (cfg.max_steps and self.state.step >= cfg.max_steps)
+                    or (cfg.max_epochs and self.sampler.epoch >= cfg.max_epochs) or self._out_of_time())
+
+    def _out_of_time(self) -> bool:
+        """train.max_hours spent (rank 0's clock decides, so every rank stops at the same step)."""
+        now = time.perf_counter()
+        self.state.hours += (now - self._clock) / 3600  # steps, validations and checkpoints alike
+        self._clock = now
+        hours = self.config.train.max_hours
+        return bool(hours) and dist.broadcast_float(self.state.hours) >= hours
 
     def _optimizer_steps(self) -> Iterator[list[Batch]]:
         """Groups of ``accum_steps`` batches for one optimizer step, to the end of the epoch."""

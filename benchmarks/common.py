@@ -1,0 +1,40 @@
+"""What every benchmark records beside its figures: versions, the machine, peak memory, the command."""
+
+from __future__ import annotations
+
+import os
+import platform
+import resource
+import shlex
+import sys
+from pathlib import Path
+
+import torch
+
+
+def command() -> str:
+    """The command line that produced a results file, as it can be pasted back into a shell."""
+    return shlex.join(["python", Path(sys.argv[0]).as_posix(), *sys.argv[1:]])
+
+
+def versions(**others: str) -> dict:
+    import aiayn
+
+    return {"python": platform.python_version(), "torch": torch.__version__, "aiayn": aiayn.__version__, **others}
+
+
+def machine() -> dict:
+    cpuinfo = Path("/proc/cpuinfo")
+    names = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines()
+             if line.startswith("model name")] if cpuinfo.exists() else []
+    return {"platform": platform.platform(), "cpu_model": names[0] if names else platform.processor(),
+            "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+            "amx_tile": bool(torch.cpu._is_amx_tile_supported()),
+            "avx512_bf16": bool(torch.cpu._is_avx512_bf16_supported()),
+            "cuda": torch.cuda.get_device_name() if torch.cuda.is_available() else None}
+
+
+def peak_rss_mib(children: bool = False) -> float:
+    """Peak resident set size so far of this process (or of its waited-for children), in MiB."""
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN if children else resource.RUSAGE_SELF).ru_maxrss
+    return peak / 2**20 if sys.platform == "darwin" else peak / 2**10
