@@ -87,6 +87,23 @@ def test_label_smoothing_matches_torch_cross_entropy() -> None:
     torch.testing.assert_close(nll, F.cross_entropy(logits.bfloat16().float(), target, reduction="sum"))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_label_smoothing_gradient_matches_torch_cross_entropy(dtype) -> None:
+    """The hand-written backward against autograd through F.cross_entropy, for both outputs."""
+    logits, target = torch.randn(40, 29, dtype=torch.float64), torch.randint(0, 29, (40,))
+    weights = torch.tensor(0.7), torch.tensor(-1.3)  # an arbitrary mix of the two outputs' gradients
+    ours = logits.to(dtype).requires_grad_()
+    loss, nll = label_smoothed_nll(ours, target, epsilon=0.1)
+    (weights[0] * loss + weights[1] * nll).backward()
+    theirs = logits.to(dtype).float().requires_grad_()
+    ref = weights[0] * F.cross_entropy(theirs, target, label_smoothing=0.1, reduction="sum") \
+        + weights[1] * F.cross_entropy(theirs, target, reduction="sum")
+    ref.backward()
+    assert ours.grad.dtype == dtype
+    tolerance = dict(atol=1e-6, rtol=1e-5) if dtype == torch.float32 else dict(atol=1e-2, rtol=1e-2)
+    torch.testing.assert_close(ours.grad.float(), theirs.grad.to(dtype).float(), **tolerance)
+
+
 def test_accumulating_small_batches_equals_one_big_batch(task_dir: Path) -> None:
     config = run_config_from_dict(run_config(task_dir, model={"dropout": 0.0}))
     small, big = Trainer(config, task_dir / "a", log=lambda _: None), Trainer(config, task_dir / "b", log=lambda _: None)
