@@ -186,6 +186,31 @@ def test_cache_reorder_selects_batch_rows() -> None:
     torch.testing.assert_close(step[:, 0], full[:, 3], atol=1e-5, rtol=1e-5)
 
 
+def test_cache_reorder_copies_only_what_changes() -> None:
+    """Shuffling rows that hold the same source keeps the source-only tensors; results stay exact."""
+    model = tiny_model()
+    sentences, tgt = tokens([7, 3], 7), tokens([6, 6, 6, 6], 6, 60)
+    src = sentences[[0, 0, 1, 1]]  # two beams per sentence, as beam search expands them
+    with torch.no_grad():
+        src_mask = padding_mask(sentences, PAD)
+        cache = model.init_cache(model.encode(sentences, src_mask), src_mask)
+        cache.reorder(torch.tensor([0, 0, 1, 1]))
+        model.decode(tgt[:, :3], None, cache=cache)
+        memory, self_k = cache.memory, cache.layers[0][0].k
+        cache.reorder(torch.arange(4))  # identity: nothing is copied
+        assert cache.memory is memory and cache.layers[0][0].k is self_k
+        order = torch.tensor([1, 1, 3, 2])  # beams move within their sentence
+        cache.reorder(order)
+        assert cache.memory is memory and cache.layers[0][0].k is not self_k
+        step = model.generator(model.decode(tgt[order, 3:4], None, cache=cache))
+        cache.reorder(torch.tensor([2, 3]))  # the first sentence leaves the batch
+        assert cache.memory.size(0) == 2 and torch.equal(cache.sources, torch.tensor([1, 1]))
+        last = model.generator(model.decode(tgt[order][[2, 3], 4:5], None, cache=cache))
+        full = model(src[order], tgt[order, :5])
+    torch.testing.assert_close(step[:, 0], full[:, 3], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(last[:, 0], full[[2, 3], 4], atol=1e-5, rtol=1e-5)
+
+
 # --- precision and gradients --------------------------------------------------------------------
 
 def test_bf16_autocast_is_close_to_fp32() -> None:

@@ -55,11 +55,27 @@ class DecoderCache:
         self.layers = [(KVCache(static=False), KVCache(static=True)) for _ in range(n_layers)]
         self.memory, self.src_mask = memory, src_mask  # (B, S, D), (B, 1, 1, S)
         self.length = 0  # target positions already decoded
+        self.sources = torch.arange(memory.size(0), device=memory.device)  # source row of each cache row
 
     def reorder(self, new_order: Tensor) -> None:
-        """Row i of every cached tensor becomes old row ``new_order[i]``."""
-        for self_cache, cross_cache in self.layers:
+        """Row i of every cached tensor becomes old row ``new_order[i]``.
+
+        Only the rows' contents matter, so copies are skipped where they would change nothing: an
+        identity order (greedy search with no sentence finished) copies nothing, and the tensors
+        that depend on the source alone (memory, mask, cross-attention keys/values) are copied only
+        when the source of some row changes — not when beam search shuffles the beams of a sentence
+        among that sentence's rows.
+        """
+        if new_order.numel() == self.sources.numel() and torch.equal(
+                new_order, torch.arange(new_order.numel(), device=new_order.device)):
+            return
+        for self_cache, _ in self.layers:
             self_cache.reorder(new_order)
+        sources = self.sources.index_select(0, new_order)  # (N',)
+        if torch.equal(sources, self.sources):
+            return
+        self.sources = sources
+        for _, cross_cache in self.layers:
             cross_cache.reorder(new_order)
         self.memory = self.memory.index_select(0, new_order)
         if self.src_mask is not None:
