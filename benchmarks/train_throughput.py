@@ -88,6 +88,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=7, help="interleaved timing rounds")
     parser.add_argument("--steps", type=int, default=2, help="timed steps per model per round")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps per model before timing")
+    # Emulated bf16 (no AMX / AVX512-BF16) runs tens of times slower than fp32: fewer repetitions there.
+    parser.add_argument("--emulated-bf16-reps", type=int, nargs=3, default=[3, 1, 1], metavar=("ROUNDS", "STEPS", "WARMUP"),
+                        help="rounds, steps and warm-up steps for bf16 where it is emulated")
     parser.add_argument("--force-bf16", action="store_true", help="run bf16 shape b even where bf16 is emulated")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
@@ -244,7 +247,9 @@ def matmul_peak(dtype: torch.dtype, n: int) -> float:
     return 2 * n**3 / best
 
 
-def bench(shape: Shape, precision: str, args: argparse.Namespace, batches: list[Batch], peak: float) -> dict:
+def bench(shape: Shape, precision: str, args: argparse.Namespace, batches: list[Batch], peak: float,
+          reps: tuple[int, int, int]) -> dict:
+    rounds, steps, warmup = reps
     runners = make_runners(shape, precision, args)
     cursor = {r.name: 0 for r in runners}
 
@@ -259,18 +264,19 @@ def bench(shape: Shape, precision: str, args: argparse.Namespace, batches: list[
         return tokens, flops, time.perf_counter() - t0, loss
 
     for runner in runners:
-        run(runner, args.warmup)
+        run(runner, warmup)
     samples: dict[str, list[float]] = {r.name: [] for r in runners}
     flop_rates: dict[str, list[float]] = {r.name: [] for r in runners}
     last_loss = {}
-    for i in range(args.rounds):
+    for i in range(rounds):
         for runner in runners if i % 2 == 0 else runners[::-1]:
-            tokens, flops, seconds, last_loss[runner.name] = run(runner, args.steps)
+            tokens, flops, seconds, last_loss[runner.name] = run(runner, steps)
             samples[runner.name].append(tokens / seconds)
             flop_rates[runner.name].append(flops / seconds)
-        print(f"  {precision} round {i + 1}/{args.rounds}: "
+        print(f"  {precision} round {i + 1}/{rounds}: "
               + "  ".join(f"{n} {s[-1]:,.0f}" for n, s in samples.items()) + " tok/s", flush=True)
-    return summarise(runners, samples, flop_rates, peak, last_loss)
+    return {"rounds": rounds, "steps_per_round": steps, "warmup_steps": warmup,
+            **summarise(runners, samples, flop_rates, peak, last_loss)}
 
 
 def summarise(runners: list[Runner], samples: dict, flop_rates: dict, peak: float, last_loss: dict) -> dict:
@@ -306,9 +312,7 @@ def main() -> None:
     print("matmul peak: " + ", ".join(f"{k} {v / 1e9:,.1f} GFLOP/s" for k, v in peaks.items() if v), flush=True)
     results = {"benchmark": "train_throughput", "command": command(),
                "versions": versions(**peer_versions()), "machine": {**info, "native_bf16": native},
-               "matmul_peak_flops": peaks, "settings": {"dropout": DROPOUT, "label_smoothing": SMOOTHING,
-               "rounds": args.rounds, "steps_per_round": args.steps, "warmup_steps": args.warmup,
-               "seed": args.seed}, "shapes": {}}
+               "matmul_peak_flops": peaks, "settings": {"dropout": DROPOUT, "label_smoothing": SMOOTHING, "seed": args.seed}, "shapes": {}}
     for name in args.shapes:
         shape = SHAPES[name]
         batches = make_batches(shape, 4, torch.Generator().manual_seed(args.seed))
@@ -320,7 +324,9 @@ def main() -> None:
                                                   "--force-bf16 runs it"}
                 continue
             print(f"shape {name} {asdict(shape)}, {precision}", flush=True)
-            entry["precisions"][precision] = bench(shape, precision, args, batches, peaks[precision])
+            emulated = precision == "bf16" and not native
+            reps = tuple(args.emulated_bf16_reps) if emulated else (args.rounds, args.steps, args.warmup)
+            entry["precisions"][precision] = bench(shape, precision, args, batches, peaks[precision], reps)
     results["peak_rss_mib"] = peak_rss_mib()
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -178,7 +178,7 @@ class Trainer:
 
     # --- the loop -------------------------------------------------------------------------------------
     def train(self) -> dict[str, Any]:
-        """Run until max_steps / max_epochs / early stopping; return the last validation metrics."""
+        """Run until max_steps / max_epochs / max_hours / early stopping; return the last validation metrics."""
         cfg = self.config.train
         if not (cfg.max_steps or cfg.max_epochs or cfg.max_hours):
             raise UserError("set train.max_steps, train.max_epochs or train.max_hours "
