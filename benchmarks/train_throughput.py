@@ -17,15 +17,16 @@ Shapes: (a) d=256, h=4, d_ff=1024, 3+3 layers, V=8000, batch 64×24; (b) the pap
 The three steps, as each library's users write them:
 
 * **aiayn** — what its trainer runs: ``Seq2SeqObjective`` (fused QKV projections, the generator and
-  the label-smoothed loss on non-pad target positions only, loss in fp32) and ``Adam(fused=True)``.
+  the label-smoothed loss on non-pad target positions only, loss in fp32, one fused loss backward).
   ``--compile`` adds a ``torch.compile``d variant.
 * **nn.Transformer** — ``nn.Transformer`` (post-norm, batch_first) + embeddings × √d + sinusoidal
   positions + a bias-free generator, ``F.cross_entropy(label_smoothing=0.1, ignore_index=pad)`` in
-  fp32 over all positions, ``torch.optim.Adam`` (PyTorch's default implementation).
+  fp32 over all positions; no dropout inside the feed-forward or on attention weights (as aiayn).
 * **Marian** — ``transformers.MarianMTModel`` (random init, post-norm, SDPA attention) with the
-  same dimensions, the same cross-entropy on its logits, ``torch.optim.Adam``.
+  same dimensions, the same cross-entropy on its logits.
 
-All: dropout 0.1 in training mode, no weight tying, Adam(0.9, 0.98, eps 1e-9), bf16 through
+All: dropout 0.1 on embeddings and sub-layer outputs, in training mode; no weight tying;
+``torch.optim.Adam(betas=(0.9, 0.98), eps=1e-9, fused=True)`` (the optimizer is not what is compared); bf16 through
 ``torch.autocast`` (aiayn's own autocast helper for aiayn).
 
 Model FLOPs per step (for MFU) count the useful work only: 6 × (weights of the linear layers) per
@@ -124,8 +125,9 @@ def model_flops(shape: Shape, batch: Batch) -> float:
     src, _, tgt_out = batch
     d, f, n = shape.d_model, shape.d_ff, shape.layers
     src_len, tgt_len = (src != PAD_ID).sum(1).double(), (tgt_out != PAD_ID).sum(1).double()  # (B,)
-    encoder = (6 * n * (4 * d * d + 2 * d * f) + 12 * n * d * src_len) * src_len
-    decoder = (6 * n * (8 * d * d + 2 * d * f) + 12 * n * d * (tgt_len / 2 + src_len) + 6 * d * shape.vocab) * tgt_len
+    # per source token: the encoder layers, and the decoder's cross-attention K/V projections (2d²)
+    encoder = (6 * n * (4 * d * d + 2 * d * f + 2 * d * d) + 12 * n * d * src_len) * src_len
+    decoder = (6 * n * (6 * d * d + 2 * d * f) + 12 * n * d * (tgt_len / 2 + src_len) + 6 * d * shape.vocab) * tgt_len
     return float((encoder + decoder).sum())
 
 
@@ -146,6 +148,11 @@ class PeerTransformer(nn.Module):
                                           dropout=DROPOUT, batch_first=True)
         self.generator = nn.Linear(d, v, bias=False)
         self.scale = math.sqrt(d)
+        for layer in [*self.transformer.encoder.layers, *self.transformer.decoder.layers]:
+            layer.dropout = nn.Identity()  # dropout inside the feed-forward: aiayn and Marian have none
+            for attention in (layer.self_attn, getattr(layer, "multihead_attn", None)):
+                if attention is not None:
+                    attention.dropout = 0.0  # no dropout on attention weights either (as aiayn, Marian)
 
     def embed(self, embedding: nn.Embedding, tokens: Tensor) -> Tensor:
         return self.dropout(embedding(tokens) * self.scale + self.pe[: tokens.size(1)])  # (B, T, D)
@@ -183,11 +190,10 @@ def cross_entropy(logits: Tensor, tgt_out: Tensor) -> Tensor:
 class Runner:
     """One model, its optimizer and its training step."""
 
-    def __init__(self, name: str, model: nn.Module, loss_fn: Callable[..., Tensor], precision: str,
-                 fused_adam: bool) -> None:
+    def __init__(self, name: str, model: nn.Module, loss_fn: Callable[..., Tensor], precision: str) -> None:
         self.name, self.model, self.loss_fn, self.precision = name, model.train(), loss_fn, precision
-        self.optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9,
-                                          fused=fused_adam or None)
+        # fused Adam for every model: aiayn's trainer uses it, and any user of a peer can ask for it
+        self.optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, fused=True)
 
     def step(self, batch: Batch) -> float:
         self.optimizer.zero_grad(set_to_none=True)
@@ -213,12 +219,12 @@ def make_runners(shape: Shape, precision: str, args: argparse.Namespace) -> list
             loss, _ = objective(src, tgt_in, tgt_out)
             return loss / (tgt_out != PAD_ID).sum()
 
-        runners.append(Runner("aiayn+compile" if compiled else "aiayn", objective, aiayn_loss, precision, True))
+        runners.append(Runner("aiayn+compile" if compiled else "aiayn", objective, aiayn_loss, precision))
     if "nn.Transformer" in args.peers:
         torch.manual_seed(args.seed)
         peer = PeerTransformer(shape)
         runners.append(Runner("nn.Transformer", peer, lambda s, ti, to: cross_entropy(peer(s, ti), to),
-                              precision, False))
+                              precision))
     if "Marian" in args.peers:
         torch.manual_seed(args.seed)
         hf = marian(shape)
@@ -228,7 +234,7 @@ def make_runners(shape: Shape, precision: str, args: argparse.Namespace) -> list
                      decoder_attention_mask=tgt_in != PAD_ID, use_cache=False)
             return cross_entropy(out.logits, tgt_out)
 
-        runners.append(Runner("Marian", hf, hf_loss, precision, False))
+        runners.append(Runner("Marian", hf, hf_loss, precision))
     return runners
 
 
@@ -263,8 +269,8 @@ def bench(shape: Shape, precision: str, args: argparse.Namespace, batches: list[
             flops += model_flops(shape, batch)
         return tokens, flops, time.perf_counter() - t0, loss
 
-    for runner in runners:
-        run(runner, warmup)
+    for runner in runners:  # a compiled model sees every batch shape before timing (one compile each)
+        run(runner, max(warmup, len(batches)) if runner.name.endswith("compile") else warmup)
     samples: dict[str, list[float]] = {r.name: [] for r in runners}
     flop_rates: dict[str, list[float]] = {r.name: [] for r in runners}
     last_loss = {}

@@ -291,3 +291,23 @@ def test_max_hours_stops_the_run_and_carries_over_resumes(task_dir: Path, tmp_pa
                  "--max-hours", str(state["hours"] + 1e-7)]) == 0
     again = load_checkpoint(list_checkpoints(tmp_path / "run")[-1]).train_state["trainer"]
     assert again["step"] == 2 and again["hours"] > state["hours"]
+
+
+def test_objective_traces_under_torch_compile(task_dir: Path) -> None:
+    """The hand-written loss backward goes through dynamo/AOTAutograd (train.compile: true).
+
+    ``aot_eager`` traces exactly what inductor would get, without a C++ build (seconds, not minutes).
+    """
+    config = run_config_from_dict(run_config(task_dir, model={"dropout": 0.0}))
+    trainer = Trainer(config, task_dir / "compiled", log=lambda _: None)
+    batch = collate(trainer.train_examples[:8])
+    eager = [trainer.loss_fn(batch.src, batch.tgt_in, batch.tgt_out)[0]]
+    eager[0].backward()
+    expected = {name: p.grad.clone() for name, p in trainer.loss_fn.named_parameters()}
+    trainer.loss_fn.zero_grad(set_to_none=True)
+    compiled = torch.compile(trainer.loss_fn, backend="aot_eager", fullgraph=False)
+    loss, _ = compiled(batch.src, batch.tgt_in, batch.tgt_out)
+    loss.backward()
+    torch.testing.assert_close(loss, eager[0])
+    for name, p in trainer.loss_fn.named_parameters():
+        torch.testing.assert_close(p.grad, expected[name], atol=1e-6, rtol=1e-5, msg=name)

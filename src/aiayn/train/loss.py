@@ -32,12 +32,15 @@ class _LabelSmoothedNLL(torch.autograd.Function):
         x = logits.float()  # (N, V); no copy when the logits are fp32
         lse = torch.logsumexp(x, dim=-1)  # (N,)
         nll = lse - x.gather(-1, target[:, None]).squeeze(-1)  # -log p_y, (N,)
-        smooth = lse - x.mean(dim=-1)  # mean_v(-log p_v), (N,)
         ctx.save_for_backward(x, lse, target)
         ctx.epsilon, ctx.dtype = epsilon, logits.dtype
+        if epsilon == 0:  # no 0 * inf where a logit is -inf
+            return nll.sum(), nll.sum()
+        smooth = lse - x.mean(dim=-1)  # mean_v(-log p_v), (N,)
         return ((1.0 - epsilon) * nll + epsilon * smooth).sum(), nll.sum()
 
     @staticmethod
+    @torch.autograd.function.once_differentiable
     def backward(ctx, grad_loss: Tensor, grad_nll: Tensor) -> tuple[Tensor, None, None]:
         x, lse, target = ctx.saved_tensors
         eps, vocab = ctx.epsilon, x.size(-1)

@@ -164,6 +164,7 @@ class Trainer:
     def save(self, directory: Path | None = None) -> Path:
         """Write a checkpoint of the current state (rank 0 only), by default into checkpoints/."""
         path = directory or self.out / CHECKPOINTS_DIR / checkpoint_name(self.state.step)
+        self._tick()  # the checkpoint carries the time spent up to now
         if self.rank == 0:
             self.state.metrics_lines = _count_lines(self.out / METRICS_FILE)
             train_state = {"optimizer": self.optimizer.state_dict(), "sampler": self.sampler.state_dict(),
@@ -225,11 +226,15 @@ class Trainer:
         return bool(self.state.stopped_early or (cfg.max_steps and self.state.step >= cfg.max_steps)
                     or (cfg.max_epochs and self.sampler.epoch >= cfg.max_epochs) or self._out_of_time())
 
+    def _tick(self) -> None:
+        """Add the time since the last tick to ``state.hours`` (steps, validations, checkpoints)."""
+        now = time.perf_counter()
+        self.state.hours += (now - self._clock) / 3600
+        self._clock = now
+
     def _out_of_time(self) -> bool:
         """train.max_hours spent (rank 0's clock decides, so every rank stops at the same step)."""
-        now = time.perf_counter()
-        self.state.hours += (now - self._clock) / 3600  # steps, validations and checkpoints alike
-        self._clock = now
+        self._tick()
         hours = self.config.train.max_hours
         return bool(hours) and dist.broadcast_float(self.state.hours) >= hours
 
