@@ -155,6 +155,19 @@ def test_stable_topk_breaks_ties_by_lower_index() -> None:
     assert index.tolist() == [[1, 2, 4], [2, 3, 4]]
 
 
+def test_stable_topk_equals_a_full_stable_sort_row_by_row() -> None:
+    """Rows with and without ties at the cut (only the tied rows take the full-sort path)."""
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(64, 50, generator=generator)
+    x[::3] = torch.randint(0, 4, (22, 50), generator=generator).float()  # many ties
+    x[5, :] = float("-inf")
+    x[5, 7] = 0.0  # a forced row: one finite value, the rest tied at -inf
+    for k in (1, 4, 8, 50):
+        values, index = stable_topk(x, k)
+        full_values, full_index = x.sort(dim=-1, descending=True, stable=True)
+        assert torch.equal(index, full_index[:, :k]) and torch.equal(values, full_values[:, :k])
+
+
 def test_nbest_must_not_exceed_beam() -> None:
     with pytest.raises(ValueError, match="nbest"):
         beam_search(FakeStep([TABLE_0]), [5], beam=2, nbest=3)
@@ -266,3 +279,27 @@ def test_output_length_is_capped_by_the_model_max_len() -> None:
     model = tiny_model(max_len=12)
     hyps = generate(model, pad(sources([10])), DecodeOptions(beam=2, max_len_b=50))
     assert len(hyps[0][0].tokens) <= 11  # BOS + 11 tokens = the 12 positions
+
+
+class RoundedStep(ModelStep):
+    """The real model with log-probs rounded to 0.5: many exact ties between tokens and beams."""
+
+    def __call__(self, prefix: torch.Tensor) -> torch.Tensor:
+        return (super().__call__(prefix) * 2).round() / 2
+
+
+@pytest.mark.parametrize("step_class", [ModelStep, RoundedStep], ids=["model", "ties"])
+def test_beam_shortlist_equals_scoring_every_token(step_class, monkeypatch) -> None:
+    """Scoring each row's best 2K tokens gives exactly the beams of scoring all K * V candidates."""
+    from aiayn.decode.search import _Beams
+
+    model, src = tiny_model(), pad(sources([5, 9, 3, 7], seed=4))
+    max_lens = [12] * 4
+
+    def run():
+        with torch.no_grad():
+            return beam_search(step_class(model, src), max_lens, beam=4, alpha=0.6, nbest=4)
+
+    shortlisted = run()
+    monkeypatch.setattr(_Beams, "shortlist", False)
+    assert_same(shortlisted, run())

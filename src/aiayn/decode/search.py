@@ -85,15 +85,18 @@ def stable_topk(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
     """Top ``k`` of each row of ``x`` ``(N, M)``, descending; equal values: lower index first.
 
     ``torch.topk`` leaves the order of ties unspecified; this makes it deterministic. It costs one
-    ``topk`` plus a sort of ``k`` elements, or a full stable sort when a row has ties at the k-th value.
+    ``topk`` plus a sort of ``k`` elements per row, and a full stable sort of only the rows that have
+    ties at the k-th value.
     """
-    kth = x.topk(k, dim=-1).values[:, -1:]  # (N, 1)
-    if bool(((x >= kth).sum(dim=-1) > k).any()):  # ties across the cut: sort everything
-        values, index = x.sort(dim=-1, descending=True, stable=True)
-        return values[:, :k], index[:, :k]
-    index = x.topk(k, dim=-1).indices.sort(dim=-1).values  # (N, k), ascending index
+    top = x.topk(k, dim=-1)
+    index = top.indices.sort(dim=-1).values  # (N, k), ascending index
     values, perm = x.gather(-1, index).sort(dim=-1, descending=True, stable=True)
-    return values, index.gather(-1, perm)
+    index = index.gather(-1, perm)
+    tied = ((x >= top.values[:, -1:]).sum(dim=-1) > k).nonzero()[:, 0]  # rows with ties across the cut
+    if tied.numel():
+        tied_values, tied_index = x[tied].sort(dim=-1, descending=True, stable=True)
+        values[tied], index[tied] = tied_values[:, :k], tied_index[:, :k]
+    return values, index
 
 
 def _restrict(log_probs: Tensor, forced_eos: Tensor, ids: SpecialIds) -> Tensor:
@@ -212,6 +215,8 @@ def beam_search(step: StepFunction, max_lens: list[int], beam: int = 4, alpha: f
 class _Beams:
     """The live beams of the unfinished sentences and the finished hypotheses of every sentence."""
 
+    shortlist = True  # score only each row's best 2K tokens (exact; False: all K*V, the tests' reference)
+
     def __init__(self, step: StepFunction, max_lens: list[int], beam: int, alpha: float, ids: SpecialIds) -> None:
         self.step, self.max_lens, self.beam, self.alpha, self.ids = step, max_lens, beam, alpha, ids
         device = _device_of(step)
@@ -229,10 +234,15 @@ class _Beams:
         K, device = self.beam, self.prefix.device
         forced = torch.tensor([self.t >= self.max_lens[s] for s in self.active], device=device)  # (n,)
         log_probs = _restrict(self.step(self.prefix), forced.repeat_interleave(K), self.ids)  # (n*K, V)
-        V = log_probs.size(-1)
-        cand = (self.cum.reshape(-1, 1) + log_probs.double()).reshape(len(self.active), K * V)  # (n, K*V)
+        # A sentence's best 2K candidates are among the best 2K tokens of each of its K rows (ties
+        # included: both selections prefer the lower beam, then the lower token id), so only those
+        # K * 2K candidates per sentence are scored, not K * V.
+        per_row = min(2 * K, log_probs.size(-1)) if self.shortlist else log_probs.size(-1)
+        row_scores, row_tokens = stable_topk(log_probs, per_row)  # (n*K, per_row)
+        cand = (self.cum.reshape(-1, 1) + row_scores.double()).reshape(len(self.active), K * per_row)
         scores, flat = stable_topk(cand, 2 * K)  # (n, 2K)
-        origin, token = flat // V, flat % V  # beam index and token of each candidate
+        origin = flat // per_row  # beam index of each candidate
+        token = row_tokens.reshape(len(self.active), K * per_row).gather(-1, flat)  # (n, 2K)
         is_eos = (token == self.ids.eos) & torch.isfinite(scores)  # (n, 2K)
         self._finish(scores, origin, is_eos)
         live = torch.sort(is_eos.int(), dim=-1, stable=True).indices[:, :K]  # first K non-EOS, (n, K)
