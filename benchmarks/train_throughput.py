@@ -253,7 +253,7 @@ def matmul_peak(dtype: torch.dtype, n: int) -> float:
     return 2 * n**3 / best
 
 
-def bench(shape: Shape, precision: str, args: argparse.Namespace, batches: list[Batch], peak: float,
+def bench(shape: Shape, precision: str, args: argparse.Namespace, batches: list[Batch], peak: float | None,
           reps: tuple[int, int, int]) -> dict:
     rounds, steps, warmup = reps
     runners = make_runners(shape, precision, args)
@@ -285,13 +285,13 @@ def bench(shape: Shape, precision: str, args: argparse.Namespace, batches: list[
             **summarise(runners, samples, flop_rates, peak, last_loss)}
 
 
-def summarise(runners: list[Runner], samples: dict, flop_rates: dict, peak: float, last_loss: dict) -> dict:
+def summarise(runners: list[Runner], samples: dict, flop_rates: dict, peak: float | None, last_loss: dict) -> dict:
     medians = {n: statistics.median(s) for n, s in samples.items()}
     peers = [n for n in medians if not n.startswith("aiayn")]
     result = {
         "target_tokens_per_s": {n: {"median": medians[n], "min": min(s), "max": max(s), "samples": s}
                                 for n, s in samples.items()},
-        "mfu": {n: statistics.median(r) / peak for n, r in flop_rates.items()},
+        "mfu": {n: statistics.median(r) / peak if peak else None for n, r in flop_rates.items()},
         "model_tflops_per_s": {n: statistics.median(r) / 1e12 for n, r in flop_rates.items()},
         "last_loss": last_loss,
         "parameters": {r.name: sum(p.numel() for p in r.model.parameters()) for r in runners},
@@ -313,8 +313,10 @@ def main() -> None:
     info = machine()
     native = native_bf16(CPU)
     print(f"{info['cpu_model']}, {info['cpu_count']} cores, {args.threads} threads, native bf16: {native}", flush=True)
+    # Emulated bf16 has no meaningful peak (its matmul speed depends on the shape's code path, and a
+    # model step ran faster per FLOP than a square matmul): no MFU there.
     peaks = {"fp32": matmul_peak(torch.float32, 2048),
-             "bf16": matmul_peak(torch.bfloat16, 2048 if native else 512) if "bf16" in args.precisions else None}
+             "bf16": matmul_peak(torch.bfloat16, 2048) if native and "bf16" in args.precisions else None}
     print("matmul peak: " + ", ".join(f"{k} {v / 1e9:,.1f} GFLOP/s" for k, v in peaks.items() if v), flush=True)
     results = {"benchmark": "train_throughput", "command": command(),
                "versions": versions(**peer_versions()), "machine": {**info, "native_bf16": native},
@@ -361,8 +363,11 @@ def print_table(results: dict) -> None:
                 if system == "aiayn" and "faster_peer" in row:
                     ratio = (f"{row['ratio_aiayn_over_faster_peer']:.2f}x {row['faster_peer']} "
                              f"(paired {row['paired_ratio_aiayn_over_faster_peer']:.2f}x)")
-                print(f"{name:<6}{precision:<6}{system:<16}{tps['median']:>10,.0f}{row['mfu'][system]:>8.1%}  {ratio}")
-    print("(median real target tokens/s; MFU = useful model FLOP/s / the same-dtype matmul peak of this run)")
+                mfu = row["mfu"][system]
+                mfu_text = f"{mfu:.1%}" if mfu is not None else "n/a"
+                print(f"{name:<6}{precision:<6}{system:<16}{tps['median']:>10,.0f}{mfu_text:>8}  {ratio}")
+    print("(median real target tokens/s; MFU = useful model FLOP/s / the same-dtype matmul peak of this run;\n"
+          " n/a where bf16 is emulated)")
 
 
 if __name__ == "__main__":
