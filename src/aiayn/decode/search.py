@@ -141,7 +141,8 @@ def sample_search(step: StepFunction, max_lens: list[int], alpha: float = 0.0, n
             generator[0].manual_seed(seed if seed is not None else torch.initial_seed())
         return _sample(log_probs, temperature, top_k, top_p, generator[0])
 
-    step.reorder(torch.arange(len(max_lens), device=_device_of(step)).repeat_interleave(nbest))  # nbest copies of each row
+    rows = torch.arange(len(max_lens), device=_device_of(step))
+    step.reorder(rows.repeat_interleave(nbest))  # nbest copies of each row
     flat = _single_path(step, [n for n in max_lens for _ in range(nbest)], alpha, ids, choose)
     groups = [[h[0] for h in flat[i * nbest:(i + 1) * nbest]] for i in range(len(max_lens))]
     return [sorted(g, key=lambda h: -h.score) for g in groups]
