@@ -1,7 +1,7 @@
 """Multi30k quality: train with a shipped config, average the last checkpoints, decode test2016.
 
     python benchmarks/multi30k.py --direction en-de          # configs/multi30k_en_de.yaml
-    python benchmarks/multi30k.py --direction de-en --max-hours 2
+    python benchmarks/multi30k.py --direction de-en          # resumes a run that was interrupted
 
 Steps, each logged with its wall time:
 
