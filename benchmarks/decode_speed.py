@@ -73,6 +73,7 @@ from transformers import GenerationConfig
 from common import command, machine, peak_rss_mib, versions
 from hf_marian import check_positions, to_marian
 
+from aiayn.data.corpus import read_parallel
 from aiayn.decode.search import DecodeOptions, generate
 from aiayn.decode.step import max_output_lengths
 from aiayn.decode.translator import Translator
@@ -159,11 +160,9 @@ def languages(args: argparse.Namespace, config: dict) -> tuple[str, str]:
 
 
 def read_split(data: Path, split: str, src: str, tgt: str, limit: int) -> tuple[list[str], list[str]]:
-    def read(lang: str) -> list[str]:
-        text = (data / f"{split}.{lang}").read_text(encoding="utf-8").splitlines()
-        return [line.strip() for line in (text[:limit] if limit > 0 else text)]
-
-    return read(src), read(tgt)
+    pairs, _ = read_parallel(data, split, src, tgt)  # stripped lines, checked UTF-8 and line counts
+    pairs = pairs[:limit] if limit > 0 else pairs
+    return [s for s, _ in pairs], [t for _, t in pairs]
 
 
 # ----------------------------------------------------------------------------- systems

@@ -99,13 +99,14 @@ def train(config: Path, out: Path, args: argparse.Namespace) -> dict:
 
 
 def decode_and_score(checkpoint: Path, data: Path, split: str, src: str, tgt: str, args) -> dict:
+    from aiayn.data.corpus import read_parallel
     from aiayn.decode.translator import Translator
     from aiayn.evaluate import sacrebleu_scores, tokenized_bleu
     from aiayn.train.checkpoint import load_translation_model
 
     model, tokenizer = load_translation_model(checkpoint)[:2]
-    sources = read(data / f"{split}.{src}")
-    references = read(data / f"{split}.{tgt}")
+    pairs, _ = read_parallel(data, split, src, tgt)
+    sources, references = [s for s, _ in pairs], [t for _, t in pairs]
     translator = Translator(model, tokenizer, beam=args.beam, alpha=args.alpha)
     started = time.perf_counter()
     with torch.inference_mode():
@@ -118,10 +119,6 @@ def decode_and_score(checkpoint: Path, data: Path, split: str, src: str, tgt: st
     log(f"{checkpoint.name} {split}: BLEU {scores['bleu']:.2f} (tokenized lowercased "
         f"{scores['tokenized_lowercased_bleu']:.2f}) chrF {scores['chrf']:.2f} in {seconds:.0f} s")
     return scores
-
-
-def read(path: Path) -> list[str]:
-    return [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
 
 
 def log(message: str) -> None:
