@@ -84,7 +84,7 @@ class Trainer:
         self.optimizer = self._build_optimizer()
         self.sampler = self._sampler()
         self.validated_at = -1
-        self._clock = time.perf_counter()  # state.hours counts from here (see _out_of_time)
+        self._clock = time.perf_counter()  # state.hours counts from here (reset when the loop starts; _tick)
         self._tensorboard = None  # a SummaryWriter once the first record is written, if installed
         if resumed is not None:
             self._resume(resumed)
