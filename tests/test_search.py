@@ -147,6 +147,25 @@ def test_sentences_do_not_interact_in_a_batch() -> None:
     assert tokens_and_scores(together) == tokens_and_scores(alone)
 
 
+class CountingStep(FakeStep):
+    """A :class:`FakeStep` that records the number of rows of each call."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.rows_per_call: list[int] = []
+
+    def __call__(self, prefix: torch.Tensor) -> torch.Tensor:
+        self.rows_per_call.append(prefix.shape[0])
+        return super().__call__(prefix)
+
+
+def test_beam_first_step_runs_once_per_sentence() -> None:
+    """All beams start as BOS: the first step scores one row per sentence, later steps K rows each."""
+    step = CountingStep([TABLE_0, TABLE_1, {}], NEVER_ENDS)
+    beam_search(step, [5, 5, 3], beam=3, alpha=0.0)
+    assert step.rows_per_call[0] == 3 and step.rows_per_call[1] == 9
+
+
 def test_stable_topk_breaks_ties_by_lower_index() -> None:
     x = torch.tensor([[1.0, 3.0, 3.0, 2.0, 3.0], [0.0, -1.0, 5.0, 4.0, 4.0]])
     values, index = stable_topk(x, 2)

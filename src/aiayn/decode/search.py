@@ -49,7 +49,7 @@ NEG_INF = float("-inf")
 class StepFunction(Protocol):
     vocab_size: int
 
-    def __call__(self, prefix: Tensor) -> Tensor: ...  # (N, t) -> (N, V) fp32 log-probs
+    def __call__(self, prefix: Tensor) -> Tensor: ...  # (N, t) -> (N, V) fp32 log-probs, a new tensor
 
     def reorder(self, new_order: Tensor) -> None: ...
 
@@ -85,28 +85,34 @@ def stable_topk(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
     """Top ``k`` of each row of ``x`` ``(N, M)``, descending; equal values: lower index first.
 
     ``torch.topk`` leaves the order of ties unspecified; this makes it deterministic. It costs one
-    ``topk`` plus a sort of ``k`` elements per row, and a full stable sort of only the rows that have
-    ties at the k-th value.
+    ``topk`` of ``k + 1`` plus a sort of ``k`` elements per row, and a full stable sort of only the
+    rows with a tie across the cut (their k-th and (k+1)-th largest values are equal).
     """
-    top = x.topk(k, dim=-1)
-    index = top.indices.sort(dim=-1).values  # (N, k), ascending index
+    top = x.topk(min(k + 1, x.size(-1)), dim=-1)
+    index = top.indices[:, :k].sort(dim=-1).values  # (N, k), ascending index
     values, perm = x.gather(-1, index).sort(dim=-1, descending=True, stable=True)
     index = index.gather(-1, perm)
-    tied = ((x >= top.values[:, -1:]).sum(dim=-1) > k).nonzero()[:, 0]  # rows with ties across the cut
-    if tied.numel():
-        tied_values, tied_index = x[tied].sort(dim=-1, descending=True, stable=True)
-        values[tied], index[tied] = tied_values[:, :k], tied_index[:, :k]
+    if top.values.size(-1) > k:
+        tied = (top.values[:, k - 1] == top.values[:, k]).nonzero()[:, 0]  # rows with ties across the cut
+        if tied.numel():
+            tied_values, tied_index = x[tied].sort(dim=-1, descending=True, stable=True)
+            values[tied], index[tied] = tied_values[:, :k], tied_index[:, :k]
     return values, index
 
 
 def _restrict(log_probs: Tensor, forced_eos: Tensor, ids: SpecialIds) -> Tensor:
-    """Never PAD or BOS; rows where ``forced_eos`` ``(N,)`` is True may only end (EOS)."""
-    out = log_probs.clone()  # (N, V)
-    out[:, [ids.pad, ids.bos]] = NEG_INF
-    eos = out[:, ids.eos].clone()
-    out[forced_eos] = NEG_INF
-    out[:, ids.eos] = eos
-    return out
+    """In place: never PAD or BOS; rows where ``forced_eos`` ``(N,)`` is True may only end (EOS).
+
+    The searches own the step function's output (a new tensor each call), so no copy is made; the
+    entries changed are never chosen, so the log-probability of a chosen token is unchanged.
+    """
+    log_probs[:, [ids.pad, ids.bos]] = NEG_INF  # (N, V)
+    rows = forced_eos.nonzero()[:, 0]
+    if rows.numel():
+        eos = log_probs[rows, ids.eos]
+        log_probs[rows] = NEG_INF
+        log_probs[rows, ids.eos] = eos
+    return log_probs
 
 
 def _check_lengths(batch_size: int, max_lens: list[int]) -> None:
@@ -178,9 +184,9 @@ def _single_path(step: StepFunction, max_lens: list[int], alpha: float, ids: Spe
     t = 0
     while active:
         forced = torch.tensor([t >= max_lens[i] for i in active], device=device)  # (n,)
-        raw = step(prefix)  # (n, V)
-        token = choose(_restrict(raw, forced, ids))  # (n,)
-        log_prob = log_prob + raw.gather(-1, token[:, None])[:, 0].double()
+        log_probs = _restrict(step(prefix), forced, ids)  # (n, V)
+        token = choose(log_probs)  # (n,)
+        log_prob = log_prob + log_probs.gather(-1, token[:, None])[:, 0].double()
         done = (token == ids.eos).tolist()
         for row, i in enumerate(active):
             if done[row]:
@@ -228,18 +234,25 @@ class _Beams:
         self.cum = torch.full((n, beam), NEG_INF, dtype=torch.float64, device=device)  # (n, K)
         self.cum[:, 0] = 0.0  # one live hypothesis (BOS) at the start
         self.t = 0  # tokens generated so far (BOS not counted)
-        step.reorder(torch.arange(n, device=device).repeat_interleave(beam))
+        # The step keeps one row per sentence until the first step is scored: all K beams start
+        # as the same BOS, so the first step runs once per sentence, not K times.
+        self.expanded = False
 
     def advance(self) -> None:
         """One step: expand, finish EOS candidates, choose the next beams, drop finished sentences."""
         K, device = self.beam, self.prefix.device
         forced = torch.tensor([self.t >= self.max_lens[s] for s in self.active], device=device)  # (n,)
-        log_probs = _restrict(self.step(self.prefix), forced.repeat_interleave(K), self.ids)  # (n*K, V)
+        if self.expanded:
+            log_probs = _restrict(self.step(self.prefix), forced.repeat_interleave(K), self.ids)  # (n*K, V)
+        else:
+            log_probs = _restrict(self.step(self.prefix[::K]), forced, self.ids)  # (n, V), one row per sentence
         # A sentence's best 2K candidates are among the best 2K tokens of each of its K rows (ties
         # included: both selections prefer the lower beam, then the lower token id), so only those
         # K * 2K candidates per sentence are scored, not K * V.
         per_row = min(2 * K, log_probs.size(-1)) if self.shortlist else log_probs.size(-1)
         row_scores, row_tokens = stable_topk(log_probs, per_row)  # (n*K, per_row)
+        if not self.expanded:  # beams 1..K-1 are copies of beam 0 with log-prob -inf
+            row_scores, row_tokens = row_scores.repeat_interleave(K, 0), row_tokens.repeat_interleave(K, 0)
         cand = (self.cum.reshape(-1, 1) + row_scores.double()).reshape(len(self.active), K * per_row)
         scores, flat = stable_topk(cand, 2 * K)  # (n, 2K)
         origin = flat // per_row  # beam index of each candidate
@@ -252,10 +265,13 @@ class _Beams:
 
     def _finish(self, scores: Tensor, origin: Tensor, is_eos: Tensor) -> None:
         """EOS among the first ``beam`` candidates ends a hypothesis; the best ``beam`` are kept."""
-        for row, s in enumerate(self.active):
-            for c in is_eos[row, : self.beam].nonzero()[:, 0].tolist():
-                tokens = self.prefix[row * self.beam + int(origin[row, c]), 1:].tolist()
-                self._keep(self.finished[s], _hypothesis(tokens, float(scores[row, c]), self.alpha))
+        hits = is_eos[:, : self.beam].nonzero()  # (hits, 2): (row, candidate), row-major order
+        if not hits.numel():
+            return
+        rows, cands = hits[:, 0], hits[:, 1]
+        prefixes = self.prefix[rows * self.beam + origin[rows, cands], 1:].tolist()
+        for row, tokens, score in zip(rows.tolist(), prefixes, scores[rows, cands].tolist()):
+            self._keep(self.finished[self.active[row]], _hypothesis(tokens, score, self.alpha))
 
     def _keep(self, finished: list[Hypothesis], hypothesis: Hypothesis) -> None:
         if len(finished) == self.beam:
@@ -265,25 +281,27 @@ class _Beams:
             finished.remove(worst)
         finished.append(hypothesis)
 
-    def _settled(self, sentence: int, live_cum: Tensor) -> bool:
-        """``beam`` finished, and the best live hypothesis cannot beat the worst of them."""
+    def _settled(self, sentence: int, best_live: float) -> bool:
+        """``beam`` finished, and the best live hypothesis (log-prob ``best_live``) cannot beat the worst of them."""
         finished = self.finished[sentence]
         if len(finished) < self.beam:
             return False
-        bound = float(live_cum.max()) / length_penalty(self.t + 2, self.alpha)  # if it ended next step
+        bound = best_live / length_penalty(self.t + 2, self.alpha)  # if it ended next step
         return bound <= min(h.score for h in finished)
 
     def _select(self, origin: Tensor, token: Tensor, cum: Tensor, forced: Tensor) -> None:
         """Keep the unfinished sentences; their rows become the chosen (origin, token) pairs."""
         K = self.beam
-        done = [bool(forced[r]) or self._settled(s, cum[r]) for r, s in enumerate(self.active)]
+        best_live = cum.max(dim=-1).values.tolist()  # (n,) one transfer, not one per sentence
+        done = [f or self._settled(s, b) for s, f, b in zip(self.active, forced.tolist(), best_live)]
         keep = torch.tensor([r for r, d in enumerate(done) if not d], dtype=torch.long, device=origin.device)
         rows = (keep[:, None] * K + origin[keep]).reshape(-1)  # (n'*K,) rows of the old prefix
         self.prefix = torch.cat([self.prefix[rows], token[keep].reshape(-1, 1)], dim=1)  # (n'*K, t+1)
         self.cum, self.t = cum[keep], self.t + 1
         self.active = [s for s, d in zip(self.active, done) if not d]
         if self.active:
-            self.step.reorder(rows)
+            self.step.reorder(rows if self.expanded else rows // K)  # unexpanded: row s*K+b is row s
+        self.expanded = True
 
 
 # --- options and the model entry point -----------------------------------------------------------

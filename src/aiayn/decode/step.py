@@ -4,7 +4,8 @@ The searches in :mod:`aiayn.decode.search` never touch the model directly; they 
 function*: an object with
 
 * ``__call__(prefix)``: ``prefix`` ``(N, t)`` target ids (BOS first) -> log-probabilities
-  ``(N, V)`` (fp32) of the next token for each of the N rows;
+  ``(N, V)`` (fp32) of the next token for each of the N rows, in a new tensor each call (the
+  searches write into it: PAD, BOS and forced endings);
 * ``reorder(new_order)``: row i of the state becomes old row ``new_order[i]`` (beam search
   calls it after each step; ``new_order`` may repeat rows or select fewer rows);
 * ``vocab_size`` and (optionally) ``device``, where the searches put their tensors.
