@@ -53,42 +53,20 @@ class KVCache:
     """Keys and values of one attention module, kept across decoding steps.
 
     ``static=True`` (cross-attention): keys/values of the encoder memory, computed once per source.
-    ``static=False`` (decoder self-attention): grows by the new positions at each step. They are
-    written into preallocated buffers ``(B, H, capacity, d_k)`` whose capacity doubles when full,
-    so a step copies only its own positions (not the whole cache, as ``torch.cat`` would), and
-    attention reads a view of the first ``length`` positions.
+    ``static=False`` (decoder self-attention): grows by one position per step.
     """
-
-    MIN_CAPACITY = 8
 
     def __init__(self, static: bool) -> None:
         self.static = static
-        self.k: Tensor | None = None  # static: (B, H, S, d_k); incremental: the buffer (B, H, capacity, d_k)
+        self.k: Tensor | None = None  # (B, H, T, d_k)
         self.v: Tensor | None = None
-        self.length = 0  # incremental: positions filled
 
     def update(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Store (static) or append (incremental) new keys/values; return all of them."""
-        if self.static:
-            self.k, self.v = k, v
-            return k, v
-        end = self.length + k.size(2)
-        if self.k is None or end > self.k.size(2) or self.k.dtype != k.dtype:
-            self._grow(end, k)
-        self.k[:, :, self.length:end] = k
-        self.v[:, :, self.length:end] = v
-        self.length = end
-        return self.k[:, :, :end], self.v[:, :, :end]
-
-    def _grow(self, needed: int, like: Tensor) -> None:
-        """New buffers of at least ``needed`` positions (twice the old capacity), the filled part copied."""
-        old = 0 if self.k is None else self.k.size(2)
-        shape = (like.size(0), like.size(1), max(needed, 2 * old, self.MIN_CAPACITY), like.size(3))
-        k, v = like.new_empty(shape), like.new_empty(shape)
-        if self.length:
-            k[:, :, : self.length] = self.k[:, :, : self.length]
-            v[:, :, : self.length] = self.v[:, :, : self.length]
+        if self.k is not None and not self.static:
+            k, v = torch.cat([self.k, k], dim=2), torch.cat([self.v, v], dim=2)
         self.k, self.v = k, v
+        return k, v
 
     @property
     def filled(self) -> bool:
