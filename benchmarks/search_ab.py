@@ -1,0 +1,84 @@
+"""Before/after for decoding changes: this tree's search and cache against a git revision's, in one process.
+
+The revision's ``aiayn/decode/search.py`` is loaded as a separate module and its ``KVCache.update``
+/ ``reorder`` are swapped in for its turns; model, tokenizer and sentences are shared. Rounds are
+interleaved and timed in process CPU time (less sensitive to other work on a shared machine than
+wall time). Prints the per-round times, the median ratio, and whether the outputs are identical.
+
+    python benchmarks/search_ab.py --rev a18eaf8 --beam 4 --sentences 300 --threads 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+import aiayn.decode.search as current_search
+import aiayn.decode.translator as translator_module
+import aiayn.model.attention as attention
+from aiayn.decode.translator import Translator
+from aiayn.train.checkpoint import load_translation_model
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def module_at(rev: str, path: str, name: str, workdir: Path):
+    """The file ``src/<path>`` at git revision ``rev``, imported as module ``name``."""
+    source = subprocess.run(["git", "show", f"{rev}:src/{path}"], cwd=ROOT, check=True, capture_output=True,
+                            text=True).stdout
+    file = workdir / f"{name}.py"
+    file.write_text(source)
+    spec = importlib.util.spec_from_file_location(name, file)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rev", required=True, help="git revision to compare against")
+    parser.add_argument("--checkpoint", default=str(ROOT / "runs" / "multi30k_en_de" / "averaged"))
+    parser.add_argument("--source", default=str(ROOT.parent / "shared" / "data" / "multi30k" / "test2016.en"))
+    parser.add_argument("--beam", type=int, default=4)
+    parser.add_argument("--sentences", type=int, default=300)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    model, tokenizer, _ = load_translation_model(args.checkpoint)
+    lines = Path(args.source).read_text(encoding="utf-8").splitlines()[: args.sentences]
+    with tempfile.TemporaryDirectory() as tmp:
+        old_search = module_at(args.rev, "aiayn/decode/search.py", "old_search", Path(tmp))
+        old_attention = module_at(args.rev, "aiayn/model/attention.py", "old_attention", Path(tmp))
+    cache_methods = {"update": attention.KVCache.update, "reorder": attention.KVCache.reorder}
+    variants = {args.rev: (old_search.generate, {"update": old_attention.KVCache.update,
+                                                 "reorder": old_attention.KVCache.reorder}),
+                "this tree": (current_search.generate, cache_methods)}
+    translator = Translator(model, tokenizer, beam=args.beam)
+    outputs, seconds = {}, {name: [] for name in variants}
+    for _ in range(args.rounds):
+        for name, (generate, methods) in variants.items():
+            translator_module.generate = generate
+            for method, fn in methods.items():
+                setattr(attention.KVCache, method, fn)
+            start = time.process_time()
+            outputs[name] = translator.translate(lines)
+            seconds[name].append(time.process_time() - start)
+    old, new = (statistics.median(seconds[name]) for name in variants)
+    for name, times in seconds.items():
+        print(f"{name:>10}: " + " ".join(f"{t:.2f}" for t in times) + f" s CPU (median {statistics.median(times):.2f})")
+    print(f"beam {args.beam}, {len(lines)} sentences, {args.threads} thread(s): {old / new:.2f}x; "
+          f"outputs identical: {outputs[args.rev] == outputs['this tree']}")
+
+
+if __name__ == "__main__":
+    main()
