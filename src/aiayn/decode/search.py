@@ -234,24 +234,21 @@ class _Beams:
         self.cum = torch.full((n, beam), NEG_INF, dtype=torch.float64, device=device)  # (n, K)
         self.cum[:, 0] = 0.0  # one live hypothesis (BOS) at the start
         self.t = 0  # tokens generated so far (BOS not counted)
-        # The step keeps one row per sentence until the first step is scored: all K beams start
-        # as the same BOS, so the first step runs once per sentence, not K times.
-        self.expanded = False
+        # The step holds one row per sentence until the first step is scored (t = 0): all K beams
+        # start as the same BOS, so the first step runs once per sentence, not K times.
 
     def advance(self) -> None:
         """One step: expand, finish EOS candidates, choose the next beams, drop finished sentences."""
         K, device = self.beam, self.prefix.device
         forced = torch.tensor([self.t >= self.max_lens[s] for s in self.active], device=device)  # (n,)
-        if self.expanded:
-            log_probs = _restrict(self.step(self.prefix), forced.repeat_interleave(K), self.ids)  # (n*K, V)
-        else:
-            log_probs = _restrict(self.step(self.prefix[::K]), forced, self.ids)  # (n, V), one row per sentence
+        rows = 1 if self.t == 0 else K  # step rows per sentence
+        log_probs = _restrict(self.step(self.prefix[:: K // rows]), forced.repeat_interleave(rows), self.ids)
         # A sentence's best 2K candidates are among the best 2K tokens of each of its K rows (ties
         # included: both selections prefer the lower beam, then the lower token id), so only those
         # K * 2K candidates per sentence are scored, not K * V.
         per_row = min(2 * K, log_probs.size(-1)) if self.shortlist else log_probs.size(-1)
-        row_scores, row_tokens = stable_topk(log_probs, per_row)  # (n*K, per_row)
-        if not self.expanded:  # beams 1..K-1 are copies of beam 0 with log-prob -inf
+        row_scores, row_tokens = stable_topk(log_probs, per_row)  # (n*rows, per_row)
+        if rows == 1:  # beams 1..K-1 are copies of beam 0 with log-prob -inf
             row_scores, row_tokens = row_scores.repeat_interleave(K, 0), row_tokens.repeat_interleave(K, 0)
         cand = (self.cum.reshape(-1, 1) + row_scores.double()).reshape(len(self.active), K * per_row)
         scores, flat = stable_topk(cand, 2 * K)  # (n, 2K)
@@ -291,7 +288,7 @@ class _Beams:
 
     def _select(self, origin: Tensor, token: Tensor, cum: Tensor, forced: Tensor) -> None:
         """Keep the unfinished sentences; their rows become the chosen (origin, token) pairs."""
-        K = self.beam
+        K, first = self.beam, self.t == 0
         best_live = cum.max(dim=-1).values.tolist()  # (n,) one transfer, not one per sentence
         done = [f or self._settled(s, b) for s, f, b in zip(self.active, forced.tolist(), best_live)]
         keep = torch.tensor([r for r, d in enumerate(done) if not d], dtype=torch.long, device=origin.device)
@@ -300,8 +297,7 @@ class _Beams:
         self.cum, self.t = cum[keep], self.t + 1
         self.active = [s for s, d in zip(self.active, done) if not d]
         if self.active:
-            self.step.reorder(rows if self.expanded else rows // K)  # unexpanded: row s*K+b is row s
-        self.expanded = True
+            self.step.reorder(rows // K if first else rows)  # after the first step: row s*K+b was row s
 
 
 # --- options and the model entry point -----------------------------------------------------------
