@@ -1,7 +1,8 @@
 """Before/after for decoding changes: this tree's search and cache against a git revision's, in one process.
 
-The revision's ``aiayn/decode/search.py`` is loaded as a separate module and its ``KVCache.update``
-/ ``reorder`` are swapped in for its turns; model, tokenizer and sentences are shared. Rounds are
+The revision's ``aiayn/decode/search.py`` and ``aiayn/model/attention.py`` are loaded as separate
+modules; for its turns, its ``generate`` and its ``KVCache`` class (the one the decoder cache builds)
+are swapped in. Model, tokenizer and sentences are shared. Rounds are
 interleaved and timed in process CPU time (less sensitive to other work on a shared machine than
 wall time). Prints the per-round times, the median ratio, and whether the outputs are identical.
 
@@ -24,6 +25,7 @@ import torch
 import aiayn.decode.search as current_search
 import aiayn.decode.translator as translator_module
 import aiayn.model.attention as attention
+import aiayn.model.transformer as transformer
 from aiayn.decode.translator import Translator
 from aiayn.train.checkpoint import load_translation_model
 
@@ -59,17 +61,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         old_search = module_at(args.rev, "aiayn/decode/search.py", "old_search", Path(tmp))
         old_attention = module_at(args.rev, "aiayn/model/attention.py", "old_attention", Path(tmp))
-    cache_methods = {"update": attention.KVCache.update, "reorder": attention.KVCache.reorder}
-    variants = {args.rev: (old_search.generate, {"update": old_attention.KVCache.update,
-                                                 "reorder": old_attention.KVCache.reorder}),
-                "this tree": (current_search.generate, cache_methods)}
+    variants = {args.rev: (old_search.generate, old_attention.KVCache),
+                "this tree": (current_search.generate, attention.KVCache)}
     translator = Translator(model, tokenizer, beam=args.beam)
     outputs, seconds = {}, {name: [] for name in variants}
     for _ in range(args.rounds):
-        for name, (generate, methods) in variants.items():
-            translator_module.generate = generate
-            for method, fn in methods.items():
-                setattr(attention.KVCache, method, fn)
+        for name, (generate, cache_class) in variants.items():
+            translator_module.generate, transformer.KVCache = generate, cache_class
             start = time.process_time()
             outputs[name] = translator.translate(lines)
             seconds[name].append(time.process_time() - start)
