@@ -23,7 +23,7 @@ from aiayn.errors import UserError
 from aiayn.train.checkpoint import MODEL_FILE, list_checkpoints, load_checkpoint
 from aiayn.train.config import load_run_config, run_config_from_dict
 from aiayn.train.loss import label_smoothed_nll
-from aiayn.train.schedule import inverse_sqrt_lr, noam_lr
+from aiayn.train.schedule import cooldown_factor, inverse_sqrt_lr, noam_lr
 from aiayn.train.trainer import Trainer
 
 TINY_MODEL = {"d_model": 32, "n_heads": 4, "n_encoder_layers": 1, "n_decoder_layers": 1, "d_ff": 64,
@@ -66,6 +66,22 @@ def test_inverse_sqrt_schedule() -> None:
     assert inverse_sqrt_lr(2000, 5e-4, 4000) == pytest.approx(2.5e-4)
     assert inverse_sqrt_lr(4000, 5e-4, 4000) == pytest.approx(5e-4)
     assert inverse_sqrt_lr(16000, 5e-4, 4000) == pytest.approx(2.5e-4)
+
+
+def test_cooldown_factor() -> None:
+    assert [cooldown_factor(p, 0.25) for p in (0.0, 0.75, 0.875, 1.0, 1.2)] == [1.0, 1.0, 0.5, 0.0, 0.0]
+    assert cooldown_factor(0.99, 0.0) == 1.0  # off
+
+
+def test_cooldown_takes_the_lr_to_zero_at_the_last_step(task_dir: Path, tmp_path: Path) -> None:
+    values = run_config(task_dir, optim={"lr_schedule": "inverse_sqrt", "peak_lr": 1e-3, "warmup": 4, "cooldown": 0.5},
+                        train={"max_steps": 12, "valid_every": 0, "save_every": 0})
+    Trainer(run_config_from_dict(values), tmp_path / "run", log=lambda _: None, progress=False).train()
+    records = [json.loads(l) for l in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    lr = {r["step"]: r["lr"] for r in records if r["split"] == "train"}
+    assert lr[6] == pytest.approx(inverse_sqrt_lr(6, 1e-3, 4))  # the cool-down starts after step 6 of 12
+    assert lr[9] == pytest.approx(inverse_sqrt_lr(9, 1e-3, 4) * 0.5)
+    assert lr[12] == 0.0
 
 
 def test_label_smoothing_hand_computed() -> None:
@@ -132,6 +148,13 @@ def test_unknown_keys_and_bad_values_name_the_field(task_dir: Path, tmp_path: Pa
         load_run_config(None, ["train.max_steps=many"])
     with pytest.raises(UserError, match="config file not found"):
         load_run_config(tmp_path / "missing.yaml")
+
+
+def test_cooldown_needs_a_budget_and_is_a_fraction(task_dir: Path) -> None:
+    with pytest.raises(UserError, match=r"optim\.cooldown is a fraction of the run, from 0 to 1; got 1\.5"):
+        run_config_from_dict(run_config(task_dir, optim={"cooldown": 1.5}))
+    with pytest.raises(UserError, match=r"optim\.cooldown needs train\.max_steps or train\.max_hours"):
+        run_config_from_dict(run_config(task_dir, optim={"cooldown": 0.2}, train={"max_steps": 0, "max_epochs": 3}))
 
 
 def test_cli_bad_config_is_one_line_and_exit_2(tmp_path: Path, capsys) -> None:

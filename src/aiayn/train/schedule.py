@@ -21,6 +21,18 @@ def inverse_sqrt_lr(step: int, peak_lr: float, warmup: int = 4000) -> float:
     return peak_lr * min(step / warmup, math.sqrt(warmup / step))
 
 
+def cooldown_factor(progress: float, cooldown: float) -> float:
+    """Multiplier for a linear decay to 0 over the last ``cooldown`` fraction of the training budget.
+
+    ``progress`` is the fraction of the budget spent (0 to 1). Before the cool-down the factor is 1;
+    then it falls linearly and reaches 0 when the budget ends (the tail of a warm-up/stable/decay
+    schedule). ``cooldown`` 0 turns it off.
+    """
+    if cooldown <= 0:
+        return 1.0
+    return min(1.0, max(0.0, (1.0 - progress) / cooldown))
+
+
 def learning_rate(step: int, schedule: str, d_model: int, warmup: int, factor: float, peak_lr: float) -> float:
     """The learning rate of ``schedule`` ("noam" or "inverse_sqrt") at ``step``."""
     if schedule == "noam":

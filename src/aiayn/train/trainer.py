@@ -41,7 +41,7 @@ from aiayn.train.checkpoint import (
 )
 from aiayn.train.config import RunConfig, run_config_from_dict
 from aiayn.train.loss import Seq2SeqObjective
-from aiayn.train.schedule import learning_rate
+from aiayn.train.schedule import cooldown_factor, learning_rate
 
 METRICS_FILE, RUN_CONFIG_FILE = "metrics.jsonl", "run.yaml"
 
@@ -88,6 +88,7 @@ class Trainer:
         self._tensorboard = None  # a SummaryWriter once the first record is written, if installed
         if resumed is not None:
             self._resume(resumed)
+        self._hours = self.state.hours  # as rank 0 counts them (what the lr cool-down follows)
 
     # --- set-up ---------------------------------------------------------------------------------------
     def _merge_resumed_config(self, config: RunConfig, resumed: Checkpoint | None) -> RunConfig:
@@ -236,7 +237,17 @@ class Trainer:
         """train.max_hours spent (rank 0's clock decides, so every rank stops at the same step)."""
         self._tick()
         hours = self.config.train.max_hours
-        return bool(hours) and dist.broadcast_float(self.state.hours) >= hours
+        if hours:
+            self._hours = dist.broadcast_float(self.state.hours)
+        return bool(hours) and self._hours >= hours
+
+    def _progress(self) -> float:
+        """The fraction of the budget spent: the larger of steps/max_steps and hours/max_hours."""
+        cfg = self.config.train
+        spent = [self.state.step / cfg.max_steps] if cfg.max_steps else []
+        if cfg.max_hours:
+            spent.append(self._hours / cfg.max_hours)
+        return max(spent, default=0.0)
 
     def _optimizer_steps(self) -> Iterator[list[Batch]]:
         """Groups of ``accum_steps`` batches for one optimizer step, to the end of the epoch."""
@@ -281,8 +292,9 @@ class Trainer:
 
     def _lr(self) -> float:
         optim = self.config.optim
-        return learning_rate(self.state.step, optim.lr_schedule, self.model.config.d_model, optim.warmup,
-                             optim.lr_factor, optim.peak_lr)
+        lr = learning_rate(self.state.step, optim.lr_schedule, self.model.config.d_model, optim.warmup,
+                           optim.lr_factor, optim.peak_lr)
+        return lr * cooldown_factor(self._progress(), optim.cooldown)
 
     def _autocast(self):
         return autocast(self.device, self.precision)
