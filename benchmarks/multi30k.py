@@ -29,6 +29,7 @@ from pathlib import Path
 
 import sacrebleu
 import torch
+import yaml
 
 from common import command, machine, peak_rss_mib, versions
 
@@ -45,6 +46,7 @@ def main() -> None:
     training = train(config, out, args)
     from aiayn.train.average import average_checkpoints, last_checkpoints
     from aiayn.train.checkpoint import load_checkpoint
+    from aiayn.train.trainer import METRICS_FILE, RUN_CONFIG_FILE
 
     averaged = out / "averaged"
     inputs = last_checkpoints(out, args.average)
@@ -60,7 +62,9 @@ def main() -> None:
         "benchmark": "multi30k", "direction": f"{src}-{tgt}",
         "command": command(), "config": str(config.relative_to(ROOT)),
         "versions": versions(sacrebleu=sacrebleu.__version__), "machine": machine(),
+        "run_config": yaml.safe_load((out / RUN_CONFIG_FILE).read_text()),  # the config as trained, overrides applied
         "training": {**training, "steps": state["step"], "hours": state["hours"]},
+        "validation_curve": validation_curve(out / METRICS_FILE),
         "averaged_checkpoints": [p.name for p in inputs],
         "decoding": {"beam": args.beam, "alpha": args.alpha},
         "val": val, "test2016": test,
@@ -119,6 +123,12 @@ def decode_and_score(checkpoint: Path, data: Path, split: str, src: str, tgt: st
     log(f"{checkpoint.name} {split}: BLEU {scores['bleu']:.2f} (tokenized lowercased "
         f"{scores['tokenized_lowercased_bleu']:.2f}) chrF {scores['chrf']:.2f} in {seconds:.0f} s")
     return scores
+
+
+def validation_curve(metrics: Path) -> list[dict]:
+    """The run's validations (step, loss, greedy BLEU, chrF) from its metrics.jsonl."""
+    records = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
+    return [{k: r[k] for k in ("step", "loss", "bleu", "chrf") if k in r} for r in records if r["split"] == "valid"]
 
 
 def log(message: str) -> None:
