@@ -12,7 +12,7 @@ import torch
 from aiayn.forecast.baselines import DLinear, RepeatLast, SeasonalNaive
 from aiayn.forecast.data import Scaler, n_windows, prepare, read_series, split_borders, split_range
 from aiayn.forecast.model import ForecastConfig, Forecaster, InstanceNorm
-from aiayn.forecast.train import TrainConfig, evaluate, fit, loss_on_batch
+from aiayn.forecast.train import TrainConfig, WeightAverage, evaluate, fit, loss_on_batch
 
 
 
@@ -169,6 +169,30 @@ def test_evaluate_and_fit_with_early_stopping(etth1: Path) -> None:
     assert state.epoch == 2 and state.best_val == min(h["val_mse"] for h in state.history)
     assert evaluate(model, val, data.outputs)["mse"] == pytest.approx(state.best_val)
     assert evaluate(RepeatLast(24, [0]), val, [0])["mse"] > state.best_val
+
+
+def test_weight_average_is_an_exponential_moving_average() -> None:
+    model = torch.nn.Linear(2, 1)
+    start = model.weight.detach().clone()
+    average = WeightAverage(model, decay=0.75)
+    with torch.no_grad():
+        model.weight.add_(4.0)
+    average.update()  # 0.75 * start + 0.25 * (start + 4)
+    torch.testing.assert_close(average.average["weight"], start + 1.0)
+    with average.swapped_in():
+        torch.testing.assert_close(model.weight, start + 1.0)
+    torch.testing.assert_close(model.weight, start + 4.0)  # the trained weights come back
+
+
+def test_fit_with_ema_keeps_the_validated_average(etth1: Path) -> None:
+    data = prepare(etth1, "S", "OT", 48, 24)
+    train, val = data.windows("train", 48, 24), data.windows("val", 48, 24)
+    model = DLinear(48, 24, data.outputs)
+    cfg = TrainConfig(batch_size=256, lr=1e-2, max_epochs=2, max_steps_per_epoch=5, ema=0.9)
+    state = fit(model, train, val, data.outputs, cfg, progress=False)
+    assert evaluate(model, val, data.outputs)["mse"] == pytest.approx(state.best_val)
+    with pytest.raises(ValueError, match="ema: must be in"):
+        TrainConfig(ema=1.0)
 
 
 def test_scaler_round_trip() -> None:

@@ -128,12 +128,18 @@ def test_train_evaluate_predict_plot_and_resume(tmp_path, small_csv, config, cap
     assert state["epoch"] == 2 and len(state["history"]) == 2
 
 
-def test_resume_is_exact(tmp_path, small_csv, config) -> None:
-    """Two epochs in one go = one epoch, then resume for the second (same weights)."""
+@pytest.mark.parametrize("ema", [0.0, 0.5])
+def test_resume_is_exact(tmp_path, small_csv, config, ema) -> None:
+    """Two epochs in one go = one epoch, then resume for the second (same weights, same average)."""
     from safetensors.torch import load_file
 
+    config.write_text(config.read_text().replace("seed: 0}", f"seed: 0, ema: {ema}}}"))
     assert _train(config, small_csv, tmp_path / "a", "--max-epochs", "2") == 0
     assert _train(config, small_csv, tmp_path / "b", "--max-epochs", "1") == 0
     assert _train(config, small_csv, tmp_path / "b", "--max-epochs", "2") == 0
-    wa, wb = load_file(str(tmp_path / "a" / "last" / "model.safetensors")), load_file(str(tmp_path / "b" / "last" / "model.safetensors"))
-    assert wa.keys() == wb.keys() and all((wa[k] == wb[k]).all() for k in wa)
+    for kind in ("last", "best"):
+        wa, wb = (load_file(str(tmp_path / run / kind / "model.safetensors")) for run in ("a", "b"))
+        assert wa.keys() == wb.keys() and all((wa[k] == wb[k]).all() for k in wa)
+    if ema:  # best/ holds the average, which differs from the trained weights
+        best, last = (load_file(str(tmp_path / "a" / kind / "model.safetensors")) for kind in ("best", "last"))
+        assert any(not torch.equal(best[k], last[k]) for k in best)

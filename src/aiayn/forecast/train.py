@@ -43,6 +43,7 @@ class TrainConfig:
     bf16: bool = False  # bf16 autocast for the forward pass on CPU; the loss stays fp32
     max_steps_per_epoch: int = 0  # 0 = every training window once per epoch
     grad_clip: float = 0.0  # 0 = no clipping
+    ema: float = 0.0  # validate (and keep as best) an exponential moving average of the weights, this decay per step; 0 = off
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "max_epochs"):
@@ -50,6 +51,8 @@ class TrainConfig:
                 raise ValueError(f"{name}: must be an integer >= 1")
         if not self.lr > 0:
             raise ValueError("lr: must be positive")
+        if not 0 <= self.ema < 1:
+            raise ValueError("ema: must be in [0, 1)")
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> "TrainConfig":
@@ -91,6 +94,31 @@ def evaluate(model: nn.Module, windows: Windows, outputs: list[int], batch_size:
     return running.result()
 
 
+class WeightAverage:
+    """An exponential moving average of a model's floating-point weights: avg <- d·avg + (1-d)·w per step."""
+
+    def __init__(self, model: nn.Module, decay: float, average: dict[str, Tensor] | None = None) -> None:
+        self.model, self.decay = model, decay
+        state = model.state_dict()
+        self.average = average or {k: v.detach().clone() for k, v in state.items()}
+        self._pairs = [(self.average[k], v) for k, v in state.items() if v.is_floating_point()]
+
+    @torch.no_grad()
+    def update(self) -> None:
+        averages, weights = zip(*self._pairs)
+        torch._foreach_lerp_(list(averages), list(weights), 1.0 - self.decay)
+
+    @contextlib.contextmanager
+    def swapped_in(self):
+        """The model holds the average inside the block, its own weights again after it."""
+        own = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+        self.model.load_state_dict(self.average)
+        try:
+            yield
+        finally:
+            self.model.load_state_dict(own)
+
+
 @dataclass
 class FitState:
     epoch: int = 0  # epochs finished
@@ -105,7 +133,7 @@ def _epoch_order(n: int, seed: int, epoch: int) -> Tensor:
 
 
 def _train_epoch(model: nn.Module, optimizer: torch.optim.Optimizer, train: Windows, outputs: list[int],
-                 cfg: TrainConfig, epoch: int, progress: bool) -> float:
+                 cfg: TrainConfig, epoch: int, progress: bool, average: WeightAverage | None = None) -> float:
     model.train()
     order = _epoch_order(len(train), cfg.seed, epoch)
     batches = list(order.split(cfg.batch_size))
@@ -120,6 +148,8 @@ def _train_epoch(model: nn.Module, optimizer: torch.optim.Optimizer, train: Wind
         if cfg.grad_clip:
             nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         optimizer.step()
+        if average is not None:
+            average.update()
         total += loss.item()
         bar.set_postfix(loss=f"{loss.item():.4f}")
     return total / max(len(batches), 1)
@@ -140,18 +170,22 @@ def fit(model: nn.Module, train: Windows, val: Windows, outputs: list[int], cfg:
     optimizer = make_optimizer(model, cfg)
     state = FitState()
     best_weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    averaged = None
     if run_dir is not None and (Path(run_dir) / LAST_DIR).is_dir():
-        state, best_weights = _resume(model, optimizer, Path(run_dir))
+        state, best_weights, averaged = _resume(model, optimizer, Path(run_dir))
         log(f"resuming from {Path(run_dir) / LAST_DIR} after epoch {state.epoch} (best val MSE {state.best_val:.4f})")
+    average = WeightAverage(model, cfg.ema, averaged) if cfg.ema else None
     while state.epoch < cfg.max_epochs and state.bad_epochs < cfg.patience:
         _set_lr(optimizer, cfg.lr * cfg.lr_decay**state.epoch)
         t0 = time.perf_counter()
-        train_loss = _train_epoch(model, optimizer, train, outputs, cfg, state.epoch, progress)
-        scores = evaluate(model, val, outputs, bf16=cfg.bf16)
+        train_loss = _train_epoch(model, optimizer, train, outputs, cfg, state.epoch, progress, average)
+        with average.swapped_in() if average else contextlib.nullcontext():  # the average is what is validated
+            scores = evaluate(model, val, outputs, bf16=cfg.bf16)
+            candidate = {k: v.detach().clone() for k, v in model.state_dict().items()}
         improved = scores["mse"] < state.best_val
         if improved:
             state.best_val, state.bad_epochs = scores["mse"], 0
-            best_weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
+            best_weights = candidate
         else:
             state.bad_epochs += 1
         state.epoch += 1
@@ -160,7 +194,7 @@ def fit(model: nn.Module, train: Windows, val: Windows, outputs: list[int], cfg:
         log(f"epoch {state.epoch}: train loss {train_loss:.4f}  val MSE {scores['mse']:.4f}  MAE {scores['mae']:.4f}"
             f"{'  (best)' if improved else ''}  {time.perf_counter() - t0:.1f}s")
         if run_dir is not None:
-            _save(model, optimizer, state, best_weights, Path(run_dir), run_config or {}, improved)
+            _save(model, optimizer, state, best_weights, Path(run_dir), run_config or {}, improved, average)
     model.load_state_dict(best_weights)
     return state
 
@@ -171,21 +205,22 @@ def _set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
 
 
 def _save(model: nn.Module, optimizer: torch.optim.Optimizer, state: FitState, best: dict[str, Tensor],
-          run_dir: Path, run_config: dict[str, Any], improved: bool) -> None:
+          run_dir: Path, run_config: dict[str, Any], improved: bool, average: WeightAverage | None) -> None:
     config = {"kind": "forecast", **run_config, "fit": {"epoch": state.epoch, "best_val_mse": state.best_val}}
     if improved:
         save_checkpoint(run_dir / BEST_DIR, best, config)
     train_state = {"epoch": state.epoch, "best_val": state.best_val, "bad_epochs": state.bad_epochs,
                    "history": state.history, "optimizer": optimizer.state_dict(), "rng": torch.get_rng_state(),
-                   "best_weights": best}
+                   "best_weights": best, "average": average.average if average else None}
     save_checkpoint(run_dir / LAST_DIR, model, config, train_state=train_state)
 
 
-def _resume(model: nn.Module, optimizer: torch.optim.Optimizer, run_dir: Path) -> tuple[FitState, dict[str, Tensor]]:
+def _resume(model: nn.Module, optimizer: torch.optim.Optimizer,
+            run_dir: Path) -> tuple[FitState, dict[str, Tensor], dict[str, Tensor] | None]:
     ckpt = load_checkpoint(run_dir / LAST_DIR)
     load_weights(model, ckpt.weights, ckpt.path)
     ts = ckpt.train_state or {}
     optimizer.load_state_dict(ts["optimizer"])
     torch.set_rng_state(ts["rng"])
     state = FitState(ts["epoch"], ts["best_val"], ts["bad_epochs"], ts["history"])
-    return state, ts["best_weights"]
+    return state, ts["best_weights"], ts.get("average")
