@@ -75,7 +75,21 @@ def test_instance_norm_round_trip() -> None:
     assert torch.allclose(norm.restore(z, mean, std), x, atol=1e-5)
 
 
-@pytest.mark.parametrize("options", [{}, {"patch_len": 4}, {"channel_independent": True}])
+def test_overlapping_patches() -> None:
+    x = torch.arange(2 * 32 * 3, dtype=torch.float32).reshape(2, 32, 3)
+    plain, overlapping = Forecaster(tiny(patch_len=8)), Forecaster(tiny(patch_len=8, patch_stride=4))
+    assert torch.equal(plain.patches(x), plain.to_tokens(x))  # stride 0 = patch_len: no overlap
+    tokens = overlapping.patches(x)  # (2, 7, 24): starts 0, 4, ..., 24; the last ends at step 31
+    assert tokens.shape == (2, 7, 24)
+    for j in range(7):
+        torch.testing.assert_close(tokens[:, j], x[:, 4 * j : 4 * j + 8].reshape(2, 24))
+    assert overlapping(x).shape == (2, 16, 3)
+    with pytest.raises(ValueError, match="patch_stride"):
+        tiny(patch_len=8, patch_stride=5)  # (32 - 8) is not a multiple of 5
+
+
+@pytest.mark.parametrize("options", [{}, {"patch_len": 4}, {"channel_independent": True},
+                                     {"patch_len": 4, "patch_stride": 2}])
 def test_one_pass_decoding_is_causal(options: dict) -> None:
     model = Forecaster(tiny(**options)).eval()
     x = torch.randn(2, 32, 3)

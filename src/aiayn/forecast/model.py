@@ -19,6 +19,9 @@ Options, each off/paper-like by default where it is a deviation:
   (``n`` becomes 1 inside; the batch becomes B·n). Still the paper's encoder-decoder.
 * ``patch_len`` p: a token is p consecutive steps (``Linear(n·p -> d_model)``); p=1 is one token
   per step, the plain linear embedding. L, label_len and H must be multiples of p.
+* ``patch_stride`` s: the encoder's patches start every s steps (s < p overlaps them, as PatchTST's
+  stride); 0 means s = p. The last patch ends at the last input step. The decoder's tokens never
+  overlap.
 * ``decoding``: "one_pass" (placeholders, one causal pass) or "autoregressive" (decoder input is
   the series shifted by one token, teacher-forced in training; at inference each predicted token
   is fed back, one at a time).
@@ -61,6 +64,7 @@ class ForecastConfig:
     instance_norm: bool = True
     channel_independent: bool = False
     patch_len: int = 1
+    patch_stride: int = 0  # encoder patches start every patch_stride steps (0 = patch_len: no overlap)
     decoding: str = "one_pass"
 
     def __post_init__(self) -> None:
@@ -69,6 +73,9 @@ class ForecastConfig:
         _require("label_len", 0 <= self.label_len <= self.seq_len, f"must be in [0, seq_len={self.seq_len}]")
         for name in ("seq_len", "label_len", "horizon"):
             _require(name, getattr(self, name) % self.patch_len == 0, f"must be a multiple of patch_len={self.patch_len}")
+        _require("patch_stride", isinstance(self.patch_stride, int) and 0 <= self.patch_stride <= self.patch_len
+                 and (self.seq_len - self.patch_len) % self.stride == 0,
+                 f"must be in [0, patch_len={self.patch_len}] with (seq_len - patch_len) a multiple of it")
         _require("label_len", self.decoding == "one_pass" or self.label_len + self.patch_len <= self.seq_len,
                  "autoregressive decoding needs label_len + patch_len <= seq_len (a start token)")
         _require("outputs", bool(self.outputs) and all(0 <= o < self.n_features for o in self.outputs),
@@ -79,13 +86,22 @@ class ForecastConfig:
         self.stack_config()  # validates d_model, heads, dropout, positional, activation
 
     @property
+    def stride(self) -> int:
+        """Steps between the starts of consecutive encoder patches."""
+        return self.patch_stride or self.patch_len
+
+    @property
+    def source_tokens(self) -> int:
+        return (self.seq_len - self.patch_len) // self.stride + 1
+
+    @property
     def channels(self) -> int:
         """Variables per token inside the model (1 when channel independent)."""
         return 1 if self.channel_independent else self.n_features
 
     def stack_config(self) -> TransformerConfig:
         """The core config for the stacks; vocabulary sizes are placeholders (unused)."""
-        tokens = (self.seq_len + self.label_len + self.horizon) // self.patch_len + 1
+        tokens = max((self.seq_len + self.label_len + self.horizon) // self.patch_len + 1, self.source_tokens)
         return TransformerConfig(
             src_vocab_size=4, tgt_vocab_size=4, d_model=self.d_model, n_heads=self.n_heads,
             n_encoder_layers=self.n_encoder_layers, n_decoder_layers=self.n_decoder_layers, d_ff=self.d_ff,
@@ -150,6 +166,14 @@ class Forecaster(nn.Module):
         """``(B, T, c)`` -> ``(B, T/p, p·c)`` (p consecutive steps per token)."""
         return x.reshape(x.size(0), x.size(1) // self.p, self.p * x.size(2))
 
+    def patches(self, x: Tensor) -> Tensor:
+        """``(B, L, c)`` -> ``(B, (L-p)/s + 1, p·c)``: patches every s steps, laid out as :meth:`to_tokens`."""
+        stride = self.config.stride
+        if stride == self.p:
+            return self.to_tokens(x)
+        patches = x.unfold(1, self.p, stride)  # (B, S, c, p)
+        return patches.transpose(2, 3).reshape(x.size(0), patches.size(1), self.p * x.size(2))
+
     def from_tokens(self, tokens: Tensor) -> Tensor:
         """``(B, T/p, p·c)`` -> ``(B, T, c)``."""
         return tokens.reshape(tokens.size(0), tokens.size(1) * self.p, -1)
@@ -168,8 +192,8 @@ class Forecaster(nn.Module):
 
     # --- the stacks ------------------------------------------------------------------------------
     def encode(self, x: Tensor) -> Tensor:
-        """Normalised input ``(B, L, c)`` -> memory ``(B, L/p, D)``."""
-        return self.encoder(self.src_pos(self.src_embed(self.to_tokens(x))))
+        """Normalised input ``(B, L, c)`` -> memory ``(B, S, D)`` (S = L/p without overlap)."""
+        return self.encoder(self.src_pos(self.src_embed(self.patches(x))))
 
     def decode(self, dec_in: Tensor, memory: Tensor) -> Tensor:
         """Decoder input ``(B, T, c)`` (T a multiple of p) -> head output ``(B, T, c)``, causal."""
