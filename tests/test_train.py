@@ -153,8 +153,22 @@ def test_unknown_keys_and_bad_values_name_the_field(task_dir: Path, tmp_path: Pa
 def test_cooldown_needs_a_budget_and_is_a_fraction(task_dir: Path) -> None:
     with pytest.raises(UserError, match=r"optim\.cooldown is a fraction of the run, from 0 to 1; got 1\.5"):
         run_config_from_dict(run_config(task_dir, optim={"cooldown": 1.5}))
-    with pytest.raises(UserError, match=r"optim\.cooldown needs train\.max_steps or train\.max_hours"):
-        run_config_from_dict(run_config(task_dir, optim={"cooldown": 0.2}, train={"max_steps": 0, "max_epochs": 3}))
+    with pytest.raises(UserError, match=r"optim\.cooldown is a fraction of the run, from 0 to 1; got nan"):
+        run_config_from_dict(run_config(task_dir, optim={"cooldown": float("nan")}))
+    with pytest.raises(UserError, match=r"optim\.cooldown needs train\.max_steps, train\.max_hours or train\.max_epochs"):
+        run_config_from_dict(run_config(task_dir, optim={"cooldown": 0.2}, train={"max_steps": 0}))
+
+
+def test_cooldown_follows_max_epochs_when_it_binds_first(task_dir: Path, tmp_path: Path) -> None:
+    values = run_config(task_dir, optim={"lr_schedule": "inverse_sqrt", "peak_lr": 1e-3, "warmup": 1, "cooldown": 1.0},
+                        train={"max_steps": 10_000, "max_epochs": 2, "valid_every": 0, "save_every": 0})
+    trainer = Trainer(run_config_from_dict(values), tmp_path / "run", log=lambda _: None, progress=False)
+    trainer.train()
+    records = [json.loads(l) for l in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    lr = [r["lr"] for r in records if r["split"] == "train"]
+    assert len(lr) == trainer.state.step < 100 and lr[-1] == 0.0  # two epochs, ending cooled
+    half = len(lr) // 2  # the lr is (1 - epochs done / 2) times the inverse-sqrt value
+    assert lr[half - 1] == pytest.approx(inverse_sqrt_lr(half, 1e-3, 1) * 0.5, rel=0.05)
 
 
 def test_cli_bad_config_is_one_line_and_exit_2(tmp_path: Path, capsys) -> None:
@@ -188,7 +202,8 @@ def _write_config(path: Path, values: dict) -> Path:
 
 
 def test_sigkill_then_resume_is_bit_identical(task_dir: Path, tmp_path: Path) -> None:
-    values = run_config(task_dir, train={"max_steps": 40, "save_every": 3, "valid_every": 7})
+    values = run_config(task_dir, optim={"cooldown": 0.5},  # a cool-down over max_steps is deterministic too
+                        train={"max_steps": 40, "save_every": 3, "valid_every": 7})
     config = _write_config(tmp_path / "run.yaml", values)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     subprocess.run(_train_command(config, tmp_path / "straight"), check=True, env=env, capture_output=True)
@@ -302,6 +317,14 @@ def test_early_stopping_after_patience_validations_without_improvement(task_dir:
     records = [json.loads(l) for l in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records if r["split"] == "valid"] == [2, 4, 6]
     assert load_checkpoint(tmp_path / "run" / "best").config["step"] == 2
+
+
+def test_a_resumed_run_never_validates_twice_at_one_step(task_dir: Path, tmp_path: Path) -> None:
+    values = run_config(task_dir, train={"max_steps": 6, "valid_every": 6, "save_every": 6})
+    for _ in range(2):  # the second run resumes at its end: nothing left to do, nothing validated again
+        Trainer(run_config_from_dict(values), tmp_path / "run", log=lambda _: None, progress=False).train()
+    records = [json.loads(l) for l in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if r["split"] == "valid"] == [6]
 
 
 def test_max_hours_stops_the_run_and_carries_over_resumes(task_dir: Path, tmp_path: Path) -> None:

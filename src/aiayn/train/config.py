@@ -40,7 +40,7 @@ class OptimConfig:
     warmup: int = 4000
     lr_factor: float = 1.0  #: multiplies the noam schedule
     peak_lr: float = 5e-4  #: for inverse_sqrt
-    cooldown: float = 0.0  #: decay the lr linearly to 0 over this last fraction of train.max_steps/max_hours
+    cooldown: float = 0.0  #: decay the lr linearly to 0 over this last fraction of the run (train.max_steps/hours/epochs)
     beta1: float = 0.9
     beta2: float = 0.98
     eps: float = 1e-9
@@ -109,18 +109,19 @@ def run_config_from_dict(values: dict[str, Any], source: str = "config") -> RunC
         raise UserError(f"{source}: model.preset {model['preset']!r} unknown; valid: {', '.join(PRESETS)}")
     sections = {name: _section(cls, values.get(name) or {}, name, source) for name, cls in SECTIONS.items()}
     config = RunConfig(model=model, **sections)
-    _check_cooldown(config, source)
+    check_cooldown(config, source)
     config.model_config(vocab_size=64)  # validates the model fields now, not after hours of data work
     return config
 
 
-def _check_cooldown(config: RunConfig, source: str) -> None:
-    """optim.cooldown is a fraction of a budget that must exist (max_steps or max_hours)."""
-    cooldown = config.optim.cooldown
-    if cooldown > 1:
+def check_cooldown(config: RunConfig, source: str) -> None:
+    """optim.cooldown is a fraction of a budget that must exist (max_steps, max_hours or max_epochs)."""
+    cooldown, train = config.optim.cooldown, config.train
+    if not 0 <= cooldown <= 1:
         raise UserError(f"{source}: optim.cooldown is a fraction of the run, from 0 to 1; got {cooldown!r}")
-    if cooldown and not (config.train.max_steps or config.train.max_hours):
-        raise UserError(f"{source}: optim.cooldown needs train.max_steps or train.max_hours (the budget it ends with)")
+    if cooldown and not (train.max_steps or train.max_hours or train.max_epochs):
+        raise UserError(f"{source}: optim.cooldown needs train.max_steps, train.max_hours or train.max_epochs "
+                        "(the budget it ends with)")
 
 
 def _section(cls: type, values: dict[str, Any], name: str, source: str) -> Any:

@@ -10,7 +10,9 @@ A run directory holds::
 Exact resume: a checkpoint stores the weights, the optimizer, the step, the epoch and position in
 the batch order, the RNG states (torch, Python, NumPy), the best score and the patience counter.
 A run killed at any moment and restarted from its last checkpoint follows the trajectory of an
-uninterrupted run (bit-identical weights on CPU in fp32).
+uninterrupted run (bit-identical weights on CPU in fp32). The one exception is a learning-rate
+cool-down (``optim.cooldown``) measured against ``train.max_hours``: it follows the wall clock, so
+no two such runs are identical, resumed or not.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from aiayn.train.checkpoint import (
     BEST_DIR, CHECKPOINTS_DIR, Checkpoint, checkpoint_name, latest_checkpoint, load_checkpoint, load_weights,
     prune_checkpoints, save_checkpoint,
 )
-from aiayn.train.config import RunConfig, run_config_from_dict
+from aiayn.train.config import RunConfig, check_cooldown, run_config_from_dict
 from aiayn.train.loss import Seq2SeqObjective
 from aiayn.train.schedule import cooldown_factor, learning_rate
 
@@ -56,6 +58,7 @@ class TrainState:
     bad_validations: int = 0  # validations since the best one (patience)
     stopped_early: bool = False
     hours: float = 0.0  # training wall-clock time so far, summed over resumes (train.max_hours)
+    validated_at: int = -1  # the step of the last validation (none twice at one step, resumed or not)
 
 
 class Trainer:
@@ -83,7 +86,6 @@ class Trainer:
         self.objective = dist.wrap(self.loss_fn, self.device)  # DDP-wrapped when several processes
         self.optimizer = self._build_optimizer()
         self.sampler = self._sampler()
-        self.validated_at = -1
         self._clock = time.perf_counter()  # state.hours counts from here (reset when the loop starts; _tick)
         self._tensorboard = None  # a SummaryWriter once the first record is written, if installed
         if resumed is not None:
@@ -97,6 +99,7 @@ class Trainer:
             return config
         saved = run_config_from_dict(resumed.config["run"], str(resumed.path))
         saved.train = config.train
+        check_cooldown(saved, "the resumed run")  # the saved cool-down against the new budget
         self.log(f"resuming from {resumed.path}")
         return saved
 
@@ -158,7 +161,9 @@ class Trainer:
         self.sampler.load_state_dict(saved["sampler"])
         self.state = TrainState(**saved["trainer"])
         _set_rng_states(saved["rng"])
-        _truncate_metrics(self.out / METRICS_FILE, self.state.metrics_lines)
+        if self.rank == 0:
+            _truncate_metrics(self.out / METRICS_FILE, self.state.metrics_lines)
+        dist.barrier()  # no rank appends before the file is cut back
         self.log(f"resumed at step {self.state.step}, epoch {self.sampler.epoch + 1}, "
                  f"batch {self.sampler.position} of {len(self.sampler)}")
 
@@ -191,7 +196,7 @@ class Trainer:
         self.log(f"{len(self.sampler)} batches per epoch, padding {self._padding():.1%}, "
                  f"device {self.device}, {self.precision}, {self.world_size} process(es)")
         metrics = self._loop()
-        if self.validated_at != self.state.step:
+        if self.state.validated_at != self.state.step:
             metrics = self._validate()
         self.save()
         return metrics
@@ -217,7 +222,7 @@ class Trainer:
                 if self._done():
                     break
             epoch_ended = self.sampler.epoch != epoch
-            if epoch_ended and cfg.valid_at_epoch_end and self.validated_at != self.state.step:
+            if epoch_ended and cfg.valid_at_epoch_end and self.state.validated_at != self.state.step:
                 metrics = self._validate()
         bar.close()
         return metrics
@@ -242,11 +247,14 @@ class Trainer:
         return bool(hours) and self._hours >= hours
 
     def _progress(self) -> float:
-        """The fraction of the budget spent: the larger of steps/max_steps and hours/max_hours."""
+        """The fraction of the budget spent: the largest of steps/max_steps, hours/max_hours and
+        epochs/max_epochs (the limit that will stop the run first)."""
         cfg = self.config.train
         spent = [self.state.step / cfg.max_steps] if cfg.max_steps else []
         if cfg.max_hours:
             spent.append(self._hours / cfg.max_hours)
+        if cfg.max_epochs:
+            spent.append((self.sampler.epoch + self.sampler.position / len(self.sampler)) / cfg.max_epochs)
         return max(spent, default=0.0)
 
     def _optimizer_steps(self) -> Iterator[list[Batch]]:
@@ -313,7 +321,7 @@ class Trainer:
                                    "ppl": math.exp(min(nll_sum / n_tokens, 50.0))}
         if self.config.train.valid_bleu and self.rank == 0:
             metrics.update(self._bleu())
-        self.validated_at = self.state.step
+        self.state.validated_at = self.state.step
         self._record(split="valid", **metrics)
         self._track_best(metrics)
         return metrics
