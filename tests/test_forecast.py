@@ -188,14 +188,20 @@ def test_evaluate_and_fit_with_early_stopping(etth1: Path) -> None:
 def test_weight_average_is_an_exponential_moving_average() -> None:
     model = torch.nn.Linear(2, 1)
     start = model.weight.detach().clone()
-    average = WeightAverage(model, decay=0.75)
+    average = WeightAverage(model, decay=0.75, updates=100)  # warmed up: (1 + 100) / (10 + 100) > 0.75
     with torch.no_grad():
         model.weight.add_(4.0)
     average.update()  # 0.75 * start + 0.25 * (start + 4)
     torch.testing.assert_close(average.average["weight"], start + 1.0)
+    assert average.updates == 101
     with average.swapped_in():
         torch.testing.assert_close(model.weight, start + 1.0)
     torch.testing.assert_close(model.weight, start + 4.0)  # the trained weights come back
+    fresh = WeightAverage(model, decay=0.99)
+    with torch.no_grad():
+        model.weight.add_(10.0)
+    fresh.update()  # first update: decay (1 + 0) / (10 + 0) = 0.1, not 0.99
+    torch.testing.assert_close(fresh.average["weight"], start + 4.0 + 9.0)
 
 
 def test_fit_with_ema_keeps_the_validated_average(etth1: Path) -> None:
@@ -205,8 +211,9 @@ def test_fit_with_ema_keeps_the_validated_average(etth1: Path) -> None:
     cfg = TrainConfig(batch_size=256, lr=1e-2, max_epochs=2, max_steps_per_epoch=5, ema=0.9)
     state = fit(model, train, val, data.outputs, cfg, progress=False)
     assert evaluate(model, val, data.outputs)["mse"] == pytest.approx(state.best_val)
-    with pytest.raises(ValueError, match="ema: must be in"):
-        TrainConfig(ema=1.0)
+    for bad in (dict(ema=1.0), dict(patience=0), dict(lr_decay=0.0), dict(grad_clip=-1.0)):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            TrainConfig(**bad)
 
 
 def test_scaler_round_trip() -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import inspect
 import math
 import time
 from dataclasses import dataclass
@@ -49,8 +50,14 @@ class TrainConfig:
         for name in ("batch_size", "max_epochs"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ValueError(f"{name}: must be an integer >= 1")
-        if not self.lr > 0:
-            raise ValueError("lr: must be positive")
+        if not isinstance(self.patience, int) or self.patience < 1:
+            raise ValueError("patience: must be an integer >= 1")
+        for name in ("lr", "lr_decay"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name}: must be positive")
+        for name in ("weight_decay", "grad_clip", "max_steps_per_epoch"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"{name}: must be >= 0")
         if not 0 <= self.ema < 1:
             raise ValueError("ema: must be in [0, 1)")
 
@@ -66,10 +73,9 @@ def autocast(enabled: bool) -> contextlib.AbstractContextManager:
 
 def _call(model: nn.Module, x: Tensor, target: Tensor | None) -> Tensor:
     """Models that teacher-force take ``target``; the baselines do not."""
-    try:
+    if "target" in inspect.signature(model.forward).parameters:
         return model(x, target)
-    except TypeError:
-        return model(x)
+    return model(x)
 
 
 def loss_on_batch(model: nn.Module, windows: Windows, idx: Tensor, outputs: list[int], bf16: bool) -> Tensor:
@@ -95,18 +101,25 @@ def evaluate(model: nn.Module, windows: Windows, outputs: list[int], batch_size:
 
 
 class WeightAverage:
-    """An exponential moving average of a model's floating-point weights: avg <- d·avg + (1-d)·w per step."""
+    """An exponential moving average of a model's floating-point weights: avg <- d·avg + (1-d)·w per step.
 
-    def __init__(self, model: nn.Module, decay: float, average: dict[str, Tensor] | None = None) -> None:
-        self.model, self.decay = model, decay
+    The decay warms up as min(decay, (1 + t) / (10 + t)) at update t, so that the first epochs'
+    average is not dominated by the random initial weights.
+    """
+
+    def __init__(self, model: nn.Module, decay: float, average: dict[str, Tensor] | None = None,
+                 updates: int = 0) -> None:
+        self.model, self.decay, self.updates = model, decay, updates
         state = model.state_dict()
         self.average = average or {k: v.detach().clone() for k, v in state.items()}
         self._pairs = [(self.average[k], v) for k, v in state.items() if v.is_floating_point()]
 
     @torch.no_grad()
     def update(self) -> None:
+        decay = min(self.decay, (1 + self.updates) / (10 + self.updates))
         averages, weights = zip(*self._pairs)
-        torch._foreach_lerp_(list(averages), list(weights), 1.0 - self.decay)
+        torch._foreach_lerp_(list(averages), list(weights), 1.0 - decay)
+        self.updates += 1
 
     @contextlib.contextmanager
     def swapped_in(self):
@@ -170,11 +183,11 @@ def fit(model: nn.Module, train: Windows, val: Windows, outputs: list[int], cfg:
     optimizer = make_optimizer(model, cfg)
     state = FitState()
     best_weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    averaged = None
+    averaged: tuple[dict[str, Tensor] | None, int] = (None, 0)
     if run_dir is not None and (Path(run_dir) / LAST_DIR).is_dir():
         state, best_weights, averaged = _resume(model, optimizer, Path(run_dir))
         log(f"resuming from {Path(run_dir) / LAST_DIR} after epoch {state.epoch} (best val MSE {state.best_val:.4f})")
-    average = WeightAverage(model, cfg.ema, averaged) if cfg.ema else None
+    average = WeightAverage(model, cfg.ema, *averaged) if cfg.ema else None
     while state.epoch < cfg.max_epochs and state.bad_epochs < cfg.patience:
         _set_lr(optimizer, cfg.lr * cfg.lr_decay**state.epoch)
         t0 = time.perf_counter()
@@ -211,16 +224,17 @@ def _save(model: nn.Module, optimizer: torch.optim.Optimizer, state: FitState, b
         save_checkpoint(run_dir / BEST_DIR, best, config)
     train_state = {"epoch": state.epoch, "best_val": state.best_val, "bad_epochs": state.bad_epochs,
                    "history": state.history, "optimizer": optimizer.state_dict(), "rng": torch.get_rng_state(),
-                   "best_weights": best, "average": average.average if average else None}
+                   "best_weights": best, "average": average.average if average else None,
+                   "average_updates": average.updates if average else 0}
     save_checkpoint(run_dir / LAST_DIR, model, config, train_state=train_state)
 
 
 def _resume(model: nn.Module, optimizer: torch.optim.Optimizer,
-            run_dir: Path) -> tuple[FitState, dict[str, Tensor], dict[str, Tensor] | None]:
+            run_dir: Path) -> tuple[FitState, dict[str, Tensor], tuple[dict[str, Tensor] | None, int]]:
     ckpt = load_checkpoint(run_dir / LAST_DIR)
     load_weights(model, ckpt.weights, ckpt.path)
     ts = ckpt.train_state or {}
     optimizer.load_state_dict(ts["optimizer"])
     torch.set_rng_state(ts["rng"])
     state = FitState(ts["epoch"], ts["best_val"], ts["bad_epochs"], ts["history"])
-    return state, ts["best_weights"], ts.get("average")
+    return state, ts["best_weights"], (ts.get("average"), ts.get("average_updates", 0))
