@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import inspect
 import math
 import time
@@ -73,9 +74,13 @@ def autocast(enabled: bool) -> contextlib.AbstractContextManager:
 
 def _call(model: nn.Module, x: Tensor, target: Tensor | None) -> Tensor:
     """Models that teacher-force take ``target``; the baselines do not."""
-    if "target" in inspect.signature(model.forward).parameters:
-        return model(x, target)
-    return model(x)
+    return model(x, target) if _takes_target(type(model)) else model(x)
+
+
+@functools.cache
+def _takes_target(cls: type) -> bool:
+    """Whether ``cls.forward`` has a ``target`` parameter (looked up once per class, not per batch)."""
+    return "target" in inspect.signature(cls.forward).parameters
 
 
 def loss_on_batch(model: nn.Module, windows: Windows, idx: Tensor, outputs: list[int], bf16: bool) -> Tensor:
@@ -194,11 +199,11 @@ def fit(model: nn.Module, train: Windows, val: Windows, outputs: list[int], cfg:
         train_loss = _train_epoch(model, optimizer, train, outputs, cfg, state.epoch, progress, average)
         with average.swapped_in() if average else contextlib.nullcontext():  # the average is what is validated
             scores = evaluate(model, val, outputs, bf16=cfg.bf16)
-            candidate = {k: v.detach().clone() for k, v in model.state_dict().items()}
-        improved = scores["mse"] < state.best_val
+            improved = scores["mse"] < state.best_val
+            if improved:
+                best_weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
         if improved:
             state.best_val, state.bad_epochs = scores["mse"], 0
-            best_weights = candidate
         else:
             state.bad_epochs += 1
         state.epoch += 1
