@@ -87,6 +87,24 @@ def test_overwrite_is_atomic_and_prune_keeps_newest(tmp_path) -> None:
     assert not [p for p in (run / "checkpoints").iterdir() if p.name.startswith(".")]
 
 
+def test_crash_between_the_renames_of_a_replacement_loses_nothing(tmp_path) -> None:
+    """The state a crash leaves inside ``_replace_dir``: ``best/`` moved aside, the new copy half written."""
+    model, _ = _model()
+    run = tmp_path / "run"
+    save_checkpoint(run / "best", model, {"kind": "translation", "step": 1})
+    (run / "best").rename(run / ".old-best-4242")
+    (run / ".tmp-best-4242").mkdir()
+    (run / ".tmp-best-4242" / MODEL_FILE).write_bytes(b"half")
+    # readers find the previous version and leave the directory as it is (a writer may be mid-way)
+    assert load_checkpoint(run).config["step"] == 1
+    assert load_checkpoint(run / "best").config["step"] == 1
+    assert not (run / "best").exists()
+    # the next write puts the old copy back first, then replaces it; nothing stale is left
+    save_checkpoint(run / "best", model, {"kind": "translation", "step": 2})
+    assert load_checkpoint(run / "best").config["step"] == 2
+    assert not list(run.glob(".old-*"))
+
+
 def test_weights_of_another_model_are_refused(tmp_path) -> None:
     model, _ = _model()
     other = build_model(TransformerConfig(src_vocab_size=40, tgt_vocab_size=40, d_model=16, n_heads=2,

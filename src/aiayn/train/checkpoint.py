@@ -148,13 +148,56 @@ def _fsync_dir(directory: Path) -> None:
 
 
 def _replace_dir(tmp: Path, final: Path) -> None:
-    """Move ``tmp`` to ``final``; an existing ``final`` is moved aside first, then deleted."""
+    """Move ``tmp`` to ``final``; an existing ``final`` is moved aside first, then deleted.
+
+    A crash between the two renames leaves no ``final`` but its previous version in ``.old-*``:
+    readers fall back to that copy (:func:`resolve_checkpoint`), and the next write here first moves
+    it back (:func:`recover_replaced`). Readers never rename: a writer may be between the renames.
+    """
+    recover_replaced(final)
     old = final.parent / f".old-{final.name}-{os.getpid()}"
     if final.exists():
         os.rename(final, old)
     os.rename(tmp, final)
     _fsync_dir(final.parent)
     shutil.rmtree(old, ignore_errors=True)
+
+
+def recover_replaced(final: Path) -> None:
+    """Undo an interrupted :func:`_replace_dir`: put back the previous ``final``, drop stale copies.
+
+    When ``final`` is missing, the newest complete ``.old-{name}-*`` beside it (the version that was
+    being replaced) is renamed back. ``.old-*`` copies left once ``final`` exists are deleted.
+    """
+    olds = _replaced_copies(final)
+    if not final.exists() and olds and (olds[-1] / CONFIG_FILE).is_file():
+        os.rename(olds.pop(), final)
+        _fsync_dir(final.parent)
+    if final.exists():
+        for stale in olds:
+            shutil.rmtree(stale, ignore_errors=True)
+
+
+def _replaced_copies(final: Path) -> list[Path]:
+    """The ``.old-*`` copies of ``final`` left by interrupted replacements, oldest first."""
+    if not final.parent.is_dir():
+        return []
+    return sorted(final.parent.glob(f".old-{final.name}-*"), key=_mtime)
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:  # removed meanwhile by the writer
+        return 0.0
+
+
+def _in_place(path: Path) -> Path:
+    """``path``, or when it is missing the copy an interrupted replacement left (read-only fallback)."""
+    if path.exists():
+        return path
+    olds = [old for old in _replaced_copies(path) if (old / CONFIG_FILE).is_file()]
+    return olds[-1] if olds else path
 
 
 # --- reading --------------------------------------------------------------------------------------
@@ -176,11 +219,12 @@ def load_checkpoint(path: str | Path, with_state: bool = True) -> Checkpoint:
 
 def resolve_checkpoint(path: str | Path) -> Path:
     """A checkpoint directory itself, or for a run directory its ``best/``, else its latest."""
-    path = Path(path)
+    path = _in_place(Path(path))
     if (path / CONFIG_FILE).is_file() or (path / MODEL_FILE).is_file():
         return path
-    if (path / BEST_DIR / CONFIG_FILE).is_file():
-        return path / BEST_DIR
+    best = _in_place(path / BEST_DIR)
+    if (best / CONFIG_FILE).is_file():
+        return best
     latest = latest_checkpoint(path)
     if latest is not None:
         return latest
