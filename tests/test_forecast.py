@@ -102,6 +102,18 @@ def test_one_pass_decoding_is_causal(options: dict) -> None:
     assert not torch.allclose(out[:, 16:], out2[:, 16:])
 
 
+def test_last_patch_placeholders_repeat_the_last_known_patch() -> None:
+    x = torch.randn(2, 32, 3)
+    zeros = Forecaster(tiny(patch_len=4)).decoder_input(x)  # (B, 8 known + 16 placeholders, c)
+    repeated = Forecaster(tiny(patch_len=4, placeholders="last_patch")).decoder_input(x)
+    torch.testing.assert_close(repeated[:, :8], zeros[:, :8])  # the known steps are untouched
+    assert not zeros[:, 8:].any()
+    for start in range(8, 24, 4):  # each 4-step placeholder token is x's last 4 steps
+        torch.testing.assert_close(repeated[:, start:start + 4], x[:, 28:])
+    with pytest.raises(ValueError, match="placeholders"):
+        tiny(placeholders="mean")
+
+
 def test_forward_shapes_and_outputs() -> None:
     model = Forecaster(tiny(outputs=[2], instance_norm=False)).eval()
     assert model(torch.randn(5, 32, 3)).shape == (5, 16, 1)

@@ -40,6 +40,7 @@ from aiayn.config import TransformerConfig, strict_from_dict
 from aiayn.model import Decoder, Encoder, PositionalEncoding, causal_mask
 
 DECODING = ("one_pass", "autoregressive")
+PLACEHOLDERS = ("zeros", "last_patch")
 
 
 @dataclass
@@ -66,6 +67,9 @@ class ForecastConfig:
     patch_len: int = 1
     patch_stride: int = 0  # encoder patches start every patch_stride steps (0 = patch_len: no overlap)
     decoding: str = "one_pass"
+    #: One-pass placeholders for the horizon: "zeros" (Informer) or "last_patch" (the last p known
+    #: steps repeated: a seasonal-naive guess with period p for the decoder to correct).
+    placeholders: str = "zeros"
 
     def __post_init__(self) -> None:
         for name in ("n_features", "seq_len", "horizon", "patch_len"):
@@ -81,6 +85,8 @@ class ForecastConfig:
         _require("outputs", bool(self.outputs) and all(0 <= o < self.n_features for o in self.outputs),
                  f"must be indices in [0, {self.n_features})")
         _require("decoding", self.decoding in DECODING, f"unknown value {self.decoding!r}; valid: {', '.join(DECODING)}")
+        _require("placeholders", self.placeholders in PLACEHOLDERS,
+                 f"unknown value {self.placeholders!r}; valid: {', '.join(PLACEHOLDERS)}")
         _require("channel_independent", not self.channel_independent or len(self.outputs) == self.n_features,
                  "needs every variable as an output (features M or S)")
         self.stack_config()  # validates d_model, heads, dropout, positional, activation
@@ -204,13 +210,18 @@ class Forecaster(nn.Module):
     def decoder_input(self, x: Tensor, target: Tensor | None = None) -> Tensor:
         """The decoder input ``(B, label_len + H, c)`` for one-pass decoding or teacher forcing.
 
-        One pass: the last ``label_len`` known steps, then zeros for the horizon. Autoregressive:
+        One pass: the last ``label_len`` known steps, then placeholders for the horizon (zeros, or the
+        last patch repeated). Autoregressive:
         the known steps followed by ``target`` (teacher forcing), shifted right by one token.
         """
         cfg = self.config
         known = x[:, x.size(1) - cfg.label_len:]  # (B, label_len, c)
         if cfg.decoding == "one_pass":
-            return torch.cat([known, x.new_zeros(x.size(0), cfg.horizon, x.size(2))], dim=1)
+            if cfg.placeholders == "last_patch":  # (B, p, c) tiled over the horizon
+                future = x[:, x.size(1) - self.p:].repeat(1, cfg.horizon // self.p, 1)
+            else:
+                future = x.new_zeros(x.size(0), cfg.horizon, x.size(2))
+            return torch.cat([known, future], dim=1)
         start = x[:, x.size(1) - cfg.label_len - self.p: x.size(1) - cfg.label_len]  # one token before
         future = target if target is not None else x.new_zeros(x.size(0), cfg.horizon, x.size(2))
         return torch.cat([start, known, future], dim=1)[:, : cfg.label_len + cfg.horizon]
