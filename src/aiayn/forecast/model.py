@@ -3,7 +3,7 @@
 Data flow for one window (B windows, input length L, horizon H, n variables)::
 
     x (B, L, n) --instance norm--> --tokens--> Linear(n·p -> d_model) + positions --> Encoder
-    decoder input: last label_len known steps, then H zero placeholders (the Informer protocol)
+    decoder input: last label_len known steps, then H placeholders (zeros: the Informer protocol)
     --> Linear + positions --> Decoder (causal mask, attends to the encoder memory)
     --> Linear head (d_model -> n·p) --> the last H steps --> undo instance norm --> (B, H, n_out)
 
@@ -25,6 +25,8 @@ Options, each off/paper-like by default where it is a deviation:
 * ``decoding``: "one_pass" (placeholders, one causal pass) or "autoregressive" (decoder input is
   the series shifted by one token, teacher-forced in training; at inference each predicted token
   is fed back, one at a time).
+* ``placeholders`` (one pass): "zeros" (Informer) or "last_patch", the last p known steps repeated
+  over the horizon (a seasonal-naive guess with period p that the decoder corrects).
 """
 
 from __future__ import annotations
