@@ -56,25 +56,23 @@ def child(args: argparse.Namespace) -> None:
     import torch
 
     from aiayn.config import PAD_ID
-    from train_throughput import CPU, Runner, Shape, make_runners, make_batches
+    from train_throughput import Shape, make_batches, make_runners
 
     torch.set_num_threads(args.threads)
     shape = Shape(*SHAPES[args.shape])
     batches = make_batches(shape, 4, torch.Generator().manual_seed(0))
     runner = make_runners(shape, "fp32", argparse.Namespace(compile=False, peers=[], seed=0))[0]
-    assert isinstance(runner, Runner) and runner.model.training and CPU.type == "cpu"
     for i in range(args.warmup):
         runner.step(batches[i % len(batches)])
     before, wall = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
     for i in range(args.steps):
         runner.step(batches[i % len(batches)])
     wall, after = time.perf_counter() - wall, resource.getrusage(resource.RUSAGE_SELF)
-    steps = args.steps
     print(json.dumps({
-        "cpu_s_per_step": (after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime) / steps,
-        "sys_s_per_step": (after.ru_stime - before.ru_stime) / steps,
-        "minor_faults_per_step": (after.ru_minflt - before.ru_minflt) / steps,
-        "wall_s_per_step": wall / steps,
+        "cpu_s_per_step": (after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime) / args.steps,
+        "sys_s_per_step": (after.ru_stime - before.ru_stime) / args.steps,
+        "minor_faults_per_step": (after.ru_minflt - before.ru_minflt) / args.steps,
+        "wall_s_per_step": wall / args.steps,
         "peak_rss_mib": after.ru_maxrss / 1024,
         "target_tokens_per_step": sum(int((b[2] != PAD_ID).sum()) for b in batches) / len(batches),
         "thp_mem_alloc_enable": os.environ.get("THP_MEM_ALLOC_ENABLE"),

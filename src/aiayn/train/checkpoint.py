@@ -169,20 +169,20 @@ def recover_replaced(final: Path) -> None:
     When ``final`` is missing, the newest complete ``.old-{name}-*`` beside it (the version that was
     being replaced) is renamed back. ``.old-*`` copies left once ``final`` exists are deleted.
     """
-    olds = _replaced_copies(final)
-    if not final.exists() and olds and (olds[-1] / CONFIG_FILE).is_file():
-        os.rename(olds.pop(), final)
+    if not final.exists() and (copy := _replaced_copy(final)) is not None:
+        os.rename(copy, final)
         _fsync_dir(final.parent)
     if final.exists():
-        for stale in olds:
+        for stale in final.parent.glob(f".old-{final.name}-*"):
             shutil.rmtree(stale, ignore_errors=True)
 
 
-def _replaced_copies(final: Path) -> list[Path]:
-    """The ``.old-*`` copies of ``final`` left by interrupted replacements, oldest first."""
+def _replaced_copy(final: Path) -> Path | None:
+    """The newest complete ``.old-*`` copy of ``final`` an interrupted replacement left, if any."""
     if not final.parent.is_dir():
-        return []
-    return sorted(final.parent.glob(f".old-{final.name}-*"), key=_mtime)
+        return None
+    complete = [p for p in final.parent.glob(f".old-{final.name}-*") if (p / CONFIG_FILE).is_file()]
+    return max(complete, key=_mtime, default=None)
 
 
 def _mtime(path: Path) -> float:
@@ -194,10 +194,7 @@ def _mtime(path: Path) -> float:
 
 def _in_place(path: Path) -> Path:
     """``path``, or when it is missing the copy an interrupted replacement left (read-only fallback)."""
-    if path.exists():
-        return path
-    olds = [old for old in _replaced_copies(path) if (old / CONFIG_FILE).is_file()]
-    return olds[-1] if olds else path
+    return path if path.exists() else (_replaced_copy(path) or path)
 
 
 # --- reading --------------------------------------------------------------------------------------
