@@ -112,6 +112,8 @@ def test_last_patch_placeholders_repeat_the_last_known_patch() -> None:
         torch.testing.assert_close(repeated[:, start:start + 4], x[:, 28:])
     with pytest.raises(ValueError, match="placeholders"):
         tiny(placeholders="mean")
+    with pytest.raises(ValueError, match="placeholders: 'last_patch' applies to one-pass decoding only"):
+        tiny(placeholders="last_patch", decoding="autoregressive")
 
 
 def test_forward_shapes_and_outputs() -> None:

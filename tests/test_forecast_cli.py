@@ -128,6 +128,18 @@ def test_train_evaluate_predict_plot_and_resume(tmp_path, small_csv, config, cap
     assert state["epoch"] == 2 and len(state["history"]) == 2
 
 
+def test_resume_with_the_weight_average_switched_exits_2(tmp_path, small_csv, config, capsys) -> None:
+    """best_val and best/ were measured on the average (or on the raw weights): no silent switch."""
+    plain = config.read_text()
+    assert _train(config, small_csv, tmp_path / "run", "--max-epochs", "1") == 0
+    config.write_text(plain.replace("seed: 0}", "seed: 0, ema: 0.5}"))
+    capsys.readouterr()
+    assert _train(config, small_csv, tmp_path / "run", "--max-epochs", "2") == 2
+    _one_line_error(capsys, "without a weight average (train.ema)", "new --out")
+    state = json.loads((tmp_path / "run" / "last" / "state.json").read_text())
+    assert state["epoch"] == 1  # nothing trained, nothing overwritten
+
+
 @pytest.mark.parametrize("ema", [0.0, 0.5])
 def test_resume_is_exact(tmp_path, small_csv, config, ema) -> None:
     """Two epochs in one go = one epoch, then resume for the second (same weights, same average)."""

@@ -89,6 +89,8 @@ class ForecastConfig:
         _require("decoding", self.decoding in DECODING, f"unknown value {self.decoding!r}; valid: {', '.join(DECODING)}")
         _require("placeholders", self.placeholders in PLACEHOLDERS,
                  f"unknown value {self.placeholders!r}; valid: {', '.join(PLACEHOLDERS)}")
+        _require("placeholders", self.decoding == "one_pass" or self.placeholders == "zeros",
+                 f"{self.placeholders!r} applies to one-pass decoding only (autoregressive decoding has none)")
         _require("channel_independent", not self.channel_independent or len(self.outputs) == self.n_features,
                  "needs every variable as an output (features M or S)")
         self.stack_config()  # validates d_model, heads, dropout, positional, activation

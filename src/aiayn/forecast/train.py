@@ -24,6 +24,7 @@ from torch import Tensor, nn
 from tqdm import tqdm
 
 from aiayn.config import strict_from_dict
+from aiayn.errors import UserError
 from aiayn.forecast.data import Windows
 from aiayn.forecast.metrics import Running
 from aiayn.train.checkpoint import load_checkpoint, load_weights, save_checkpoint
@@ -190,7 +191,7 @@ def fit(model: nn.Module, train: Windows, val: Windows, outputs: list[int], cfg:
     best_weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
     averaged: tuple[dict[str, Tensor] | None, int] = (None, 0)
     if run_dir is not None and (Path(run_dir) / LAST_DIR).is_dir():
-        state, best_weights, averaged = _resume(model, optimizer, Path(run_dir))
+        state, best_weights, averaged = _resume(model, optimizer, Path(run_dir), cfg)
         log(f"resuming from {Path(run_dir) / LAST_DIR} after epoch {state.epoch} (best val MSE {state.best_val:.4f})")
     average = WeightAverage(model, cfg.ema, *averaged) if cfg.ema else None
     while state.epoch < cfg.max_epochs and state.bad_epochs < cfg.patience:
@@ -234,11 +235,15 @@ def _save(model: nn.Module, optimizer: torch.optim.Optimizer, state: FitState, b
     save_checkpoint(run_dir / LAST_DIR, model, config, train_state=train_state)
 
 
-def _resume(model: nn.Module, optimizer: torch.optim.Optimizer,
-            run_dir: Path) -> tuple[FitState, dict[str, Tensor], tuple[dict[str, Tensor] | None, int]]:
+def _resume(model: nn.Module, optimizer: torch.optim.Optimizer, run_dir: Path,
+            cfg: TrainConfig) -> tuple[FitState, dict[str, Tensor], tuple[dict[str, Tensor] | None, int]]:
     ckpt = load_checkpoint(run_dir / LAST_DIR)
     load_weights(model, ckpt.weights, ckpt.path)
     ts = ckpt.train_state or {}
+    if (ts.get("average") is not None) != bool(cfg.ema):  # best_val and best/ were measured on the other weights
+        had = "with" if ts.get("average") is not None else "without"
+        raise UserError(f"{ckpt.path} was trained {had} a weight average (train.ema); resume with the same "
+                        f"setting, or train into a new --out")
     optimizer.load_state_dict(ts["optimizer"])
     torch.set_rng_state(ts["rng"])
     state = FitState(ts["epoch"], ts["best_val"], ts["bad_epochs"], ts["history"])
