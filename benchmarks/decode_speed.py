@@ -36,6 +36,9 @@ Checks before any timing, which stop the benchmark when they fail:
    is reported (a gap ~1e-6 is a float tie, not a mapping bug). CTranslate2's greedy agreement is
    reported the same way (a warning above 1%). Beam outputs are only counted: see caveats.
 
+The process runs under :func:`aiayn.malloc.keep_freed_memory` (freed blocks stay in glibc's heap),
+as the ``aiayn`` command does; it applies to all three systems (``AIAYN_MALLOC=default`` to compare).
+
 Timing: one untimed warm-up run per system and search (the checks), then ``--rounds`` rounds; in each,
 every search runs every system once, the system order rotating each round. Figures are medians:
 target tokens/s, counting per sentence the output tokens + 1 (the EOS step; the same count for every
@@ -78,6 +81,7 @@ from aiayn.decode.search import DecodeOptions, generate
 from aiayn.decode.step import max_output_lengths
 from aiayn.decode.translator import Translator
 from aiayn.export import PAD_PIECE, SUPPRESS, export_ctranslate2
+from aiayn.malloc import keep_freed_memory
 from aiayn.train.checkpoint import load_translation_model
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -108,6 +112,7 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> None:
     args = parse_args()
+    malloc_kept = keep_freed_memory()  # as the aiayn command does; process-wide, so for all three systems
     torch.set_num_threads(args.threads)
     transformers.logging.set_verbosity_error()
     model, tokenizer, ckpt = load_translation_model(args.checkpoint)
@@ -140,6 +145,7 @@ def main() -> None:
         "machine": machine(),
         "settings": settings(args, ckpt, src, tgt, lines, batches, options, peers),
         "checks": outputs["checks"], "figures": figures, "peak_rss_mib": rss,
+        "malloc_kept": malloc_kept,
     }
     path = Path(args.results)
     path.parent.mkdir(parents=True, exist_ok=True)

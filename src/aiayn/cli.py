@@ -13,6 +13,7 @@ import sys
 
 from aiayn import __version__
 from aiayn.errors import UserError
+from aiayn.malloc import keep_freed_memory
 
 #: Modules whose ``register(subparsers)`` adds sub-commands, in the order ``--help`` lists them.
 COMMAND_MODULES = [
@@ -38,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    keep_freed_memory()  # before the first large tensor
     try:
         return int(args.func(args) or 0)
     except UserError as err:
