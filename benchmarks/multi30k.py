@@ -2,17 +2,22 @@
 
     python benchmarks/multi30k.py --direction en-de          # configs/multi30k_en_de.yaml
     python benchmarks/multi30k.py --direction de-en          # resumes a run that was interrupted
+    python benchmarks/multi30k.py --direction en-de --decode-only   # steps 2-4 on a finished run
 
 Steps, each logged with its wall time:
 
 1. ``aiayn train --config configs/multi30k_{src}_{tgt}.yaml`` in a child process (peak RSS from
    ``getrusage(RUSAGE_CHILDREN)``). A run directory that already holds checkpoints resumes; the
    training time reported is the trainer's own clock summed over resumes (``hours`` in the state).
+   ``--decode-only`` skips this step and keeps the training figures of the results file it replaces
+   (when that file describes the same run: same direction and last step).
 2. Average the last ``--average`` checkpoints (the paper averaged the last 5).
-3. Beam search (``--beam``, length penalty ``--alpha``) on ``val`` for the averaged model, the last
-   checkpoint and ``best/``; the one with the highest val BLEU (sacreBLEU; a tie keeps the average)
-   is decoded on ``test2016``, the reported figure. ``--select averaged`` always reports the average
-   (the protocol of runs before this option). test2016 is never used to choose anything.
+3. Beam search (``--beam``) on ``val`` for the averaged model, the last checkpoint and ``best/``,
+   each with every length penalty of ``--alpha`` (GNMT's; default 0.6, the paper's, and 1.0, 1.5,
+   2.0); the model and penalty with the highest val BLEU (sacreBLEU; a tie keeps the average and the
+   smaller penalty) are decoded on ``test2016``, the reported figure. ``--select averaged`` always
+   reports the average (the protocol of runs before that option). test2016 is never used to choose
+   anything.
 4. sacreBLEU BLEU + chrF with signatures, and the literature's tokenized lowercased BLEU
    (Moses tokenizer, ``multi-bleu.perl`` style; not comparable to sacreBLEU).
 
@@ -43,8 +48,11 @@ def main() -> None:
     config = ROOT / "configs" / f"multi30k_{src}_{tgt}.yaml"
     out = Path(args.out or ROOT / "runs" / f"multi30k_{src}_{tgt}")
     results_path = Path(args.results or ROOT / "benchmarks" / "results" / f"multi30k_{src}_{tgt}.json")
-    log(f"training {config.name} into {out}")
-    training = train(config, out, args)
+    if args.decode_only:
+        training = earlier_training(results_path, out, f"{src}-{tgt}")
+    else:
+        log(f"training {config.name} into {out}")
+        training = train(config, out, args)
     from aiayn.train.average import average_checkpoints, last_checkpoints
     from aiayn.train.checkpoint import load_checkpoint
     from aiayn.train.trainer import METRICS_FILE, RUN_CONFIG_FILE
@@ -55,11 +63,13 @@ def main() -> None:
     log(f"averaged {[p.name for p in inputs]}")
     data = Path(args.data_dir)
     candidates = {"averaged": averaged, "last": inputs[-1], "best": out / "best"}
-    val = {name: decode_and_score(path, data, "val", src, tgt, args) for name, path in candidates.items()
-           if path.exists()}
+    grid = {name: {alpha: decode_and_score(path, data, "val", src, tgt, args.beam, alpha) for alpha in args.alpha}
+            for name, path in candidates.items() if path.exists()}
+    val = {name: best_alpha(scores) for name, scores in grid.items()}
     selected = select(val, args.select)
-    log(f"test2016 with the {selected} model ({args.select})")
-    test = decode_and_score(candidates[selected], data, "test2016", src, tgt, args)
+    alpha = val[selected]["alpha"]
+    log(f"test2016 with the {selected} model ({args.select}), alpha {alpha}")
+    test = decode_and_score(candidates[selected], data, "test2016", src, tgt, args.beam, alpha)
     state = load_checkpoint(inputs[-1]).train_state["trainer"]
     results = {
         "benchmark": "multi30k", "direction": f"{src}-{tgt}",
@@ -69,9 +79,11 @@ def main() -> None:
         "training": {**training, "steps": state["step"], "hours": state["hours"]},
         "validation_curve": validation_curve(out / METRICS_FILE),
         "averaged_checkpoints": [p.name for p in inputs],
-        "decoding": {"beam": args.beam, "alpha": args.alpha},
+        "decoding": {"beam": args.beam, "alphas_tried_on_val": args.alpha, "alpha": alpha},
         "selection": args.select, "test2016_model": selected,
-        "val": val, "test2016": test,
+        "val": val, "val_bleu_by_alpha": {name: {str(a): s["bleu"] for a, s in scores.items()}
+                                          for name, scores in grid.items()},
+        "test2016": test,
     }
     results_path.parent.mkdir(parents=True, exist_ok=True)
     results_path.write_text(json.dumps(results, indent=2) + "\n")
@@ -88,7 +100,10 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--max-hours", type=float, default=0.0, help="training time budget (0 = the config's)")
     parser.add_argument("--average", type=int, default=5, help="average the last N checkpoints")
     parser.add_argument("--beam", type=int, default=4)
-    parser.add_argument("--alpha", type=float, default=0.6, help="length penalty (GNMT, as the paper)")
+    parser.add_argument("--alpha", type=float, nargs="+", default=[0.6, 1.0, 1.5, 2.0],
+                        help="length penalties (GNMT's; the paper's is 0.6) tried on val; the best is used on test2016")
+    parser.add_argument("--decode-only", action="store_true",
+                        help="skip training: average, choose on val and decode test2016 for a finished run")
     parser.add_argument("--set", action="append", default=[], help="config override passed to aiayn train")
     parser.add_argument("--select", choices=["val", "averaged"], default="val",
                         help="model decoded on test2016: the best of averaged/last/best on val BLEU, or always the average")
@@ -100,6 +115,26 @@ def select(val: dict, rule: str) -> str:
     if rule == "averaged":
         return "averaged"
     return max(val, key=lambda name: (val[name]["bleu"], name == "averaged"))
+
+
+def best_alpha(scores: dict[float, dict]) -> dict:
+    """The val scores of the length penalty with the highest BLEU (a tie keeps the smaller), with its ``alpha``."""
+    alpha = max(scores, key=lambda a: (scores[a]["bleu"], -a))
+    return {**scores[alpha], "alpha": alpha}
+
+
+def earlier_training(results_path: Path, out: Path, direction: str) -> dict:
+    """``--decode-only``: the training figures of the results file being replaced, if it is this run's."""
+    from aiayn.train.average import last_checkpoints
+    from aiayn.train.checkpoint import load_checkpoint
+
+    state = load_checkpoint(last_checkpoints(out, 1)[-1]).train_state["trainer"]
+    if results_path.exists():
+        earlier = json.loads(results_path.read_text())
+        if earlier.get("direction") == direction and earlier.get("training", {}).get("steps") == state["step"]:
+            return {key: value for key, value in earlier["training"].items() if key not in ("steps", "hours")}
+    raise SystemExit(f"--decode-only: {results_path} does not describe the run in {out} (step {state['step']}); "
+                     "train it with this script first")
 
 
 def train(config: Path, out: Path, args: argparse.Namespace) -> dict:
@@ -115,7 +150,7 @@ def train(config: Path, out: Path, args: argparse.Namespace) -> dict:
             "peak_rss_mib": peak_rss_mib(children=True)}
 
 
-def decode_and_score(checkpoint: Path, data: Path, split: str, src: str, tgt: str, args) -> dict:
+def decode_and_score(checkpoint: Path, data: Path, split: str, src: str, tgt: str, beam: int, alpha: float) -> dict:
     from aiayn.data.corpus import read_parallel
     from aiayn.decode.translator import Translator
     from aiayn.evaluate import sacrebleu_scores, tokenized_bleu
@@ -124,7 +159,7 @@ def decode_and_score(checkpoint: Path, data: Path, split: str, src: str, tgt: st
     model, tokenizer = load_translation_model(checkpoint)[:2]
     pairs, _ = read_parallel(data, split, src, tgt)
     sources, references = [s for s, _ in pairs], [t for _, t in pairs]
-    translator = Translator(model, tokenizer, beam=args.beam, alpha=args.alpha)
+    translator = Translator(model, tokenizer, beam=beam, alpha=alpha)
     started = time.perf_counter()
     with torch.inference_mode():
         hypotheses = translator.translate(sources)
@@ -133,7 +168,7 @@ def decode_and_score(checkpoint: Path, data: Path, split: str, src: str, tgt: st
     scores["tokenized_lowercased_bleu"] = tokenized_bleu(hypotheses, references, tgt)
     scores["decode_s"] = seconds
     scores["sentences_per_s"] = len(sources) / seconds
-    log(f"{checkpoint.name} {split}: BLEU {scores['bleu']:.2f} (tokenized lowercased "
+    log(f"{checkpoint.name} {split} (beam {beam}, alpha {alpha}): BLEU {scores['bleu']:.2f} (tokenized lowercased "
         f"{scores['tokenized_lowercased_bleu']:.2f}) chrF {scores['chrf']:.2f} in {seconds:.0f} s")
     return scores
 
