@@ -2,11 +2,14 @@
 
     python benchmarks/memory_shapes.py fp32 400
     python benchmarks/memory_shapes.py bf16 40      # emulated bf16 on CPUs without AMX: slow
+    AIAYN_MALLOC=default python benchmarks/memory_shapes.py fp32 400   # glibc's allocator defaults
 
 A 2+2-layer d=128 model, V=8000, about 2,000 tokens per batch with T uniform in [5, 60], label-
 smoothed loss and fused Adam as the trainer runs them; prints the resident set (``/proc/self/statm``)
 eight times along the way. Users of other toolkits report RSS growing to several GB in such loops
-under bf16 autocast; here the figures are printed, not asserted.
+under bf16 autocast; here the figures are printed, not asserted. Like the ``aiayn`` command, the loop
+keeps freed memory in glibc's heap (:func:`aiayn.malloc.keep_freed_memory`) unless
+``AIAYN_MALLOC=default``: with varying shapes, that is where fragmentation would show.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import time
 import torch
 
 from aiayn.config import TransformerConfig
+from aiayn.malloc import keep_freed_memory
 from aiayn.model import build_model
 from aiayn.precision import autocast
 from aiayn.train.loss import Seq2SeqObjective
@@ -28,7 +32,9 @@ def rss_mib() -> float:
 
 
 def main() -> None:
+    kept = keep_freed_memory()  # first, as the aiayn command does
     precision, steps = sys.argv[1], int(sys.argv[2])
+    print(f"{precision}, {steps} steps, freed memory kept in the heap: {kept}", flush=True)
     torch.set_num_threads(1)
     torch.manual_seed(0)
     random.seed(0)
