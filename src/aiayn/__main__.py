@@ -2,6 +2,6 @@
 
 import sys
 
-from aiayn.cli import main
+from aiayn.cli import run
 
-sys.exit(main())
+sys.exit(run())

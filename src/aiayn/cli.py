@@ -37,9 +37,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def run() -> int:
+    """The ``aiayn`` command (and ``python -m aiayn``): :func:`main` in a process that keeps freed memory.
+
+    The allocator setting is process-wide and cannot be undone, so it is made here, at the command's
+    entry point, and not in :func:`main`, which tests and notebooks call in their own process.
+    """
+    keep_freed_memory()  # before the first large tensor
+    return main()
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    keep_freed_memory()  # before the first large tensor
     try:
         return int(args.func(args) or 0)
     except UserError as err:

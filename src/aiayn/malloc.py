@@ -8,8 +8,10 @@ the Multi30k configs. With ``mmap`` off and the heap never trimmed, freed blocks
 once it has grown to a step's peak (a few steps), serve the next steps' allocations without new
 page faults; the process keeps its peak footprint instead of returning it between steps. Measured by ``benchmarks/allocator.py``.
 
-:func:`keep_freed_memory` is what ``aiayn`` calls at start-up; set ``AIAYN_MALLOC=default`` to keep
-glibc's defaults. Library users may call it themselves, before the first large tensor.
+:func:`keep_freed_memory` is what the ``aiayn`` command calls at start-up; set ``AIAYN_MALLOC=default``
+(or ``off``, ``0``) to keep glibc's defaults. It does nothing where ``malloc`` is not glibc's (macOS,
+musl, or jemalloc/tcmalloc preloaded). Library users may call it themselves, before the first large
+tensor. On a GPU the large tensors live in device memory and the setting gains nothing.
 """
 
 from __future__ import annotations
@@ -24,9 +26,12 @@ M_MMAP_MAX = -4
 _NEVER_TRIM = 2**31 - 1  # mallopt takes an int: trim only when 2 GiB at the heap's top are free
 
 
+OPT_OUT = ("default", "off", "0", "false", "no")  # AIAYN_MALLOC values that keep glibc's defaults
+
+
 def keep_freed_memory() -> bool:
     """Turn glibc's ``mmap`` of large blocks and heap trimming off; True when it was applied."""
-    if os.environ.get("AIAYN_MALLOC", "").lower() == "default":
+    if os.environ.get("AIAYN_MALLOC", "").strip().lower() in OPT_OUT:
         return False
     if not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc":
         return False
@@ -34,4 +39,12 @@ def keep_freed_memory() -> bool:
         libc = ctypes.CDLL("libc.so.6")
     except OSError:
         return False
+    if not _malloc_is_glibcs(libc):  # another allocator preloaded: mallopt would succeed and do nothing
+        return False
     return bool(libc.mallopt(M_MMAP_MAX, 0)) and bool(libc.mallopt(M_TRIM_THRESHOLD, _NEVER_TRIM))
+
+
+def _malloc_is_glibcs(libc: ctypes.CDLL) -> bool:
+    """Whether the process's ``malloc`` (the first definition in symbol-lookup order) is glibc's own."""
+    address = ctypes.cast(ctypes.CDLL(None).malloc, ctypes.c_void_p).value
+    return address == ctypes.cast(libc.malloc, ctypes.c_void_p).value
