@@ -1,9 +1,10 @@
 """Training steps under three allocator settings for PyTorch's large CPU tensors.
 
 glibc serves every block above 32 MiB (its mmap threshold's ceiling) with a fresh ``mmap``, so a
-training step that allocates the generator's logits (tokens × vocabulary × 4 bytes: ~100 MB for a
-4,096-token batch and 8k vocabulary) and their gradients page-faults every 4 KiB of them again on
-every step: about a sixth of a step's process time is system time here. The settings:
+training step that allocates the generator's logits (target tokens × vocabulary × 4 bytes: ~100 MB
+for the ~3,100 target tokens of a ~4,000-token batch and 8k vocabulary) and their gradients
+page-faults every 4 KiB of them again on every step: about a sixth of a step's process time is
+system time here. The settings:
 
 * ``glibc default`` (``AIAYN_MALLOC=default``);
 * ``THP_MEM_ALLOC_ENABLE=1``: PyTorch aligns large CPU allocations to 2 MiB and ``madvise``s them

@@ -16,8 +16,8 @@ Steps, each logged with its wall time:
    each with every length penalty of ``--alpha`` (GNMT's; default 0.6, the paper's, and 1.0, 1.5,
    2.0); the model and penalty with the highest val BLEU (sacreBLEU; a tie keeps the average and the
    smaller penalty) are decoded on ``test2016``, the reported figure. ``--select averaged`` always
-   reports the average (the protocol of runs before that option). test2016 is never used to choose
-   anything.
+   reports the average (with ``--alpha 0.6``: the protocol of the earlier runs). test2016 is never
+   used to choose anything.
 4. sacreBLEU BLEU + chrF with signatures, and the literature's tokenized lowercased BLEU
    (Moses tokenizer, ``multi-bleu.perl`` style; not comparable to sacreBLEU).
 
@@ -128,11 +128,17 @@ def earlier_training(results_path: Path, out: Path, direction: str) -> dict:
     from aiayn.train.average import last_checkpoints
     from aiayn.train.checkpoint import load_checkpoint
 
-    state = load_checkpoint(last_checkpoints(out, 1)[-1]).train_state["trainer"]
+    from aiayn.errors import UserError
+
+    try:
+        state = load_checkpoint(last_checkpoints(out, 1)[-1]).train_state["trainer"]
+    except UserError as err:
+        raise SystemExit(f"--decode-only: {err}; train the run with this script first") from None
     if results_path.exists():
         earlier = json.loads(results_path.read_text())
         if earlier.get("direction") == direction and earlier.get("training", {}).get("steps") == state["step"]:
-            return {key: value for key, value in earlier["training"].items() if key not in ("steps", "hours")}
+            kept = {key: value for key, value in earlier["training"].items() if key not in ("steps", "hours")}
+            return {**kept, "figures_from": f"{results_path.name} of the training invocation (--decode-only)"}
     raise SystemExit(f"--decode-only: {results_path} does not describe the run in {out} (step {state['step']}); "
                      "train it with this script first")
 
