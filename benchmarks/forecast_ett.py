@@ -35,7 +35,7 @@ ANCHORS = {  # published test MSE, ETTh1 multivariate
 }
 MODEL = dict(label_len=48, d_model=64, n_heads=4, n_encoder_layers=2, n_decoder_layers=1, d_ff=128,
              dropout=0.1, norm_first=True, instance_norm=True, channel_independent=True, patch_len=24,
-             decoding="one_pass", placeholders="last_patch")
+             decoding="one_pass", placeholders="last_patch", attention_dropout=0.1)
 TRAIN = dict(batch_size=128, lr=1e-3, lr_decay=0.8, max_epochs=4, patience=2, ema=0.97)
 DLINEAR_TRAIN = dict(batch_size=32, lr=5e-3, lr_decay=0.5, max_epochs=10, patience=3)
 
