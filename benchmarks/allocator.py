@@ -46,8 +46,6 @@ SETTINGS = {
     "THP_MEM_ALLOC_ENABLE=1": {"AIAYN_MALLOC": "default", "THP_MEM_ALLOC_ENABLE": "1"},
     "aiayn (keep_freed_memory)": {},
 }
-
-
 ALL_VARIABLES = {key for settings in SETTINGS.values() for key in settings}
 
 

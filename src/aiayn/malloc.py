@@ -6,7 +6,8 @@ tokens × vocabulary × 4 bytes, and their gradients), so the kernel maps and ze
 hundred megabytes again on every step: ~100k page faults and about a sixth of a step's CPU time on
 the Multi30k configs. With ``mmap`` off and the heap never trimmed, freed blocks stay in the heap and,
 once it has grown to a step's peak (a few steps), serve the next steps' allocations without new
-page faults; the process keeps its peak footprint instead of returning it between steps. Measured by ``benchmarks/allocator.py``.
+page faults; the process keeps its peak footprint instead of returning it between steps. Measured by
+``benchmarks/allocator.py``.
 
 :func:`keep_freed_memory` is what the ``aiayn`` command calls at start-up; set ``AIAYN_MALLOC=default``
 (or ``off``, ``0``) to keep glibc's defaults. It does nothing where ``malloc`` is not glibc's (macOS,
@@ -24,8 +25,6 @@ import sys
 M_TRIM_THRESHOLD = -1  # mallopt parameters from glibc's <malloc.h>
 M_MMAP_MAX = -4
 _NEVER_TRIM = 2**31 - 1  # mallopt takes an int: trim only when 2 GiB at the heap's top are free
-
-
 OPT_OUT = ("default", "off", "0", "false", "no")  # AIAYN_MALLOC values that keep glibc's defaults
 
 
