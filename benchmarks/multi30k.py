@@ -81,8 +81,7 @@ def main() -> None:
         "averaged_checkpoints": [p.name for p in inputs],
         "decoding": {"beam": args.beam, "alphas_tried_on_val": args.alpha, "alpha": alpha},
         "selection": args.select, "test2016_model": selected,
-        "val": val, "val_bleu_by_alpha": {name: {str(a): s["bleu"] for a, s in scores.items()}
-                                          for name, scores in grid.items()},
+        "val": val, "val_by_alpha": {name: {str(a): s for a, s in scores.items()} for name, scores in grid.items()},
         "test2016": test,
     }
     results_path.parent.mkdir(parents=True, exist_ok=True)

@@ -22,7 +22,10 @@ def test_identical_hypotheses_score_100() -> None:
 
 def test_sacrebleu_scores_match_sacrebleu_directly() -> None:
     scores = sacrebleu_scores(HYPS, REFS)
-    assert scores["bleu"] == pytest.approx(sacrebleu.corpus_bleu(HYPS, [REFS]).score)
+    direct = sacrebleu.corpus_bleu(HYPS, [REFS])
+    assert scores["bleu"] == pytest.approx(direct.score)
+    assert scores["brevity_penalty"] == pytest.approx(direct.bp)
+    assert scores["length_ratio"] == pytest.approx(direct.sys_len / direct.ref_len)
     assert scores["chrf"] == pytest.approx(sacrebleu.corpus_chrf(HYPS, [REFS]).score)
     assert 0 < scores["bleu"] < 100
     assert scores["bleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:")
@@ -33,7 +36,10 @@ def test_hand_checkable_bleu() -> None:
     # The hypothesis is the first 4 of the 5 reference words: every n-gram precision is 1, so BLEU is
     # the brevity penalty alone, exp(1 - r/c) = exp(1 - 5/4).
     hyp, ref = ["a b c d"], ["a b c d e"]
-    assert sacrebleu_scores(hyp, ref)["bleu"] == pytest.approx(100 * math.exp(1 - 5 / 4), abs=1e-4)
+    scores = sacrebleu_scores(hyp, ref)
+    assert scores["bleu"] == pytest.approx(100 * math.exp(1 - 5 / 4), abs=1e-4)
+    assert scores["brevity_penalty"] == pytest.approx(math.exp(1 - 5 / 4), abs=1e-6)
+    assert scores["length_ratio"] == pytest.approx(4 / 5)
 
 
 def test_tokenized_bleu_lowercases_and_moses_tokenizes() -> None:

@@ -27,14 +27,16 @@ def _check(hyps: Sequence[str], refs: Sequence[str]) -> None:
 def sacrebleu_scores(hyps: Sequence[str], refs: Sequence[str]) -> dict:
     """Corpus BLEU and chrF of detokenized ``hyps`` against one reference each.
 
-    Returns ``{"bleu", "chrf", "bleu_signature", "chrf_signature"}`` (scores on a 0-100 scale).
+    Returns ``{"bleu", "chrf", "bleu_signature", "chrf_signature", "brevity_penalty", "length_ratio"}``
+    (scores on a 0-100 scale; the length ratio is hypothesis over reference length in BLEU's tokens).
     """
     _check(hyps, refs)
     bleu, chrf = BLEU(), CHRF()
     bleu_score = bleu.corpus_score(list(hyps), [list(refs)])
     chrf_score = chrf.corpus_score(list(hyps), [list(refs)])
     return {"bleu": bleu_score.score, "chrf": chrf_score.score,
-            "bleu_signature": str(bleu.get_signature()), "chrf_signature": str(chrf.get_signature())}
+            "bleu_signature": str(bleu.get_signature()), "chrf_signature": str(chrf.get_signature()),
+            "brevity_penalty": bleu_score.bp, "length_ratio": bleu_score.sys_len / bleu_score.ref_len}
 
 
 def moses_lowercase(lines: Sequence[str], lang: str) -> list[str]:
