@@ -10,7 +10,7 @@ import torch
 
 import aiayn
 from aiayn import TransformerConfig, build_model, positional_encoding
-from aiayn.model.attention import scaled_dot_product_attention
+from aiayn.model.attention import KVCache, MultiHeadAttention, scaled_dot_product_attention
 from aiayn.model.masks import causal_mask, padding_mask
 
 PAD = 0
@@ -187,7 +187,8 @@ def test_cache_reorder_selects_batch_rows() -> None:
 
 
 def test_cache_reorder_copies_only_what_changes() -> None:
-    """Shuffling rows that hold the same source keeps the source-only tensors; results stay exact."""
+    """Shuffling rows that hold the same source keeps the source-only tensors, stored once per group
+    of rows; results stay exact."""
     model = tiny_model()
     sentences, tgt = tokens([7, 3], 7), tokens([6, 6, 6, 6], 6, 60)
     src = sentences[[0, 0, 1, 1]]  # two beams per sentence, as beam search expands them
@@ -195,6 +196,7 @@ def test_cache_reorder_copies_only_what_changes() -> None:
         src_mask = padding_mask(sentences, PAD)
         cache = model.init_cache(model.encode(sentences, src_mask), src_mask)
         cache.reorder(torch.tensor([0, 0, 1, 1]))
+        assert cache.group == 2 and cache.memory.size(0) == 2  # each source once, read by 2 rows
         model.decode(tgt[:, :3], None, cache=cache)
         memory, self_k = cache.memory, cache.layers[0][0].k
         cache.reorder(torch.arange(4))  # identity: nothing is copied
@@ -204,11 +206,53 @@ def test_cache_reorder_copies_only_what_changes() -> None:
         assert cache.memory is memory and cache.layers[0][0].k is not self_k
         step = model.generator(model.decode(tgt[order, 3:4], None, cache=cache))
         cache.reorder(torch.tensor([2, 3]))  # the first sentence leaves the batch
-        assert cache.memory.size(0) == 2 and torch.equal(cache.sources, torch.tensor([1, 1]))
+        assert cache.memory.size(0) == 1 and torch.equal(cache.sources, torch.tensor([0, 0]))
         last = model.generator(model.decode(tgt[order][[2, 3], 4:5], None, cache=cache))
         full = model(src[order], tgt[order, :5])
     torch.testing.assert_close(step[:, 0], full[:, 3], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(last[:, 0], full[[2, 3], 4], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_grouped_cross_attention_equals_one_memory_row_per_query_row(need_weights: bool) -> None:
+    """A static cache with group g (rows i*g .. i*g+g-1 read cached row i) gives what copying the
+    memory for every row gives, outputs and weights, with a padded source."""
+    torch.manual_seed(0)
+    attention = MultiHeadAttention(16, 4).eval()
+    memory, query = torch.randn(2, 5, 16), torch.randn(6, 2, 16)  # 2 sources, 3 rows each, 2 new positions
+    mask = torch.tensor([[True] * 5, [True, True, False, False, False]])[:, None, None]  # (2, 1, 1, 5)
+    grouped, copied = KVCache(static=True), KVCache(static=True)
+    with torch.no_grad():
+        attention(query[::3], memory, mask, cache=grouped)  # fills the cache, one row per source
+        grouped.group = 3
+        out, weights = attention(query, memory, mask, cache=grouped, need_weights=need_weights)
+        rows = torch.tensor([0, 0, 0, 1, 1, 1])
+        expected, expected_weights = attention(query, memory[rows], mask[rows], cache=copied, need_weights=True)
+    torch.testing.assert_close(out, expected, atol=1e-6, rtol=1e-5)
+    if need_weights:
+        torch.testing.assert_close(weights, expected_weights, atol=1e-6, rtol=1e-5)
+        assert weights.shape == (6, 4, 2, 5) and bool((weights[3:, :, :, 2:] == 0).all())
+
+
+def test_cache_reorder_into_unequal_groups() -> None:
+    """Runs of unequal length (sampling's copies of a sentence after one finished) fall back to one
+    memory row per row; grouped and ungrouped steps give the full forward's logits."""
+    model = tiny_model()
+    sentences, tgt = tokens([7, 3], 7), tokens([6, 6, 6, 6, 6], 6, 60)
+    with torch.no_grad():
+        src_mask = padding_mask(sentences, PAD)
+        cache = model.init_cache(model.encode(sentences, src_mask), src_mask)
+        cache.reorder(torch.tensor([0, 0, 0, 1, 1, 1]))
+        assert cache.group == 3 and cache.memory.size(0) == 2
+        model.decode(tgt[[0, 0, 0, 1, 1, 1], :3], None, cache=cache)
+        grouped = model.generator(model.decode(tgt[[0, 0, 0, 1, 1, 1], 3:4], None, cache=cache))
+        order = torch.tensor([0, 2, 3, 4, 5])  # one copy of the first sentence has finished
+        cache.reorder(order)
+        assert cache.group == 1 and cache.memory.size(0) == 5
+        last = model.generator(model.decode(tgt[[0, 0, 1, 1, 1], 4:5], None, cache=cache))
+        full = model(sentences[[0, 0, 1, 1, 1]], tgt[[0, 0, 1, 1, 1], :5])
+    torch.testing.assert_close(grouped[:, 0], full[[0, 0, 0, 2, 2, 2], 3], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(last[:, 0], full[:, 4], atol=1e-5, rtol=1e-5)
 
 
 # --- precision and gradients --------------------------------------------------------------------

@@ -11,7 +11,7 @@ import torch
 from aiayn import TransformerConfig, build_model
 from aiayn.decode import (DecodeOptions, ModelStep, beam_search, generate, greedy_search, length_penalty,
                           max_output_lengths, sample_search)
-from aiayn.decode.search import stable_topk
+from aiayn.decode.search import BLOCK, _blocks, first_argmax, stable_topk
 from aiayn.errors import UserError
 
 PAD, UNK, BOS, EOS, A, B = range(6)
@@ -182,6 +182,23 @@ def test_stable_topk_equals_a_full_stable_sort_row_by_row() -> None:
     x[5, :] = float("-inf")
     x[5, 7] = 0.0  # a forced row: one finite value, the rest tied at -inf
     for k in (1, 4, 8, 50):
+        values, index = stable_topk(x, k)
+        full_values, full_index = x.sort(dim=-1, descending=True, stable=True)
+        assert torch.equal(index, full_index[:, :k]) and torch.equal(values, full_values[:, :k])
+
+
+def test_two_stage_selection_over_a_vocabulary_equals_one_full_sort() -> None:
+    """Rows long enough for the block-wise argmax/top-k: ties inside and across blocks, -inf rows."""
+    generator = torch.Generator().manual_seed(1)
+    x = torch.randn(48, BLOCK * 20, generator=generator)
+    x[::2] = torch.randint(0, 6, (24, BLOCK * 20), generator=generator).float()  # many ties
+    x[3, :] = float("-inf")
+    x[3, BLOCK * 7 + 5] = 0.0  # a forced row: one finite value
+    x[5, :] = float("-inf")  # all tied
+    x[7, [3, BLOCK + 1, BLOCK * 19 + 2]] = 50.0  # one maximum in three blocks
+    assert _blocks(x) is not None  # the two-stage path is the one tested
+    assert torch.equal(first_argmax(x), x.argmax(dim=-1))
+    for k in (1, 4, 8, 21):
         values, index = stable_topk(x, k)
         full_values, full_index = x.sort(dim=-1, descending=True, stable=True)
         assert torch.equal(index, full_index[:, :k]) and torch.equal(values, full_values[:, :k])

@@ -13,6 +13,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 
+SHORT_QUERY = 16  # at most this many queries per (row, head): the formula beats the fused kernel on CPU
+
+
 def attention_weights(q: Tensor, k: Tensor, mask: Tensor | None) -> Tensor:
     """softmax(Q K^T / sqrt(d_k)) in fp32, ``(B, H, T_q, T_k)``; masked keys get weight 0.
 
@@ -33,15 +36,20 @@ def scaled_dot_product_attention(
     v: Tensor,
     mask: Tensor | None = None,
     dropout_p: float = 0.0,
-    need_weights: bool = False,
+    need_weights: bool | None = False,
 ) -> tuple[Tensor, Tensor | None]:
     """Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V  (Eq. 1).
 
     ``q`` ``(B, H, T_q, d_k)``, ``k``/``v`` ``(B, H, T_k, d_k)``; ``mask`` bool, True = may attend.
     Fast path (``need_weights=False``): PyTorch's fused ``F.scaled_dot_product_attention``.
     Reference path (``need_weights=True``): the formula written out, returning the weights too.
-    Both agree to 1e-5 in fp32.
+    Both agree to 1e-5 in fp32. ``need_weights=None`` returns no weights and picks the faster of the
+    two for the shape: the written-out formula for a few queries (a decoding step), where PyTorch's
+    CPU flash kernel pays a fixed cost per (batch row, head) that the two batched matmuls do not.
     """
+    if need_weights is None:
+        need_weights = q.size(-2) <= SHORT_QUERY and q.device.type == "cpu"
+        return scaled_dot_product_attention(q, k, v, mask, dropout_p, need_weights)[0], None
     if not need_weights:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p), None
     weights = attention_weights(q, k, mask)  # (B, H, T_q, T_k), fp32
@@ -53,6 +61,8 @@ class KVCache:
     """Keys and values of one attention module, kept across decoding steps.
 
     ``static=True`` (cross-attention): keys/values of the encoder memory, computed once per source.
+    With ``group`` g > 1, query rows ``i*g .. i*g+g-1`` all attend to cached row i (see
+    :class:`~aiayn.model.transformer.DecoderCache`).
     ``static=False`` (decoder self-attention): grows by one position per step.
     """
 
@@ -60,6 +70,7 @@ class KVCache:
         self.static = static
         self.k: Tensor | None = None  # (B, H, T, d_k)
         self.v: Tensor | None = None
+        self.group = 1  # static only: consecutive query rows per cached row (beam search's beams)
 
     def update(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Store (static) or append (incremental) new keys/values; return all of them."""
@@ -111,8 +122,12 @@ class MultiHeadAttention(nn.Module):
         """
         q, k, v = self._project(query, key_value, cache)
         dropout_p = self.dropout if self.training else 0.0
-        out, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p, need_weights)
-        return self.out_proj(self._merge_heads(out)), weights
+        group = cache.group if cache is not None and cache.static else 1
+        how = True if need_weights else None if cache is not None else False  # None: decoding, the faster path
+        out, weights = scaled_dot_product_attention(_fold(q, group), k, v, mask, dropout_p, how)
+        if weights is not None and group > 1:
+            weights = _fold(weights, group, inverse=True)
+        return self.out_proj(self._merge_heads(out, group)), weights
 
     def _project(self, query: Tensor, key_value: Tensor | None, cache: KVCache | None) -> tuple[Tensor, Tensor, Tensor]:
         """Q, K, V split into heads, each ``(B, H, T, d_k)``, with the cache applied."""
@@ -133,6 +148,18 @@ class MultiHeadAttention(nn.Module):
         """``(B, T, D)`` -> ``(B, H, T, d_k)``."""
         return x.unflatten(-1, (self.n_heads, self.d_k)).transpose(1, 2)
 
-    def _merge_heads(self, x: Tensor) -> Tensor:
-        """``(B, H, T, d_k)`` -> ``(B, T, D)``."""
-        return x.transpose(1, 2).flatten(2)
+    def _merge_heads(self, x: Tensor, group: int = 1) -> Tensor:
+        """``(B, H, T, d_k)`` -> ``(B, T, D)``; from :func:`_fold` ed queries ``(B, H, g*T, d_k)``,
+        ``(B*g, T, D)``."""
+        b, h, t, d = x.shape
+        return x.transpose(1, 2).reshape(b * group, t // group, h * d)
+
+
+def _fold(x: Tensor, group: int, inverse: bool = False) -> Tensor:
+    """``(B*g, H, T, d)`` -> ``(B, H, g*T, d)``: the g rows that share keys become one row's queries
+    (``inverse``: back). A view, no copy, for queries from ``_split_heads``."""
+    if group == 1:
+        return x
+    n, h, t, d = x.shape
+    b, t = (n * group, t // group) if inverse else (n // group, t * group)
+    return x.transpose(1, 2).reshape(b, t, h, d).transpose(1, 2)
