@@ -267,6 +267,19 @@ def test_cached_and_uncached_decoding_agree(options: DecodeOptions) -> None:
     assert_same(cached, uncached)
 
 
+def test_greedy_search_on_logits_equals_greedy_search_on_log_probs() -> None:
+    """generate()'s greedy search takes the argmax of the logits and normalises only the chosen
+    tokens' scores; with ``scores=False`` it skips that: same tokens, NaN scores."""
+    model, src = tiny_model(), pad(sources([5, 9, 3, 7], seed=3))
+    with torch.inference_mode():
+        on_log_probs = greedy_search(ModelStep(model, src), [8] * 4, alpha=0.6)
+    on_logits = generate(model, src, DecodeOptions(beam=1, alpha=0.6, max_len_a=0.0, max_len_b=8))
+    assert_same(on_logits, on_log_probs)
+    unscored = generate(model, src, DecodeOptions(beam=1, alpha=0.6, max_len_a=0.0, max_len_b=8, scores=False))
+    assert [h[0].tokens for h in unscored] == [h[0].tokens for h in on_log_probs]
+    assert all(math.isnan(h[0].score) and math.isnan(h[0].log_prob) for h in unscored)
+
+
 @pytest.mark.parametrize("options", OPTION_SETS[:2], ids=["greedy", "beam"])
 def test_output_does_not_depend_on_batch_composition(options: DecodeOptions) -> None:
     model, rows = tiny_model(), sources([6, 2, 11, 4], seed=2)

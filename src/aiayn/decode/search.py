@@ -171,9 +171,17 @@ Chooser = Callable[[Tensor], Tensor]  # (N, V) restricted log-probs -> (N,) toke
 
 
 def greedy_search(step: StepFunction, max_lens: list[int], alpha: float = 0.0,
-                  ids: SpecialIds = SpecialIds()) -> list[list[Hypothesis]]:
-    """The most probable next token at each step (argmax; ties: the lowest id). One hypothesis per row."""
-    return _single_path(step, max_lens, alpha, ids, first_argmax)
+                  ids: SpecialIds = SpecialIds(), scores: bool = True) -> list[list[Hypothesis]]:
+    """The most probable next token at each step (argmax; ties: the lowest id). One hypothesis per row.
+
+    The step may return logits (a step whose ``log_probs`` attribute is False, as
+    ``ModelStep(..., log_probs=False)``): the argmax is taken over them as they are, and the chosen
+    token's log-probability comes from their ``log_softmax``. ``scores=False`` skips that, as
+    CTranslate2 does when no scores are asked for: the tokens are the same, ``score`` and
+    ``log_prob`` are NaN.
+    """
+    logits = not getattr(step, "log_probs", True)
+    return _single_path(step, max_lens, alpha, ids, first_argmax, normalise=logits, scores=scores)
 
 
 def sample_search(step: StepFunction, max_lens: list[int], alpha: float = 0.0, nbest: int = 1,
@@ -218,20 +226,26 @@ def _nucleus(logits: Tensor, top_p: float) -> Tensor:
     return logits.masked_fill(drop, NEG_INF)
 
 
-def _single_path(step: StepFunction, max_lens: list[int], alpha: float, ids: SpecialIds,
-                 choose: Chooser) -> list[list[Hypothesis]]:
-    """Extend each row by ``choose`` until EOS or its maximum length; finished rows leave the batch."""
+def _single_path(step: StepFunction, max_lens: list[int], alpha: float, ids: SpecialIds, choose: Chooser,
+                 normalise: bool = False, scores: bool = True) -> list[list[Hypothesis]]:
+    """Extend each row by ``choose`` until EOS or its maximum length; finished rows leave the batch.
+
+    ``normalise``: the step's outputs are logits; the chosen tokens' log-probs come from their
+    ``log_softmax``. ``scores=False``: no log-probs at all (NaN in the hypotheses).
+    """
     device = _device_of(step)
     active = list(range(len(max_lens)))
     prefix = torch.full((len(active), 1), ids.bos, dtype=torch.long, device=device)  # (n, t)
-    log_prob = torch.zeros(len(active), dtype=torch.float64, device=device)  # (n,)
+    log_prob = torch.full((len(active),), 0.0 if scores else float("nan"), dtype=torch.float64, device=device)
     results: list[list[Hypothesis]] = [[] for _ in active]
     t = 0
     while active:
         forced = torch.tensor([t >= max_lens[i] for i in active], device=device)  # (n,)
-        log_probs = _restrict(step(prefix), forced, ids)  # (n, V)
-        token = choose(log_probs)  # (n,)
-        log_prob = log_prob + log_probs.gather(-1, token[:, None])[:, 0].double()
+        outputs = step(prefix)  # (n, V) log-probs, or logits when ``normalise``
+        log_probs = outputs.log_softmax(dim=-1) if normalise and scores else outputs  # before _restrict
+        token = choose(_restrict(outputs, forced, ids))  # (n,)
+        if scores:
+            log_prob = log_prob + log_probs.gather(-1, token[:, None])[:, 0].double()
         done = (token == ids.eos).tolist()
         for row, i in enumerate(active):
             if done[row]:
@@ -353,6 +367,8 @@ class DecodeOptions:
 
     ``max_len_a``/``max_len_b``: at most ``floor(a * S + b)`` tokens before EOS for a source of S
     tokens (its EOS included); the paper's "input length + 50" is a=1, b=50.
+    ``scores=False``: the caller needs no scores (``Translator.translate``), so a search that does
+    not need them to choose (greedy) skips them; its hypotheses' ``score``/``log_prob`` are NaN.
     """
 
     beam: int = 4
@@ -366,6 +382,7 @@ class DecodeOptions:
     top_k: int = 0
     top_p: float = 1.0
     seed: int | None = None
+    scores: bool = True
 
     def __post_init__(self) -> None:
         checks = [("beam", self.beam >= 1, "must be >= 1"), ("alpha", self.alpha >= 0, "must be >= 0"),
@@ -388,11 +405,12 @@ def generate(model, src: Tensor, options: DecodeOptions = DecodeOptions()) -> li
     ids = SpecialIds(config.bos_id, config.eos_id, config.pad_id)
     max_lens = max_output_lengths(source_lengths(src, config.pad_id), options.max_len_a, options.max_len_b,
                                   config.max_len)
+    greedy = options.beam == 1 and not options.sample
     with torch.inference_mode():
-        step = ModelStep(model, src, options.use_cache)
+        step = ModelStep(model, src, options.use_cache, log_probs=not greedy)  # greedy: argmax of the logits
         if options.sample:
             return sample_search(step, max_lens, options.alpha, options.nbest, options.temperature,
                                  options.top_k, options.top_p, options.seed, ids)
-        if options.beam == 1:
-            return greedy_search(step, max_lens, options.alpha, ids)
+        if greedy:
+            return greedy_search(step, max_lens, options.alpha, ids, options.scores)
         return beam_search(step, max_lens, options.beam, options.alpha, options.nbest, ids)

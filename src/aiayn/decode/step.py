@@ -5,7 +5,9 @@ function*: an object with
 
 * ``__call__(prefix)``: ``prefix`` ``(N, t)`` target ids (BOS first) -> log-probabilities
   ``(N, V)`` (fp32) of the next token for each of the N rows, in a new tensor each call (the
-  searches write into it: PAD, BOS and forced endings);
+  searches write into it: PAD, BOS and forced endings). Greedy search, which only needs each row's
+  argmax, also takes unnormalised logits (``ModelStep(..., log_probs=False)``) and normalises
+  only when scores are asked for;
 * ``reorder(new_order)``: row i of the state becomes old row ``new_order[i]`` (beam search
   calls it after each step; ``new_order`` may repeat rows or select fewer rows);
 * ``vocab_size`` and (optionally) ``device``, where the searches put their tensors.
@@ -28,10 +30,11 @@ class ModelStep:
     ``src`` ``(B, S)`` padded source ids. With ``use_cache=True`` each call feeds only the last
     prefix token and reuses the cached keys/values; with ``use_cache=False`` it recomputes the
     decoder over the whole prefix (slow, the reference the cached path is tested against).
+    ``log_probs=False``: calls return the generator's logits, not log-probabilities.
     """
 
-    def __init__(self, model, src: Tensor, use_cache: bool = True) -> None:
-        self.model, self.use_cache = model, use_cache
+    def __init__(self, model, src: Tensor, use_cache: bool = True, log_probs: bool = True) -> None:
+        self.model, self.use_cache, self.log_probs = model, use_cache, log_probs
         src_mask = padding_mask(src, model.config.pad_id)  # (B, 1, 1, S), True = may attend
         self.memory = model.encode(src, src_mask)  # (B, S, D)
         self.src_mask = src_mask
@@ -46,12 +49,12 @@ class ModelStep:
         return self.model.config.tgt_vocab_size
 
     def __call__(self, prefix: Tensor) -> Tensor:
-        """``prefix`` ``(N, t)`` -> next-token log-probs ``(N, V)``, fp32."""
+        """``prefix`` ``(N, t)`` -> next-token log-probs (or logits) ``(N, V)``, fp32."""
         if self.cache is not None:
             states = self.model.decode(prefix[:, -1:], self.memory, self.src_mask, cache=self.cache)  # (N, 1, D)
         else:
             states = self.model.decode(prefix, self.memory, self.src_mask)  # (N, t, D)
-        return self.model.generator(states[:, -1:], log_probs=True)[:, 0].float()  # (N, V)
+        return self.model.generator(states[:, -1:], log_probs=self.log_probs)[:, 0].float()  # (N, V)
 
     def reorder(self, new_order: Tensor) -> None:
         """Select rows (beams, finished sentences dropped): row i becomes old row ``new_order[i]``."""

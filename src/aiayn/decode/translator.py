@@ -51,7 +51,8 @@ class Translator:
 
     def translate(self, lines: Sequence[str]) -> list[str]:
         """One detokenized translation per line (the best hypothesis)."""
-        return [nbest[0][1] if nbest else "" for nbest in self._search(lines, replace(self.options, nbest=1))]
+        options = replace(self.options, nbest=1, scores=False)  # text only: greedy skips the log-softmax
+        return [nbest[0][1] if nbest else "" for nbest in self._search(lines, options)]
 
     def translate_nbest(self, lines: Sequence[str], nbest: int | None = None) -> list[list[tuple[float, str]]]:
         """``nbest`` (default: the options') ``(score, text)`` pairs per line, best first; [] for a blank line."""
