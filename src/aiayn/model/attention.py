@@ -76,6 +76,8 @@ class KVCache:
         """Store (static) or append (incremental) new keys/values; return all of them."""
         if self.k is not None and not self.static:
             k, v = torch.cat([self.k, k], dim=2), torch.cat([self.v, v], dim=2)
+        elif self.static:  # read at every step: contiguous, so that the batched matmuls need no copy
+            k, v = k.contiguous(), v.contiguous()
         self.k, self.v = k, v
         return k, v
 
