@@ -55,6 +55,8 @@ class DecoderCache:
     sentence do, each source is kept (and read by cross-attention) once per run, not once per row.
     """
 
+    group_rows = True  # False: one memory row per row (the reference; benchmarks/decode_paths.py)
+
     def __init__(self, n_layers: int, memory: Tensor, src_mask: Tensor | None) -> None:
         self.layers = [(KVCache(static=False), KVCache(static=True)) for _ in range(n_layers)]
         self.memory, self.src_mask = memory, src_mask  # (B, S, D), (B, 1, 1, S): one row per group
@@ -80,7 +82,7 @@ class DecoderCache:
             return
         rows, counts = torch.unique_consecutive(sources, return_counts=True)  # runs of equal sources
         group = int(counts[0])
-        if not bool((counts == group).all()):  # unequal runs: one memory row per row
+        if not self.group_rows or not bool((counts == group).all()):  # unequal runs: one memory row per row
             rows, group = sources, 1
         self.group = group
         self.sources = torch.arange(rows.numel(), device=rows.device).repeat_interleave(group)

@@ -1,0 +1,152 @@
+"""What each of aiayn's decoding fast paths buys, measured against the path it replaces, same process.
+
+    .venv/bin/python benchmarks/decode_paths.py          # runs/multi30k_en_de/averaged, test2016
+
+Each variant turns one fast path off (the rest stay on) and translates the same sentences with
+``Translator.translate`` (text in, text out, the Translator's own batches):
+
+* ``one-stage selection``: PyTorch's ``argmax``/``topk`` over the whole vocabulary instead of the
+  block-wise two-stage ones (``aiayn.decode.search.MIN_BLOCKS`` set out of reach);
+* ``fused attention kernel``: ``F.scaled_dot_product_attention`` for decoding steps too, instead of
+  the written-out formula for short queries (``aiayn.model.attention.SHORT_QUERY = 0``);
+* ``memory per row`` (beam search): the encoder memory and cross-attention keys/values copied for
+  every beam instead of kept once per sentence (``DecoderCache.group_rows = False``);
+* ``scores`` (greedy search): hypotheses scored (a log-softmax per step), as ``translate_nbest``
+  needs, where ``translate`` skips it (``DecodeOptions(scores=True)``);
+* ``all off``: every switch above at once.
+
+Timing is interleaved at the finest grain that keeps the search unchanged: for every batch, every
+round runs every variant once, in rotating order; a variant's round time sums its batches. The
+figure is the paired speedup, shipped / variant of each round's times (median, min, max), so slow
+spells of this shared machine hit both sides of a ratio alike. Every variant's output must equal
+the shipped path's (checked on the first round; reported).
+
+Writes ``benchmarks/results/decode_paths.json`` (``--results``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+from common import command, machine, peak_rss_mib, versions
+
+import aiayn.decode.search as search
+import aiayn.model.attention as attention
+from aiayn.data.corpus import read_parallel
+from aiayn.decode.search import DecodeOptions
+from aiayn.decode.translator import Translator
+from aiayn.malloc import keep_freed_memory
+from aiayn.model.transformer import DecoderCache
+from aiayn.train.checkpoint import load_translation_model
+
+ROOT = Path(__file__).resolve().parents[1]
+SWITCHES = {  # name -> (module or class, attribute, value that turns the fast path off)
+    "one-stage selection": (search, "MIN_BLOCKS", 10**9),
+    "fused attention kernel": (attention, "SHORT_QUERY", 0),
+    "memory per row": (DecoderCache, "group_rows", False),
+}
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--checkpoint", default=str(ROOT / "runs" / "multi30k_en_de" / "averaged"))
+    parser.add_argument("--data-dir", default=str(ROOT.parent / "shared" / "data" / "multi30k"))
+    parser.add_argument("--split", default="test2016")
+    parser.add_argument("--limit", type=int, default=0, help="first N sentences only (default: all)")
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--beam", type=int, default=4)
+    parser.add_argument("--alpha", type=float, default=0.6)
+    parser.add_argument("--results", default=str(ROOT / "benchmarks" / "results" / "decode_paths.json"))
+    return parser.parse_args()
+
+
+def variants(greedy: bool) -> dict[str, tuple[dict, bool]]:
+    """name -> (switches turned off, scores) for one search."""
+    off = {name: {name} for name in SWITCHES if greedy is False or name != "memory per row"}
+    out = {"shipped": (set(), False), **{name: (names, False) for name, names in off.items()}}
+    if greedy:
+        out["scores"] = (set(), True)
+    out["all off"] = (set(SWITCHES) - ({"memory per row"} if greedy else set()), greedy)
+    return out
+
+
+def run(translator: Translator, lines: list[str], off: set[str], scores: bool) -> list[str]:
+    defaults = {name: getattr(owner, attribute) for name, (owner, attribute, _) in SWITCHES.items()}
+    try:
+        for name in off:
+            owner, attribute, value = SWITCHES[name]
+            setattr(owner, attribute, value)
+        if scores:  # what translate() returns, through the scored search
+            return [nbest[0][1] if nbest else "" for nbest in translator.translate_nbest(lines, 1)]
+        return translator.translate(lines)
+    finally:
+        for name, (owner, attribute, _) in SWITCHES.items():
+            setattr(owner, attribute, defaults[name])
+
+
+def measure(translator: Translator, lines: list[str], rounds: int, greedy: bool) -> dict:
+    sources = {i: translator.encode_source(line) for i, line in enumerate(lines)}
+    batches = [[lines[i] for i in batch] for batch in translator._batches(sources)]
+    cases = variants(greedy)
+    names = list(cases)
+    seconds = {name: [0.0] * rounds for name in names}
+    outputs: dict[str, list[str]] = {name: [] for name in names}
+    for batch in batches:
+        for name in names:  # warm-up
+            run(translator, batch, *cases[name])
+        for r in range(rounds):
+            for name in names[r % len(names):] + names[: r % len(names)]:
+                start = time.perf_counter()
+                out = run(translator, batch, *cases[name])
+                seconds[name][r] += time.perf_counter() - start
+                if r == 0:
+                    outputs[name] += out
+    result = {}
+    for name in names:
+        ratios = [v / s for s, v in zip(seconds["shipped"], seconds[name])]  # variant time / shipped time
+        result[name] = {"off": sorted(cases[name][0]), "scores": cases[name][1],
+                        "seconds_per_round": seconds[name], "median_s": statistics.median(seconds[name]),
+                        "speedup_of_shipped": {"median": statistics.median(ratios), "min": min(ratios),
+                                               "max": max(ratios)},
+                        "same_output_as_shipped": outputs[name] == outputs["shipped"]}
+    return result
+
+
+def main() -> None:
+    args = parse_args()
+    malloc_kept = keep_freed_memory()
+    torch.set_num_threads(args.threads)
+    model, tokenizer, ckpt = load_translation_model(args.checkpoint)
+    data = ckpt.config.get("run", {}).get("data", {})
+    pairs, _ = read_parallel(Path(args.data_dir), args.split, data["src_lang"], data["tgt_lang"])
+    lines = [source for source, _ in pairs][: args.limit or None]
+    figures = {}
+    for search_name, beam in (("greedy", 1), (f"beam{args.beam}", args.beam)):
+        translator = Translator(model, tokenizer, options=DecodeOptions(beam=beam, alpha=args.alpha))
+        figures[search_name] = measure(translator, lines, args.rounds, beam == 1)
+        for name, f in figures[search_name].items():
+            s = f["speedup_of_shipped"]
+            print(f"{search_name:7s} {name:24s} {f['median_s']:6.2f} s/round  shipped is {s['median']:.3f}x "
+                  f"[{s['min']:.3f}-{s['max']:.3f}]  same output: {f['same_output_as_shipped']}", flush=True)
+    results = {"benchmark": "decode_paths", "command": command(), "versions": versions(), "machine": machine(),
+               "settings": {"checkpoint": str(ckpt.path), "split": args.split, "sentences": len(lines),
+                            "rounds": args.rounds, "threads": args.threads, "alpha": args.alpha,
+                            "malloc_kept": malloc_kept},
+               "figures": figures, "peak_rss_mib": peak_rss_mib()}
+    Path(args.results).write_text(json.dumps(results, indent=1) + "\n")
+    print(f"wrote {args.results}")
+    if not all(f["same_output_as_shipped"] for search_figures in figures.values() for f in search_figures.values()):
+        sys.exit("decode_paths: a variant's output differs from the shipped path's")
+
+
+if __name__ == "__main__":
+    main()
