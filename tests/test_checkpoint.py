@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import socket
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -11,7 +15,7 @@ from aiayn import TransformerConfig, build_model
 from aiayn.errors import UserError
 from aiayn.train.checkpoint import (
     MODEL_FILE, STATE_JSON, latest_checkpoint, list_checkpoints, load_checkpoint, load_weights,
-    pack_state, prune_checkpoints, save_checkpoint, unpack_state,
+    pack_state, prune_checkpoints, save_checkpoint, temporary_path, unpack_state,
 )
 
 
@@ -93,8 +97,8 @@ def test_crash_between_the_renames_of_a_replacement_loses_nothing(tmp_path) -> N
     run = tmp_path / "run"
     save_checkpoint(run / "best", model, {"kind": "translation", "step": 1})
     (run / "best").rename(run / ".old-best-4242")
-    (run / ".tmp-best-4242").mkdir()
-    (run / ".tmp-best-4242" / MODEL_FILE).write_bytes(b"half")
+    (run / ".tmp-best@host+4242").mkdir()
+    (run / ".tmp-best@host+4242" / MODEL_FILE).write_bytes(b"half")
     # readers find the previous version and leave the directory as it is (a writer may be mid-way)
     assert load_checkpoint(run).config["step"] == 1
     assert load_checkpoint(run / "best").config["step"] == 1
@@ -103,6 +107,24 @@ def test_crash_between_the_renames_of_a_replacement_loses_nothing(tmp_path) -> N
     save_checkpoint(run / "best", model, {"kind": "translation", "step": 2})
     assert load_checkpoint(run / "best").config["step"] == 2
     assert not list(run.glob(".old-*"))
+
+
+def test_a_write_removes_what_dead_writers_on_this_host_left_only(tmp_path) -> None:
+    """Temporaries of a dead process on this host go; a live writer's and another host's stay."""
+    model, _ = _model()
+    run = tmp_path / "run"
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    host = socket.gethostname()
+    left = {name: run / f".tmp-step-00000001@{name}" for name in
+            (f"{host}+{dead.pid}", f"{host}+{os.getpid()}", f"other-host+{dead.pid}")}
+    for directory in left.values():
+        directory.mkdir(parents=True)
+        (directory / MODEL_FILE).write_bytes(b"half")
+    save_checkpoint(run / "best", model, {"kind": "translation", "step": 1})
+    assert sorted(p.name for p in run.glob(".tmp-*")) == sorted(
+        left[name].name for name in (f"{host}+{os.getpid()}", f"other-host+{dead.pid}"))
+    assert temporary_path(run / "best").name == f".tmp-best@{host}+{os.getpid()}"
 
 
 def test_weights_of_another_model_are_refused(tmp_path) -> None:

@@ -82,7 +82,7 @@ def _run(args) -> int:
 def export_ctranslate2(checkpoint: str | Path, out: str | Path, quantization: str = "none",
                        force: bool = False) -> Path:
     """Write the translation model of ``checkpoint`` as a CTranslate2 model directory ``out``."""
-    from aiayn.train.checkpoint import load_translation_model
+    from aiayn.train.checkpoint import load_translation_model, remove_abandoned_temporaries, temporary_path
 
     if quantization not in QUANTIZATIONS:
         raise UserError(f"--quantization: unknown value {quantization!r}; valid: {', '.join(QUANTIZATIONS)}")
@@ -93,7 +93,7 @@ def export_ctranslate2(checkpoint: str | Path, out: str | Path, quantization: st
     spec = build_spec(model, [tokenizer.id_to_piece(i) for i in range(tokenizer.vocab_size)])
     spec.validate()
     spec.optimize(quantization=None if quantization == "none" else quantization)
-    tmp = out.parent / f".tmp-{out.name}-{os.getpid()}"
+    tmp = temporary_path(out)
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     spec.save(str(tmp))
@@ -102,6 +102,7 @@ def export_ctranslate2(checkpoint: str | Path, out: str | Path, quantization: st
     if out.exists():
         shutil.rmtree(out)
     os.rename(tmp, out)
+    remove_abandoned_temporaries(out.parent)
     return out
 
 

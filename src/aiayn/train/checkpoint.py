@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -109,7 +110,7 @@ def save_checkpoint(path: str | Path, model: nn.Module | dict[str, Tensor], conf
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.parent / f".tmp-{path.name}-{os.getpid()}"
+    tmp = temporary_path(path)
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     weights = unique_state_dict(model) if isinstance(model, nn.Module) else model
@@ -124,7 +125,39 @@ def save_checkpoint(path: str | Path, model: nn.Module | dict[str, Tensor], conf
         _write_bytes(tmp / STATE_JSON, json.dumps(skeleton).encode())
     _fsync_tree(tmp)
     _replace_dir(tmp, path)
+    remove_abandoned_temporaries(path.parent)
     return path
+
+
+def temporary_path(final: Path) -> Path:
+    """Where this process builds ``final`` before renaming it: ``.tmp-{name}@{host}+{pid}`` beside it."""
+    return final.parent / f".tmp-{final.name}@{socket.gethostname()}+{os.getpid()}"
+
+
+def remove_abandoned_temporaries(directory: Path) -> None:
+    """Delete the :func:`temporary_path` directories of writers on this host that died mid-write.
+
+    A writer's directory is abandoned when its process no longer exists. Those of live processes and
+    of other hosts (a shared file system) are kept; so is everything off POSIX, where there is no
+    harmless way to ask whether a process exists.
+    """
+    if os.name != "posix":
+        return
+    host = socket.gethostname()
+    for tmp in directory.glob(".tmp-*@*+*"):
+        rest, _, pid = tmp.name.rpartition("+")
+        if rest.rpartition("@")[2] == host and pid.isdigit() and not _process_exists(int(pid)):
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # signal 0: only checks (POSIX)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
 
 
 def _write_bytes(path: Path, data: bytes) -> None:
