@@ -430,6 +430,7 @@ def settings(args, ckpt, src: str, tgt: str, lines, batches, options, peers) -> 
             "batch_sizes": [len(b) for b in batches], "batch_tokens": args.batch_tokens,
             "threads": args.threads, "rounds": args.rounds, "precision": "fp32",
             "aiayn_options": {name: asdict(o) for name, o in options.items()},
+            "aiayn_timed": "Translator.translate: text only, so scores=False (greedy skips the log-softmax)",
             "transformers": {"attn_implementation": hf.config._attn_implementation,
                              "generate": "num_beams 1|B, do_sample False, use_cache True, length_penalty alpha, "
                                          "early_stopping False, suppress_tokens [PAD, BOS], forced_eos_token_id EOS, "

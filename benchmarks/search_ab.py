@@ -2,7 +2,9 @@
 
 The revision's ``aiayn/decode/search.py`` and ``aiayn/model/attention.py`` are loaded as separate
 modules; for its turns, its ``generate`` and its ``KVCache`` class (the one the decoder cache builds)
-are swapped in. Model, tokenizer and sentences are shared. Rounds are
+are swapped in (a revision's cache from before ``KVCache.group`` gets ``group = 1``). Everything else,
+``MultiHeadAttention`` and ``DecoderCache`` included, is this tree's on both sides: compare changes
+there with ``benchmarks/decode_paths.py``. Model, tokenizer and sentences are shared. Rounds are
 interleaved and timed in process CPU time (less sensitive to other work on a shared machine than
 wall time). Prints the per-round times, the median ratio, and whether the outputs are identical.
 
@@ -61,6 +63,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         old_search = module_at(args.rev, "aiayn/decode/search.py", "old_search", Path(tmp))
         old_attention = module_at(args.rev, "aiayn/model/attention.py", "old_attention", Path(tmp))
+    if not hasattr(old_attention.KVCache, "group"):  # read by this tree's MultiHeadAttention
+        old_attention.KVCache.group = 1
     variants = {args.rev: (old_search.generate, old_attention.KVCache),
                 "this tree": (current_search.generate, attention.KVCache)}
     translator = Translator(model, tokenizer, beam=args.beam)

@@ -7,6 +7,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -14,7 +15,7 @@ import torch
 from aiayn import TransformerConfig, build_model
 from aiayn.errors import UserError
 from aiayn.train.checkpoint import (
-    MODEL_FILE, STATE_JSON, latest_checkpoint, list_checkpoints, load_checkpoint, load_weights,
+    ABANDONED_AFTER_S, MODEL_FILE, STATE_JSON, latest_checkpoint, list_checkpoints, load_checkpoint, load_weights,
     pack_state, prune_checkpoints, save_checkpoint, temporary_path, unpack_state,
 )
 
@@ -110,20 +111,24 @@ def test_crash_between_the_renames_of_a_replacement_loses_nothing(tmp_path) -> N
 
 
 def test_a_write_removes_what_dead_writers_on_this_host_left_only(tmp_path) -> None:
-    """Temporaries of a dead process on this host go; a live writer's and another host's stay."""
+    """An old temporary of a dead process on this host goes; a live writer's, another host's, a
+    recent one (its writer may live in another pid namespace) and one with an absurd pid stay."""
     model, _ = _model()
     run = tmp_path / "run"
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    host = socket.gethostname()
+    host, old = socket.gethostname(), time.time() - 2 * ABANDONED_AFTER_S
     left = {name: run / f".tmp-step-00000001@{name}" for name in
-            (f"{host}+{dead.pid}", f"{host}+{os.getpid()}", f"other-host+{dead.pid}")}
+            (f"{host}+{dead.pid}", f"{host}+{os.getpid()}", f"other-host+{dead.pid}", f"{host}+{10**30}")}
     for directory in left.values():
         directory.mkdir(parents=True)
         (directory / MODEL_FILE).write_bytes(b"half")
+        os.utime(directory, (old, old))
+    recent = run / f".tmp-averaged@{host}+{dead.pid}"
+    recent.mkdir()
     save_checkpoint(run / "best", model, {"kind": "translation", "step": 1})
-    assert sorted(p.name for p in run.glob(".tmp-*")) == sorted(
-        left[name].name for name in (f"{host}+{os.getpid()}", f"other-host+{dead.pid}"))
+    kept = [left[f"{host}+{os.getpid()}"], left[f"other-host+{dead.pid}"], left[f"{host}+{10**30}"], recent]
+    assert sorted(p.name for p in run.glob(".*")) == sorted(p.name for p in kept)
     assert temporary_path(run / "best").name == f".tmp-best@{host}+{os.getpid()}"
 
 

@@ -10,7 +10,8 @@ import torch
 
 import aiayn
 from aiayn import TransformerConfig, build_model, positional_encoding
-from aiayn.model.attention import KVCache, MultiHeadAttention, scaled_dot_product_attention
+import aiayn.model.attention as attention_module
+from aiayn.model.attention import KVCache, MultiHeadAttention, attention_weights, scaled_dot_product_attention
 from aiayn.model.masks import causal_mask, padding_mask
 
 PAD = 0
@@ -213,10 +214,13 @@ def test_cache_reorder_copies_only_what_changes() -> None:
     torch.testing.assert_close(last[:, 0], full[[2, 3], 4], atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("short_query", [16, 0], ids=["formula", "fused kernel"])
 @pytest.mark.parametrize("need_weights", [False, True])
-def test_grouped_cross_attention_equals_one_memory_row_per_query_row(need_weights: bool) -> None:
+def test_grouped_cross_attention_equals_one_memory_row_per_query_row(need_weights: bool, short_query: int,
+                                                                    monkeypatch) -> None:
     """A static cache with group g (rows i*g .. i*g+g-1 read cached row i) gives what copying the
-    memory for every row gives, outputs and weights, with a padded source."""
+    memory for every row gives, outputs and weights, with a padded source; on both decoding paths."""
+    monkeypatch.setattr(attention_module, "SHORT_QUERY", short_query)
     torch.manual_seed(0)
     attention = MultiHeadAttention(16, 4).eval()
     memory, query = torch.randn(2, 5, 16), torch.randn(6, 2, 16)  # 2 sources, 3 rows each, 2 new positions
@@ -232,6 +236,19 @@ def test_grouped_cross_attention_equals_one_memory_row_per_query_row(need_weight
     if need_weights:
         torch.testing.assert_close(weights, expected_weights, atol=1e-6, rtol=1e-5)
         assert weights.shape == (6, 4, 2, 5) and bool((weights[3:, :, :, 2:] == 0).all())
+
+
+def test_attention_weights_stay_fp32_under_autocast() -> None:
+    """The written-out formula (the reference, and decoding's path for short queries) scores in fp32."""
+    q, k = torch.randn(2, 4, 1, 8), torch.randn(2, 4, 5, 8)
+    mask = torch.tensor([[True] * 5, [True, True, False, False, False]])[:, None, None]
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        weights = attention_weights(q, k, mask)
+        out, _ = scaled_dot_product_attention(q, k, k, mask, need_weights=None)
+    assert weights.dtype == torch.float32
+    torch.testing.assert_close(weights, attention_weights(q, k, mask), atol=0, rtol=0)
+    # the product with V is autocast's bf16 matmul, as the fused kernel's would be
+    torch.testing.assert_close(out.float(), scaled_dot_product_attention(q, k, k, mask)[0], atol=2e-2, rtol=2e-2)
 
 
 def test_cache_reorder_into_unequal_groups() -> None:

@@ -9,9 +9,11 @@ import pytest
 import torch
 
 from aiayn import TransformerConfig, build_model
+import aiayn.decode.search as search_module
 from aiayn.decode import (DecodeOptions, ModelStep, beam_search, generate, greedy_search, length_penalty,
                           max_output_lengths, sample_search)
-from aiayn.decode.search import BLOCK, _blocks, first_argmax, stable_topk
+from aiayn.decode.search import BLOCK, MIN_BLOCKS, _blocks, first_argmax, stable_topk
+from aiayn.decode.step import source_lengths
 from aiayn.errors import UserError
 
 PAD, UNK, BOS, EOS, A, B = range(6)
@@ -278,6 +280,33 @@ def test_greedy_search_on_logits_equals_greedy_search_on_log_probs() -> None:
     unscored = generate(model, src, DecodeOptions(beam=1, alpha=0.6, max_len_a=0.0, max_len_b=8, scores=False))
     assert [h[0].tokens for h in unscored] == [h[0].tokens for h in on_log_probs]
     assert all(math.isnan(h[0].score) and math.isnan(h[0].log_prob) for h in unscored)
+
+
+@pytest.mark.parametrize("options", OPTION_SETS[:2], ids=["greedy", "beam"])
+def test_decoding_over_a_vocabulary_large_enough_for_the_two_stage_selection(options: DecodeOptions) -> None:
+    model, src = tiny_model(tgt_vocab_size=BLOCK * MIN_BLOCKS), pad(sources([5, 9, 3]))
+    cached = generate(model, src, options)
+    uncached = generate(model, src, DecodeOptions(**{**options.__dict__, "use_cache": False}))
+    assert_same(cached, uncached)
+    with torch.inference_mode():  # the one-stage reference: PyTorch's argmax and topk
+        step = ModelStep(model, src)
+        max_lens = max_output_lengths(source_lengths(src, PAD), options.max_len_a, options.max_len_b, 64)
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(search_module, "MIN_BLOCKS", 10**9)
+            if options.beam == 1:
+                reference = greedy_search(step, max_lens, options.alpha)
+            else:
+                reference = beam_search(step, max_lens, options.beam, options.alpha, options.nbest)
+    assert_same(cached, reference)
+
+
+def test_only_greedy_search_takes_logits() -> None:
+    model, src = tiny_model(), pad(sources([5, 4]))
+    with torch.inference_mode():
+        with pytest.raises(ValueError, match="log-probabilities"):
+            beam_search(ModelStep(model, src, log_probs=False), [4, 4], beam=2)
+        with pytest.raises(ValueError, match="log-probabilities"):
+            sample_search(ModelStep(model, src, log_probs=False), [4, 4])
 
 
 @pytest.mark.parametrize("options", OPTION_SETS[:2], ids=["greedy", "beam"])

@@ -192,6 +192,7 @@ def sample_search(step: StepFunction, max_lens: list[int], alpha: float = 0.0, n
     (nucleus). The same ``seed`` with the same input and batching gives the same samples.
     Samples of a sentence are returned best score first.
     """
+    _need_log_probs(step, "sampling")
     generator: list[torch.Generator] = []  # made on first use, on the device of the log-probs
 
     def choose(log_probs: Tensor) -> Tensor:
@@ -259,6 +260,12 @@ def _single_path(step: StepFunction, max_lens: list[int], alpha: float, ids: Spe
     return results
 
 
+def _need_log_probs(step: StepFunction, search: str) -> None:
+    """Only greedy search takes logits: the others sum and compare the step's outputs as log-probs."""
+    if not getattr(step, "log_probs", True):
+        raise ValueError(f"{search} needs log-probabilities: a step with log_probs=True")
+
+
 def _device_of(step: StepFunction) -> torch.device:
     return getattr(step, "device", torch.device("cpu"))
 
@@ -272,6 +279,7 @@ def beam_search(step: StepFunction, max_lens: list[int], beam: int = 4, alpha: f
     """
     if not 1 <= nbest <= beam:
         raise ValueError(f"nbest ({nbest}) must be between 1 and beam ({beam})")
+    _need_log_probs(step, "beam search")
     state = _Beams(step, max_lens, beam, alpha, ids)
     while state.active:
         state.advance()

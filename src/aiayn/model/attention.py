@@ -23,11 +23,12 @@ def attention_weights(q: Tensor, k: Tensor, mask: Tensor | None) -> Tensor:
     overflows in half precision), and weights are multiplied by the mask afterwards so that a
     fully masked row is all zeros instead of a uniform distribution.
     """
-    scores = q.float() @ k.float().transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, H, T_q, T_k)
-    if mask is None:
-        return scores.softmax(dim=-1)
-    scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
-    return scores.softmax(dim=-1) * mask
+    with torch.autocast(q.device.type, enabled=False):  # fp32 even under autocast
+        scores = q.float() @ k.float().transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, H, T_q, T_k)
+        if mask is None:
+            return scores.softmax(dim=-1)
+        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+        return scores.softmax(dim=-1) * mask
 
 
 def scaled_dot_product_attention(

@@ -19,6 +19,7 @@ import json
 import os
 import shutil
 import socket
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -129,25 +130,37 @@ def save_checkpoint(path: str | Path, model: nn.Module | dict[str, Tensor], conf
     return path
 
 
+ABANDONED_AFTER_S = 3600.0  # a temporary untouched this long, its writer gone, is deleted by the next write
+
+
 def temporary_path(final: Path) -> Path:
     """Where this process builds ``final`` before renaming it: ``.tmp-{name}@{host}+{pid}`` beside it."""
     return final.parent / f".tmp-{final.name}@{socket.gethostname()}+{os.getpid()}"
 
 
 def remove_abandoned_temporaries(directory: Path) -> None:
-    """Delete the :func:`temporary_path` directories of writers on this host that died mid-write.
+    """Delete the :func:`temporary_path` directories that writers on this host abandoned.
 
-    A writer's directory is abandoned when its process no longer exists. Those of live processes and
-    of other hosts (a shared file system) are kept; so is everything off POSIX, where there is no
-    harmless way to ask whether a process exists.
+    Abandoned: untouched for :data:`ABANDONED_AFTER_S` and its process gone. The age matters as much
+    as the pid: a container on this host (same hostname, its own pid namespace) may be writing under
+    a pid this process cannot see. Each is renamed to a private name before it is deleted, so a
+    writer that renames its temporary into place meanwhile keeps it whole. Off POSIX nothing is
+    deleted (no harmless way to ask whether a process exists), and no error here fails a write.
     """
     if os.name != "posix":
         return
-    host = socket.gethostname()
+    host, now = socket.gethostname(), time.time()
     for tmp in directory.glob(".tmp-*@*+*"):
         rest, _, pid = tmp.name.rpartition("+")
-        if rest.rpartition("@")[2] == host and pid.isdigit() and not _process_exists(int(pid)):
-            shutil.rmtree(tmp, ignore_errors=True)
+        try:
+            if (rest.rpartition("@")[2] != host or not pid.isdigit() or _process_exists(int(pid))
+                    or now - tmp.stat().st_mtime < ABANDONED_AFTER_S):
+                continue
+            doomed = tmp.with_name(f".del-{tmp.name}@{host}+{os.getpid()}")
+            os.rename(tmp, doomed)
+        except (OSError, OverflowError):  # gone meanwhile, renamed into place, or an absurd pid
+            continue
+        shutil.rmtree(doomed, ignore_errors=True)
 
 
 def _process_exists(pid: int) -> bool:
