@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from aiayn.model.attention import KVCache, MultiHeadAttention
+from aiayn.model.dropout import Dropout
 
 ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {"relu": F.relu, "gelu": F.gelu}
 
@@ -38,7 +39,7 @@ class Residual(nn.Module):
     def __init__(self, d_model: int, dropout: float, norm_first: bool, eps: float = 1e-5) -> None:
         super().__init__()
         self.norm = nn.LayerNorm(d_model, eps=eps)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.norm_first = norm_first
 
     def forward(self, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
