@@ -48,6 +48,32 @@ def test_seeded_eval_zero_and_one() -> None:
         Dropout(1.5)
 
 
+def test_successive_calls_draw_new_masks_from_the_global_generator() -> None:
+    torch.manual_seed(4)
+    x = torch.ones(4096)
+    state = torch.get_rng_state()
+    first, second = dropout(x, 0.5) != 0, dropout(x, 0.5) != 0
+    assert not torch.equal(first, second) and not torch.equal(torch.get_rng_state(), state)
+
+
+def test_odd_shapes_and_layouts() -> None:
+    torch.manual_seed(5)
+    x = torch.randn(300, 200).t()  # not contiguous
+    y = dropout(x, 0.3)
+    kept = y != 0
+    assert abs(kept.float().mean().item() - 0.7) < 0.01
+    torch.testing.assert_close(y[kept], x[kept] * (LEVELS / (LEVELS - round(0.3 * LEVELS))), atol=0, rtol=0)
+    assert dropout(torch.ones(()), 0.3).shape == () and dropout(torch.ones(0, 5), 0.3).shape == (0, 5)
+
+
+def test_probabilities_outside_the_unit_interval_are_refused_and_tiny_ones_not_rounded_away() -> None:
+    with pytest.raises(ValueError, match="probability"):
+        dropout(torch.ones(4), -0.1)
+    torch.manual_seed(6)
+    x = torch.ones(1_000_000)
+    assert (dropout(x, 1e-5) == 0).sum().item() > 0  # rounds to 0/65536: F.dropout takes it
+
+
 def test_a_bf16_input_stays_bf16() -> None:
     x = torch.randn(100, dtype=torch.bfloat16, requires_grad=True)
     assert dropout(x, 0.1).dtype == torch.bfloat16 and F.dropout(x, 0.1).dtype == torch.bfloat16

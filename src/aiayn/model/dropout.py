@@ -19,10 +19,12 @@ LEVELS = 1 << 16  # a mask element is one 16-bit slice of a 64-bit draw
 
 def dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
     """Zero each element of ``x`` with probability ``p`` (rounded to 1/65536 on CPU), scale the rest."""
+    if not 0 <= p <= 1:
+        raise ValueError(f"dropout probability must be in [0, 1], got {p}")
     if not training or p == 0:
         return x
     threshold = round(p * LEVELS)  # drop where the slice, as an unsigned value, is below this
-    if x.device.type != "cpu" or threshold >= LEVELS:
+    if x.device.type != "cpu" or not 0 < threshold < LEVELS:  # and p too close to 0 or 1 to round
         return F.dropout(x, p, True)
     n = x.numel()
     draws = torch.randint(-(2**63), 2**63 - 1, ((n + 3) // 4,), dtype=torch.int64, device=x.device)
