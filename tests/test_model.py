@@ -270,6 +270,8 @@ def test_cache_reorder_into_unequal_groups() -> None:
         full = model(sentences[[0, 0, 1, 1, 1]], tgt[[0, 0, 1, 1, 1], :5])
     torch.testing.assert_close(grouped[:, 0], full[[0, 0, 0, 2, 2, 2], 3], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(last[:, 0], full[:, 4], atol=1e-5, rtol=1e-5)
+    cache.reorder(torch.tensor([], dtype=torch.long))  # every row finished
+    assert cache.memory.size(0) == 0 and cache.layers[0][0].k.size(0) == 0
 
 
 # --- precision and gradients --------------------------------------------------------------------

@@ -81,7 +81,7 @@ class DecoderCache:
         if torch.equal(sources, self.sources):
             return
         rows, counts = torch.unique_consecutive(sources, return_counts=True)  # runs of equal sources
-        group = int(counts[0])
+        group = int(counts[0]) if counts.numel() else 1  # no rows left: nothing to group
         if not self.group_rows or not bool((counts == group).all()):  # unequal runs: one memory row per row
             rows, group = sources, 1
         self.group = group
