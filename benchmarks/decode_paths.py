@@ -69,14 +69,14 @@ def parse_args() -> argparse.Namespace:
     return parser.parse_args()
 
 
-def variants(greedy: bool) -> dict[str, tuple[dict, bool]]:
-    """name -> (switches turned off, scores) for one search."""
-    off = {name: {name} for name in SWITCHES if greedy is False or name != "memory per row"}
-    out = {"shipped": (set(), False), **{name: (names, False) for name, names in off.items()}}
+def variants(greedy: bool) -> dict[str, tuple[set[str], bool]]:
+    """name -> (switches turned off, scores) for one search; greedy search has no beams to group."""
+    switches = [name for name in SWITCHES if not (greedy and name == "memory per row")]
+    cases = {"shipped": (set(), False), **{name: ({name}, False) for name in switches}}
     if greedy:
-        out["scores"] = (set(), True)
-    out["all off"] = (set(SWITCHES) - ({"memory per row"} if greedy else set()), greedy)
-    return out
+        cases["scores"] = (set(), True)
+    cases["all off"] = (set(switches), greedy)
+    return cases
 
 
 def run(translator: Translator, lines: list[str], off: set[str], scores: bool) -> list[str]:

@@ -48,14 +48,12 @@ def scaled_dot_product_attention(
     two for the shape: the written-out formula for a few queries (a decoding step), where PyTorch's
     CPU flash kernel pays a fixed cost per (batch row, head) that the two batched matmuls do not.
     """
-    if need_weights is None:
-        need_weights = q.size(-2) <= SHORT_QUERY and q.device.type == "cpu"
-        return scaled_dot_product_attention(q, k, v, mask, dropout_p, need_weights)[0], None
-    if not need_weights:
+    formula = need_weights if need_weights is not None else (q.size(-2) <= SHORT_QUERY and q.device.type == "cpu")
+    if not formula:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p), None
     weights = attention_weights(q, k, mask)  # (B, H, T_q, T_k), fp32
     dropped = F.dropout(weights, dropout_p) if dropout_p > 0 else weights
-    return (dropped.to(v.dtype) @ v), weights  # (B, H, T_q, d_k)
+    return (dropped.to(v.dtype) @ v), weights if need_weights else None  # (B, H, T_q, d_k)
 
 
 class KVCache:
@@ -126,8 +124,9 @@ class MultiHeadAttention(nn.Module):
         q, k, v = self._project(query, key_value, cache)
         dropout_p = self.dropout if self.training else 0.0
         group = cache.group if cache is not None and cache.static else 1
-        how = True if need_weights else None if cache is not None else False  # None: decoding, the faster path
-        out, weights = scaled_dot_product_attention(_fold(q, group), k, v, mask, dropout_p, how)
+        if not need_weights and cache is not None:
+            need_weights = None  # decoding: the faster path for the shape, no weights
+        out, weights = scaled_dot_product_attention(_fold(q, group), k, v, mask, dropout_p, need_weights)
         if weights is not None and group > 1:
             weights = _fold(weights, group, inverse=True)
         return self.out_proj(self._merge_heads(out, group)), weights
