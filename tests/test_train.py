@@ -150,6 +150,45 @@ def test_unknown_keys_and_bad_values_name_the_field(task_dir: Path, tmp_path: Pa
         load_run_config(tmp_path / "missing.yaml")
 
 
+def test_config_yaml_reads_exponents_as_numbers_and_rejects_zero_sizes(task_dir: Path, tmp_path: Path) -> None:
+    """PyYAML reads ``1e-6`` as a string (YAML 1.1); the run config reads it as the number it is."""
+    config = tmp_path / "eps.yaml"
+    config.write_text("model:\n  layer_norm_eps: 1e-6\noptim:\n  peak_lr: 5e-4\n  eps: 1.0e-9\n")
+    loaded = load_run_config(config, ["optim.beta2=9.8e-1"])
+    assert loaded.model["layer_norm_eps"] == 1e-6 and loaded.optim.peak_lr == 5e-4 and loaded.optim.beta2 == 0.98
+    with pytest.raises(UserError, match=r"layer_norm_eps: must be a positive number"):
+        run_config_from_dict({"model": {"layer_norm_eps": "tiny"}})
+    for key in ("optim.warmup", "optim.accum_steps", "data.batch_tokens"):
+        with pytest.raises(UserError, match=rf"{key} must be > 0, got 0"):
+            load_run_config(None, [f"{key}=0"])
+
+
+def test_max_len_must_cover_the_longest_training_sentence(task_dir: Path) -> None:
+    with pytest.raises(UserError, match=r"data\.max_sentence_tokens 100 needs model\.max_len >= 101 \(got 64\)"):
+        run_config_from_dict({"model": {"max_len": 64}, "data": {"max_sentence_tokens": 100}})
+    run_config_from_dict({"model": {"max_len": 101}, "data": {"max_sentence_tokens": 100}})
+
+
+def test_training_refuses_a_single_corpus_file(task_dir: Path, tmp_path: Path) -> None:
+    """One TSV file is one split: training on it would also validate on it."""
+    tsv = tmp_path / "pairs.tsv"
+    tsv.write_text("1 2\tone two\n")
+    values = run_config(task_dir, data={"dir": str(tsv)})
+    with pytest.raises(UserError, match=r"pairs\.tsv is a file; training reads a directory"):
+        Trainer(run_config_from_dict(values), tmp_path / "run", log=lambda _: None, progress=False)
+
+
+def test_training_on_a_missing_cuda_device_is_a_clear_error(task_dir: Path, tmp_path: Path) -> None:
+    for device, message in [("cuda:x", "is not a device name"), ("gpu", "is not a device name")]:
+        values = run_config(task_dir, train={"device": device})
+        with pytest.raises(UserError, match=rf"train\.device '{device}' {message}"):
+            Trainer(run_config_from_dict(values), tmp_path / "run", log=lambda _: None, progress=False)
+    if not torch.cuda.is_available():
+        with pytest.raises(UserError, match=r"train\.device 'cuda': CUDA is not available here"):
+            Trainer(run_config_from_dict(run_config(task_dir, train={"device": "cuda"})), tmp_path / "run",
+                    log=lambda _: None, progress=False)
+
+
 def test_cooldown_needs_a_budget_and_is_a_fraction(task_dir: Path) -> None:
     with pytest.raises(UserError, match=r"optim\.cooldown is a fraction of the run, from 0 to 1; got 1\.5"):
         run_config_from_dict(run_config(task_dir, optim={"cooldown": 1.5}))
@@ -262,6 +301,15 @@ def test_average_checkpoints(task_dir: Path, tmp_path: Path, capsys) -> None:
     assert len((tmp_path / "out.txt").read_text().splitlines()) == 40
     assert main(["average", "--last", "30", str(tmp_path / "run"), "--output", str(tmp_path / "x")]) == 2
     assert "fewer than --last 30" in capsys.readouterr().err
+    assert main(["average", "--last", "0", str(tmp_path / "run"), "--output", str(tmp_path / "x")]) == 2
+    assert "--last must be at least 1, got 0" in capsys.readouterr().err
+    # a checkpoint of another model (other shapes) is refused by name, not with a traceback
+    other = _write_config(tmp_path / "other.yaml", run_config(task_dir, model={"d_ff": 48}, train={"max_steps": 4}))
+    assert main(["train", "--config", str(other), "--out", str(tmp_path / "other"), "--no-progress"]) == 0
+    foreign = list_checkpoints(tmp_path / "other")[-1]
+    assert main(["average", "--inputs", str(checkpoints[-1]), str(foreign), "--output", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err
+    assert f"{foreign}: a different model from {checkpoints[-1]}" in err and "Traceback" not in err
 
 
 # --- several processes ----------------------------------------------------------------------------
@@ -325,6 +373,40 @@ def test_a_resumed_run_never_validates_twice_at_one_step(task_dir: Path, tmp_pat
         Trainer(run_config_from_dict(values), tmp_path / "run", log=lambda _: None, progress=False).train()
     records = [json.loads(l) for l in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records if r["split"] == "valid"] == [6]
+
+
+def test_resuming_with_other_model_data_or_optim_settings_is_refused(task_dir: Path, tmp_path: Path) -> None:
+    values = run_config(task_dir, train={"max_steps": 4, "save_every": 4, "valid_every": 0})
+    Trainer(run_config_from_dict(values), tmp_path / "run", log=lambda _: None, progress=False).train()
+    changed = run_config(task_dir, model={"d_model": 48}, optim={"warmup": 99},
+                         train={"max_steps": 8, "save_every": 4, "valid_every": 0})
+    with pytest.raises(UserError, match=r"holds a run with other settings \(model\.d_model 32 -> 48; "
+                                        r"optim\.warmup 10 -> 99\): resume it with the same"):
+        Trainer(run_config_from_dict(changed), tmp_path / "run", log=lambda _: None, progress=False)
+    # train.* may change (a longer run), and data.dir (the corpus moved)
+    moved = tmp_path / "moved"
+    moved.mkdir()
+    for file in task_dir.iterdir():
+        (moved / file.name).write_bytes(file.read_bytes())
+    longer = run_config(moved, train={"max_steps": 8, "save_every": 4, "valid_every": 0})
+    trainer = Trainer(run_config_from_dict(longer), tmp_path / "run", log=lambda _: None, progress=False)
+    assert trainer.state.step == 4 and trainer.config.data.dir == str(moved)
+    trainer.train()
+    assert trainer.state.step == 8
+
+
+def test_resume_truncates_the_metrics_log_by_renaming_a_whole_file(task_dir: Path, tmp_path: Path,
+                                                                   monkeypatch) -> None:
+    values = run_config(task_dir, train={"max_steps": 4, "save_every": 4, "valid_every": 0})
+    Trainer(run_config_from_dict(values), tmp_path / "run", log=lambda _: None, progress=False).train()
+    log = tmp_path / "run" / "metrics.jsonl"
+    kept = log.read_text()
+    log.write_text(kept + '{"written": "after the checkpoint"}\n')
+    replaced = []
+    monkeypatch.setattr(os, "replace", lambda a, b: (replaced.append((Path(a).parent, Path(b))), os.rename(a, b)))
+    Trainer(run_config_from_dict(values), tmp_path / "run", log=lambda _: None, progress=False)
+    assert log.read_text() == kept and replaced == [(log.parent, log)]
+    assert [p.name for p in log.parent.iterdir() if ".tmp-" in p.name] == []
 
 
 def test_max_hours_stops_the_run_and_carries_over_resumes(task_dir: Path, tmp_path: Path) -> None:

@@ -69,7 +69,9 @@ class TransformerConfig:
         for name in ("dropout", "attention_dropout"):
             value = getattr(self, name)
             _require(name, isinstance(value, (int, float)) and 0.0 <= value < 1.0, "must be in [0, 1)")
-        _require("layer_norm_eps", self.layer_norm_eps > 0, "must be positive")
+        eps = self.layer_norm_eps
+        _require("layer_norm_eps", isinstance(eps, (int, float)) and not isinstance(eps, bool) and eps > 0,
+                 "must be a positive number")
         _choice("positional", self.positional, POSITIONAL_KINDS)
         _choice("tie_embeddings", self.tie_embeddings, TIE_KINDS)
         _choice("activation", self.activation, ACTIVATIONS)

@@ -15,7 +15,8 @@ per batch (§5.1). Here:
   ``load_state_dict()`` continues with the next batch.
 - Distributed data parallel: every rank builds the same global batches and takes the sentences
   ``batch[rank::world_size]`` of each. So the global batch is the one a single process would use
-  (with the same ``batch_multiple``), and the world size may change between save and resume.
+  (with the same ``batch_multiple``), and the world size may change between save and resume if
+  ``batch_multiple`` stays the same (its default, 0, means the world size: set it explicitly).
   Every batch holds a multiple of ``batch_multiple`` sentences, which must be a multiple of
   ``world_size`` so that the ranks get equal shares; to make that possible, ``len(examples) %
   batch_multiple`` random examples sit out each epoch (a different few each epoch; see
@@ -150,13 +151,16 @@ class TokenBatchSampler:
             "seed": self.seed,
             "max_tokens": self.max_tokens,
             "n_examples": len(self.examples),
+            "batch_multiple": self.batch_multiple,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        for key in ("seed", "max_tokens", "n_examples"):
+        for key in ("seed", "max_tokens", "n_examples", "batch_multiple"):
             mine = self.state_dict()[key]
             if key in state and state[key] != mine:
-                raise UserError(f"batch sampler state has {key}={state[key]}, but this run has {key}={mine}")
+                hint = (f"; set data.batch_multiple to {state[key]} to keep the saved batches (it must be a "
+                        "multiple of the number of processes)" if key == "batch_multiple" else "")
+                raise UserError(f"batch sampler state has {key}={state[key]}, but this run has {key}={mine}{hint}")
         self.epoch, self.position = int(state["epoch"]), int(state["position"])
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import torch
 
 from aiayn.errors import UserError
-from aiayn.train.checkpoint import list_checkpoints, load_checkpoint, save_checkpoint
+from aiayn.train.checkpoint import Checkpoint, list_checkpoints, load_checkpoint, save_checkpoint
 
 
 def average_checkpoints(inputs: list[Path], output: Path) -> Path:
@@ -19,20 +19,32 @@ def average_checkpoints(inputs: list[Path], output: Path) -> Path:
     if not inputs:
         raise UserError("no checkpoints to average")
     total: dict[str, torch.Tensor] = {}
+    first = None
     for path in inputs:
-        weights = load_checkpoint(path, with_state=False).weights
-        if total and set(weights) != set(total):
-            raise UserError(f"{path}: its weights differ in names from {inputs[0]}; cannot average")
-        for name, tensor in weights.items():
+        checkpoint = load_checkpoint(path, with_state=False)
+        first = first or checkpoint
+        _check_same_model(checkpoint, first)
+        for name, tensor in checkpoint.weights.items():
             total[name] = total.get(name, 0) + tensor.double()
-    last = load_checkpoint(inputs[-1], with_state=False)
+    last = checkpoint
     averaged = {name: (t / len(inputs)).to(last.weights[name].dtype) for name, t in total.items()}
     config = {**last.config, "averaged_from": [str(p) for p in inputs]}
     config.pop("format", None)
     return save_checkpoint(output, averaged, config, last.tokenizer_bytes)
 
 
+def _check_same_model(checkpoint: Checkpoint, first: Checkpoint) -> None:
+    """Same model config, parameter names and shapes, and tokenizer as ``first``; else a UserError."""
+    shapes = lambda c: {name: tuple(t.shape) for name, t in c.weights.items()}  # noqa: E731
+    if checkpoint.config.get("model") != first.config.get("model") or shapes(checkpoint) != shapes(first):
+        raise UserError(f"{checkpoint.path}: a different model from {first.path} (config or weight shapes); cannot average")
+    if checkpoint.tokenizer_bytes != first.tokenizer_bytes:
+        raise UserError(f"{checkpoint.path}: a different tokenizer from {first.path}; cannot average")
+
+
 def last_checkpoints(run_dir: Path, n: int) -> list[Path]:
+    if n < 1:
+        raise UserError(f"--last must be at least 1, got {n}")
     found = list_checkpoints(run_dir)
     if len(found) < n:
         raise UserError(f"{run_dir} holds {len(found)} checkpoint(s), fewer than --last {n}")

@@ -9,7 +9,7 @@ from pathlib import Path
 def register(subparsers) -> None:
     train = subparsers.add_parser("train", help="train a translation model (resumes when --out holds a checkpoint)")
     train.add_argument("--config", required=True, help="run config YAML (see configs/)")
-    train.add_argument("--data-dir", help="corpus directory ({split}.{lang} files) or TSV; overrides data.dir")
+    train.add_argument("--data-dir", help="corpus directory ({split}.{lang} files); overrides data.dir")
     train.add_argument("--src-lang")
     train.add_argument("--tgt-lang")
     train.add_argument("--out", required=True, help="run directory (checkpoints, best/, metrics.jsonl)")

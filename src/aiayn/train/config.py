@@ -9,6 +9,7 @@ listing the valid names. ``--set section.key=value`` overrides any field (the va
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from aiayn.errors import UserError
 
 @dataclass
 class DataConfig:
-    dir: str = ""  #: corpus directory ({split}.{lang} files) or a two-column TSV file
+    dir: str = ""  #: corpus directory: {split}.{lang} files for train_split and valid_split
     src_lang: str = "de"
     tgt_lang: str = "en"
     train_split: str = "train"
@@ -30,7 +31,7 @@ class DataConfig:
     tokenizer: str = "bpe"  #: "bpe" or "unigram"
     max_sentence_tokens: int = 100  #: pairs longer than this (subword tokens, either side) are dropped
     max_ratio: float = 3.0  #: pairs whose length ratio exceeds this are dropped (see aiayn.data.corpus)
-    batch_tokens: int = 4096  #: padded tokens per batch (per optimizer step: × accum_steps)
+    batch_tokens: int = 4096  #: padded tokens per batch, all processes together (per optimizer step: × accum_steps)
     batch_multiple: int = 0  #: sentences per batch a multiple of this (0 = the world size)
 
 
@@ -94,6 +95,21 @@ SECTIONS = {"data": DataConfig, "optim": OptimConfig, "train": TrainSection}
 CHOICES = {("optim", "lr_schedule"): ("noam", "inverse_sqrt"), ("train", "precision"): ("auto", "bf16", "fp32"),
            ("train", "best_metric"): ("bleu", "chrf", "loss"), ("data", "tokenizer"): ("bpe", "unigram")}
 MODEL_KEYS = {"preset", *TransformerConfig.field_names()} - {"src_vocab_size", "tgt_vocab_size"}
+POSITIVE = {("optim", "warmup"), ("optim", "accum_steps"), ("data", "batch_tokens"), ("data", "vocab_size"),
+            ("data", "max_sentence_tokens"), ("data", "max_ratio")}  # 0 would divide by zero or drop everything
+
+
+class _YamlLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, reading ``1e-6`` as a float (YAML 1.2) rather than a string (YAML 1.1)."""
+
+
+_YamlLoader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$"),
+                                  list("-+0123456789."))
+
+
+def load_yaml(text: str) -> Any:
+    """Parse YAML as the run and forecast configs do (``1e-6`` is a number)."""
+    return yaml.load(text, Loader=_YamlLoader)  # a SafeLoader: plain data only
 
 
 def run_config_from_dict(values: dict[str, Any], source: str = "config") -> RunConfig:
@@ -110,7 +126,10 @@ def run_config_from_dict(values: dict[str, Any], source: str = "config") -> RunC
     sections = {name: _section(cls, values.get(name) or {}, name, source) for name, cls in SECTIONS.items()}
     config = RunConfig(model=model, **sections)
     check_cooldown(config, source)
-    config.model_config(vocab_size=64)  # validates the model fields now, not after hours of data work
+    max_len = config.model_config(vocab_size=64).max_len  # validates the model fields now, not after hours of data work
+    if max_len <= config.data.max_sentence_tokens:  # + BOS (target) or EOS (source)
+        raise UserError(f"{source}: data.max_sentence_tokens {config.data.max_sentence_tokens} needs model.max_len >= "
+                        f"{config.data.max_sentence_tokens + 1} (got {max_len}); lower one or raise the other")
     return config
 
 
@@ -146,6 +165,8 @@ def _check_value(section: str, key: str, value: Any, expected: type, source: str
         raise UserError(f"{source}: {section}.{key} {value!r} unknown; valid: {', '.join(CHOICES[(section, key)])}")
     if expected in (int, float) and value < 0:
         raise UserError(f"{source}: {section}.{key} must be >= 0, got {value!r}")
+    if (section, key) in POSITIVE and value <= 0:
+        raise UserError(f"{source}: {section}.{key} must be > 0, got {value!r}")
 
 
 def load_run_config(path: str | Path | None, overrides: list[str] = (), **cli: Any) -> RunConfig:
@@ -158,7 +179,7 @@ def load_run_config(path: str | Path | None, overrides: list[str] = (), **cli: A
         key, sep, raw = item.partition("=")
         if not sep or "." not in key:
             raise UserError(f"--set expects section.key=value, got {item!r}")
-        _assign(values, key, yaml.safe_load(raw))
+        _assign(values, key, load_yaml(raw))
     for key, value in cli.items():
         if value is not None:
             _assign(values, key, value)
@@ -175,7 +196,7 @@ def _assign(values: dict[str, Any], dotted: str, value: Any) -> None:
 
 def _read_yaml(path: Path) -> dict[str, Any]:
     try:
-        values = yaml.safe_load(path.read_text(encoding="utf-8"))
+        values = load_yaml(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise UserError(f"config file not found: {path}") from None
     except (yaml.YAMLError, UnicodeDecodeError) as err:

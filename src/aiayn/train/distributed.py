@@ -13,6 +13,8 @@ import torch
 import torch.distributed as torch_dist
 from torch import nn
 
+from aiayn.errors import UserError
+
 
 def setup() -> tuple[int, int]:
     """Join the process group when started by torchrun; return ``(rank, world_size)``."""
@@ -29,12 +31,20 @@ def active() -> bool:
 
 def pick_device(name: str) -> torch.device:
     """"auto" = this process's GPU when CUDA is there (LOCAL_RANK under torchrun), else the CPU."""
+    given = name
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
     if name == "cuda":
         name = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
-    device = torch.device(name)
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise UserError(f"train.device {given!r} is not a device name (auto, cpu, cuda or cuda:N)") from None
     if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise UserError(f"train.device {given!r}: CUDA is not available here (use auto or cpu)")
+        if device.index >= torch.cuda.device_count():
+            raise UserError(f"train.device {given!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
         torch.cuda.set_device(device)
     return device
 

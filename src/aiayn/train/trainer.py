@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
 import time
 from dataclasses import dataclass
@@ -94,11 +95,16 @@ class Trainer:
 
     # --- set-up ---------------------------------------------------------------------------------------
     def _merge_resumed_config(self, config: RunConfig, resumed: Checkpoint | None) -> RunConfig:
-        """On resume the saved run config rules, except for the limits and cadences in ``train``."""
+        """On resume the model, data and optim settings must be the saved ones; ``train`` (limits,
+        cadences) and ``data.dir`` (where the corpus is now) may change."""
         if resumed is None:
             return config
         saved = run_config_from_dict(resumed.config["run"], str(resumed.path))
-        saved.train = config.train
+        changed = _changed_settings(saved, config)
+        if changed:
+            raise UserError(f"{self.out} holds a run with other settings ({'; '.join(changed)}): resume it with "
+                            "the same model, data and optim settings (train.* may change), or give a new --out")
+        saved.train, saved.data.dir = config.train, config.data.dir
         check_cooldown(saved, "the resumed run")  # the saved cool-down against the new budget
         self.log(f"resuming from {resumed.path}")
         return saved
@@ -432,12 +438,24 @@ def _write(message: str) -> None:
     tqdm.write(message)
 
 
+def _changed_settings(saved: RunConfig, new: RunConfig) -> list[str]:
+    """``section.key saved -> new`` for each model, data and optim setting that differs, data.dir aside."""
+    old, now = saved.to_dict(), new.to_dict()
+    keys = [(section, key) for section in ("model", "data", "optim")
+            for key in sorted(set(old[section]) | set(now[section])) if (section, key) != ("data", "dir")]
+    return [f"{section}.{key} {old[section].get(key)!r} -> {now[section].get(key)!r}"
+            for section, key in keys if old[section].get(key) != now[section].get(key)]
+
+
 def _data_path(directory: str) -> Path:
     if not directory:
         raise UserError("config data.dir is empty: give --data-dir or set data.dir")
     path = Path(directory).expanduser()
     if not path.exists():
         raise UserError(f"data directory not found: {path}")
+    if not path.is_dir():  # one file is one split: validating on it would score the training data
+        raise UserError(f"data.dir {path} is a file; training reads a directory with a {{split}}.{{lang}} file "
+                        "per split and language (train and validation kept apart)")
     return path
 
 
@@ -477,6 +495,10 @@ def _count_lines(path: Path) -> int:
 
 def _truncate_metrics(path: Path, n_lines: int) -> None:
     """Drop the log records written after the checkpoint a run resumes from."""
-    if path.is_file():
-        lines = path.read_text(encoding="utf-8").splitlines()[:n_lines]
-        path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    if not path.is_file():
+        return
+    lines = path.read_text(encoding="utf-8").splitlines()
+    if len(lines) > n_lines:  # rewritten aside, then renamed: a kill midway leaves the old log whole
+        part = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+        part.write_text("".join(line + "\n" for line in lines[:n_lines]), encoding="utf-8")
+        os.replace(part, path)
