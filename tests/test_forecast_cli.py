@@ -11,6 +11,10 @@ import pytest
 import torch
 
 from aiayn import cli
+from aiayn.errors import UserError
+from aiayn.forecast import cli as forecast_cli
+from aiayn.forecast.data import read_series
+from aiayn.forecast.train import TrainConfig
 
 TINY_CONFIG = """
 data: {target: OT, features: M, input_len: 32, label_len: 8, horizon: 16}
@@ -19,6 +23,7 @@ model: {d_model: 16, n_heads: 2, n_encoder_layers: 1, n_decoder_layers: 1, d_ff:
 train: {batch_size: 64, lr: 0.003, max_epochs: 1, max_steps_per_epoch: 3, seed: 0}
 """
 
+SHORT = "data: {input_len: 32, label_len: 8, horizon: 16}\n"  # fits the 600-row file
 
 
 @pytest.fixture(autouse=True)
@@ -79,6 +84,83 @@ def test_gap_in_timestamps(tmp_path, small_csv, config, capsys) -> None:
     (tmp_path / "gap.csv").write_text("".join(lines[:20] + lines[21:]))
     assert _train(config, tmp_path / "gap.csv", tmp_path / "run") == 2
     _one_line_error(capsys, "gap.csv:21", "missing timestamps")
+
+
+def test_invalid_utf8_exit_2_with_line(tmp_path, small_csv, config, capsys) -> None:
+    lines = small_csv.read_bytes().splitlines(keepends=True)
+    lines[3] = lines[3].replace(b"2016", b"20\xff6", 1)
+    (tmp_path / "latin.csv").write_bytes(b"".join(lines))
+    assert _train(config, tmp_path / "latin.csv", tmp_path / "run") == 2
+    _one_line_error(capsys, "latin.csv:4", "invalid UTF-8")
+
+
+def test_bom_and_trailing_blank_lines_are_accepted(tmp_path) -> None:
+    rows = "OT,date,HUFL\n" + "".join(f"{i},2020-01-01 0{i}:00:00,{2 * i}\n" for i in range(5))
+    (tmp_path / "bom.csv").write_text("\ufeff" + rows + "\n\n", encoding="utf-8")
+    series = read_series(tmp_path / "bom.csv")
+    assert series.columns == ["OT", "HUFL"] and series.values.shape == (5, 2)
+    (tmp_path / "middle.csv").write_text(rows.replace("\n3,", "\n\n3,"), encoding="utf-8")
+    with pytest.raises(UserError, match="middle.csv:5: 0 fields"):
+        read_series(tmp_path / "middle.csv")
+
+
+@pytest.mark.parametrize("section, needles", [
+    ("data: {horizn: 24}", ["data: unknown field(s) horizn", "valid: path, target, features, input_len"]),
+    ("data: {input_len: '16'}", ["data: input_len: must be an integer, got '16'"]),
+    ("data: {target: [OT]}", ["data: target: must be a string"]),
+    ("data: 5", ["data: must be a mapping"]),
+    (SHORT + "train: {lr: abc}", ["train: lr: must be a number, got 'abc'"]),
+    (SHORT + "train: {max_epochs: '2'}", ["train: max_epochs: must be an integer, got '2'"]),
+    (SHORT + "model: {dropout: true}", ["model: dropout: must be a number, got True"]),
+])
+def test_bad_config_fields_exit_2_naming_the_field(section, needles, tmp_path, small_csv, capsys) -> None:
+    (tmp_path / "bad.yaml").write_text(section + "\n")
+    assert _train(tmp_path / "bad.yaml", small_csv, tmp_path / "run") == 2
+    _one_line_error(capsys, "bad.yaml", *needles)
+    assert not (tmp_path / "run").exists()
+
+
+def test_exponents_in_the_config_are_numbers(tmp_path) -> None:
+    """PyYAML (YAML 1.1) reads ``1e-3`` as a string; the config reads it as the number."""
+    (tmp_path / "c.yaml").write_text("train: {lr: 1e-3, weight_decay: 1e-2, max_epochs: 2}\n")
+    config = forecast_cli.load_config(tmp_path / "c.yaml")
+    assert config["train"]["lr"] == 1e-3
+    train = forecast_cli._build("train", TrainConfig, config["train"], "c.yaml")
+    assert train.lr == 1e-3 and train.weight_decay == 1e-2 and train.max_epochs == 2
+
+
+def _with_columns(src: Path, dst: Path, order: list[str], extra: bool = False) -> Path:
+    """``src`` with its columns in ``order`` (a subset allowed), plus a junk column if ``extra``."""
+    rows = list(csv.DictReader(src.open()))
+    with dst.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(order + ["junk"] * extra)
+        writer.writerows([r[c] for c in order] + ["1.5"] * extra for r in rows)
+    return dst
+
+
+def test_other_data_file_matched_to_the_checkpoint_columns_by_name(tmp_path, small_csv, config, capsys) -> None:
+    """evaluate/predict --data: columns picked by name (order free, extras ignored), a missing one exits 2."""
+    run = tmp_path / "run"
+    assert _train(config, small_csv, run) == 0
+    names = ["HUFL", "HULL", "MUFL", "MULL", "LUFL", "LULL", "OT"]
+    order = ["OT", "date", *reversed(names[:-1])]
+    files = {"same": small_csv, "reordered": _with_columns(small_csv, tmp_path / "reordered.csv", order),
+             "extra": _with_columns(small_csv, tmp_path / "extra.csv", order, extra=True)}
+    results = {}
+    for name, path in files.items():
+        capsys.readouterr()
+        assert cli.main(["forecast", "evaluate", "--checkpoint", str(run), "--data", str(path)]) == 0
+        pred = tmp_path / f"{name}.pred.csv"
+        assert cli.main(["forecast", "predict", "--checkpoint", str(run), "--data", str(path), "--out", str(pred)]) == 0
+        results[name] = (capsys.readouterr().out.splitlines()[0], pred.read_text())
+    assert results["reordered"] == results["extra"] == results["same"]
+    assert results["same"][1].startswith("date," + ",".join(names))
+
+    missing = _with_columns(small_csv, tmp_path / "missing.csv", ["date", *names[:5], "OT"])
+    for command in (["evaluate"], ["predict", "--out", str(tmp_path / "x.csv")], ["plot", "--out", str(tmp_path / "x.png")]):
+        assert cli.main(["forecast", *command, "--checkpoint", str(run), "--data", str(missing)]) == 2
+        _one_line_error(capsys, "missing.csv", "'LULL' not found")
 
 
 def test_missing_column(tmp_path, small_csv, config, capsys) -> None:
@@ -142,10 +224,14 @@ def test_resume_with_the_weight_average_switched_exits_2(tmp_path, small_csv, co
 
 @pytest.mark.parametrize("ema", [0.0, 0.5])
 def test_resume_is_exact(tmp_path, small_csv, config, ema) -> None:
-    """Two epochs in one go = one epoch, then resume for the second (same weights, same average)."""
+    """Two epochs in one go = one epoch, then resume for the second (same weights, same average).
+
+    Dropout is on, so the weights only match if the RNG state is saved and restored."""
     from safetensors.torch import load_file
 
-    config.write_text(config.read_text().replace("seed: 0}", f"seed: 0, ema: {ema}}}"))
+    text = config.read_text().replace("seed: 0}", f"seed: 0, ema: {ema}}}").replace("dropout: 0.0", "dropout: 0.1")
+    assert "dropout: 0.1" in text
+    config.write_text(text)
     assert _train(config, small_csv, tmp_path / "a", "--max-epochs", "2") == 0
     assert _train(config, small_csv, tmp_path / "b", "--max-epochs", "1") == 0
     assert _train(config, small_csv, tmp_path / "b", "--max-epochs", "2") == 0

@@ -124,10 +124,12 @@ def describe_corpus(directory: str | Path) -> str:
 
 def read_lines(file: Path) -> list[str]:
     """The stripped lines of a UTF-8 file; invalid UTF-8 is a UserError with the 1-based line."""
-    return [line.strip() for line in _split_lines(_decode(file))]
+    return [line.strip() for line in _split_lines(decode_utf8(file))]
 
 
-def _decode(file: Path) -> str:
+def decode_utf8(file: Path) -> str:
+    """The text of a UTF-8 file (a byte-order mark and one final newline dropped); invalid UTF-8 is
+    a UserError naming the 1-based line."""
     data = file.read_bytes().removeprefix(b"\xef\xbb\xbf")
     try:
         text = data.decode("utf-8")
@@ -144,7 +146,7 @@ def _split_lines(text: str) -> list[str]:
 def read_tsv(file: Path) -> tuple[list[str], list[str]]:
     """Source and target columns of a ``source<TAB>target`` file (blank lines count as empty pairs)."""
     src, tgt = [], []
-    for number, line in enumerate(_split_lines(_decode(file)), start=1):
+    for number, line in enumerate(_split_lines(decode_utf8(file)), start=1):
         columns = line.split("\t") if line.strip() else ["", ""]
         if len(columns) != 2:
             raise UserError(f"{file}:{number}: expected 2 tab-separated columns (source, target), found {len(columns)}")

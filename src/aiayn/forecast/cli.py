@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +22,11 @@ from aiayn.forecast.data import FEATURE_MODES, SPLITS, Scaler, prepare, read_ser
 from aiayn.forecast.model import ForecastConfig, Forecaster
 from aiayn.forecast.train import LAST_DIR, TrainConfig, evaluate, fit
 from aiayn.train.checkpoint import load_checkpoint, load_weights
+from aiayn.train.config import load_yaml
 
 DATA_DEFAULTS = {"path": None, "target": "OT", "features": "M", "input_len": 96, "label_len": 48, "horizon": 96}
+KIND_WORDS = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
+DATA_TYPES = {"path": str, "target": str, "features": str, "input_len": int, "label_len": int, "horizon": int}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -70,16 +74,58 @@ def load_config(path: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise UserError(f"config not found: {path}")
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        raw = load_yaml(path.read_text(encoding="utf-8")) or {}
     except yaml.YAMLError as err:
         raise UserError(f"{path}: not valid YAML: {str(err).splitlines()[0]}") from None
-    unknown = sorted(set(raw) - {"data", "model", "train"})
+    raw = _mapping(raw, "config", path)
+    unknown = sorted(map(str, set(raw) - {"data", "model", "train"}))
     if unknown:
         raise UserError(f"{path}: unknown section(s) {', '.join(unknown)}; valid: data, model, train")
-    data = {**DATA_DEFAULTS, **(raw.get("data") or {})}
+    sections = {name: _mapping(raw.get(name) or {}, name, path) for name in ("data", "model", "train")}
+    data = {**DATA_DEFAULTS, **_check_data(sections["data"], path)}
     if data["path"] is not None:
         data["path"] = str((path.parent / data["path"]).resolve())
-    return {"data": data, "model": dict(raw.get("model") or {}), "train": dict(raw.get("train") or {})}
+    return {"data": data, "model": sections["model"], "train": sections["train"]}
+
+
+def _mapping(value: Any, name: str, source: Path) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise UserError(f"{source}: {name}: must be a mapping of field: value, got {type(value).__name__}")
+    return dict(value)
+
+
+def _check_data(data: dict[str, Any], source: Path) -> dict[str, Any]:
+    """The ``data`` section, refusing unknown fields and wrong types (one line naming the field)."""
+    unknown = sorted(map(str, set(data) - set(DATA_TYPES)))
+    if unknown:
+        raise UserError(f"{source}: data: unknown field(s) {', '.join(unknown)}; valid: {', '.join(DATA_TYPES)}")
+    set_fields = {k: v for k, v in data.items() if not (k == "path" and v is None)}  # path: null = unset
+    try:
+        return _typed(DATA_TYPES, set_fields)
+    except ValueError as err:
+        raise UserError(f"{source}: data: {err}") from None
+
+
+def _typed(types: dict[str, type], values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` checked against ``types`` (ValueError naming the field); names not in ``types`` pass."""
+    for name, value in values.items():
+        kind = types.get(name)
+        if kind is not None and not _is(value, kind):
+            raise ValueError(f"{name}: must be {KIND_WORDS[kind]}, got {value!r}")
+    return dict(values)
+
+
+def _is(value: Any, kind: type) -> bool:
+    if isinstance(value, bool):
+        return kind is bool
+    return isinstance(value, (int, float)) if kind is float else isinstance(value, kind)
+
+
+def _field_types(cls: type) -> dict[str, type]:
+    """The scalar fields of a dataclass and their types (annotations are strings here)."""
+    scalars = {"int": int, "float": float, "str": str, "bool": bool}
+    names = {f.name: getattr(f.type, "__name__", f.type) for f in dataclasses.fields(cls)}
+    return {name: scalars[kind] for name, kind in names.items() if kind in scalars}
 
 
 def _apply_flags(config: dict[str, Any], args: argparse.Namespace) -> None:
@@ -96,7 +142,7 @@ def _apply_flags(config: dict[str, Any], args: argparse.Namespace) -> None:
 
 def _build(kind: str, cls: type, values: dict[str, Any], source: str):
     try:
-        return cls.from_dict(values)
+        return cls.from_dict(_typed(_field_types(cls), values))
     except (ValueError, TypeError) as err:
         raise UserError(f"{source}: {kind}: {err}") from None
 
@@ -147,7 +193,7 @@ def load_forecaster(path: str | Path) -> tuple[Forecaster, dict[str, Any]]:
 def _data_for(config: dict[str, Any], data_path: str | None):
     d = config["data"]
     return prepare(data_path or d["path"], d["features"], d["target"], d["input_len"], d["horizon"],
-                   scaler=Scaler.from_dict(config["scaler"]))
+                   scaler=Scaler.from_dict(config["scaler"]), value_columns=d.get("columns"))
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
@@ -165,6 +211,8 @@ def forecast_last(model: Forecaster, config: dict[str, Any], path: str) -> tuple
     """Timestamps ``(H,)``, values ``(H, n_out)`` in original units, and column names after the file's last row."""
     d, scaler = config["data"], Scaler.from_dict(config["scaler"])
     series = read_series(path)
+    if d.get("columns") is not None:
+        series = series.select(d["columns"])
     values, columns, outputs = select_features(series, d["features"], d["target"])
     if len(values) < d["input_len"]:
         raise UserError(f"{path}: {len(values)} rows, fewer than the input length {d['input_len']}")

@@ -13,6 +13,7 @@ first row. Features are standardised with the training rows' mean and std.
 from __future__ import annotations
 
 import csv
+import io
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +21,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from aiayn.data.corpus import decode_utf8
 from aiayn.errors import UserError
 
 FEATURE_MODES = ("M", "S", "MS")  # multivariate in/out, univariate target, multivariate in -> target
@@ -41,6 +43,15 @@ class Series:
         """The (constant) spacing of the timestamps."""
         return self.timestamps[1] - self.timestamps[0]
 
+    def select(self, columns: list[str]) -> "Series":
+        """The same series with only ``columns``, in that order (a missing one raises :class:`UserError`)."""
+        missing = [c for c in columns if c not in self.columns]
+        if missing:
+            raise UserError(f"{self.path}: column(s) {', '.join(repr(c) for c in missing)} not found "
+                            f"(the checkpoint was trained on them); columns: {', '.join(self.columns)}")
+        index = [self.columns.index(c) for c in columns]
+        return Series(self.path, self.timestamps, self.values[:, index], list(columns))
+
 
 def _line(row: int) -> int:
     """0-based data row -> 1-based line number in the file (header is line 1)."""
@@ -61,8 +72,9 @@ def read_series(path: str | Path) -> Series:
 def _read_rows(path: Path) -> tuple[list[str], list[list[str]]]:
     if not path.is_file():
         raise UserError(f"data file not found: {path}")
-    with open(path, newline="", encoding="utf-8") as handle:
-        rows = list(csv.reader(handle))
+    rows = list(csv.reader(io.StringIO(decode_utf8(path), newline="")))
+    while rows and len(rows[-1]) <= 1 and not "".join(rows[-1]).strip():  # trailing blank lines
+        rows.pop()
     if len(rows) < 3:
         raise UserError(f"{path}: needs a header and at least 2 data rows, found {max(len(rows) - 1, 0)} rows")
     header = [h.strip() for h in rows[0]]
@@ -233,9 +245,15 @@ class ForecastData:
 
 
 def prepare(path: str | Path, features: str, target: str, seq_len: int, horizon: int,
-            scaler: Scaler | None = None) -> ForecastData:
-    """Read, select features, split, and scale (fitting the scaler on train unless given)."""
+            scaler: Scaler | None = None, value_columns: list[str] | None = None) -> ForecastData:
+    """Read, select features, split, and scale (fitting the scaler on train unless given).
+
+    ``value_columns`` (a checkpoint's value columns) are picked by name: their order in the file does not
+    matter, other columns are ignored, a missing one raises :class:`UserError`.
+    """
     series = read_series(path)
+    if value_columns is not None:
+        series = series.select(value_columns)
     values, columns, outputs = select_features(series, features, target)
     borders = split_borders(series.path, len(values))
     for split in SPLITS:
