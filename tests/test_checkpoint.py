@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -16,7 +17,7 @@ from aiayn import TransformerConfig, build_model
 from aiayn.errors import UserError
 from aiayn.train.checkpoint import (
     ABANDONED_AFTER_S, MODEL_FILE, STATE_JSON, latest_checkpoint, list_checkpoints, load_checkpoint, load_weights,
-    pack_state, prune_checkpoints, save_checkpoint, temporary_path, unpack_state,
+    load_translation_model, pack_state, prune_checkpoints, save_checkpoint, temporary_path, unpack_state,
 )
 
 
@@ -93,7 +94,7 @@ def test_overwrite_is_atomic_and_prune_keeps_newest(tmp_path) -> None:
 
 
 def test_crash_between_the_renames_of_a_replacement_loses_nothing(tmp_path) -> None:
-    """The state a crash leaves inside ``_replace_dir``: ``best/`` moved aside, the new copy half written."""
+    """The state a crash leaves inside ``replace_dir``: ``best/`` moved aside, the new copy half written."""
     model, _ = _model()
     run = tmp_path / "run"
     save_checkpoint(run / "best", model, {"kind": "translation", "step": 1})
@@ -139,3 +140,25 @@ def test_weights_of_another_model_are_refused(tmp_path) -> None:
     path = save_checkpoint(tmp_path / "ck", other, {"kind": "translation"})
     with pytest.raises(UserError, match="do not fit"):
         load_weights(model, load_checkpoint(path).weights, path)
+
+
+def test_weights_of_another_shape_are_a_user_error_naming_the_file(tmp_path) -> None:
+    model, _ = _model()
+    other = build_model(TransformerConfig(src_vocab_size=40, tgt_vocab_size=40, d_model=16, n_heads=2,
+                                          n_encoder_layers=1, n_decoder_layers=1, d_ff=64))
+    path = save_checkpoint(tmp_path / "ck", other, {"kind": "translation"})
+    expected = rf"{re.escape(str(path / MODEL_FILE))}: .*wrong shape.*w_1.weight \[64, 16\]"
+    with pytest.raises(UserError, match=expected):
+        load_weights(model, load_checkpoint(path).weights, path / MODEL_FILE)
+
+
+@pytest.mark.parametrize("text", ["[1, 2]", '"translation"', "null"])
+def test_config_json_that_is_not_an_object_is_a_user_error(tmp_path, text) -> None:
+    model, config = _model()
+    path = save_checkpoint(tmp_path / "ck", model, {"kind": "translation", "model": config.to_dict()}, b"spm")
+    (path / "config.json").write_text(text)
+    expected = re.escape(f"corrupt checkpoint file {path / 'config.json'}: expected a JSON object")
+    with pytest.raises(UserError, match=expected):
+        load_checkpoint(path)
+    with pytest.raises(UserError, match="expected a JSON object"):
+        load_translation_model(path)

@@ -161,6 +161,71 @@ def test_bad_options_are_user_errors(checkpoint, capsys) -> None:
     assert_user_error(capsys, "--device")
 
 
+def copy_checkpoint(checkpoint: Path, to: Path) -> Path:
+    to.mkdir()
+    for f in checkpoint.iterdir():
+        (to / f.name).write_bytes(f.read_bytes())
+    return to
+
+
+def corrupt(path: Path, how: str, sentences: list[str]) -> str:
+    """Damage the copy ``path`` in one of three ways; returns a phrase the error must contain."""
+    if how == "shapes":  # config.json disagrees with the weights
+        config = json.loads((path / "config.json").read_text())
+        config["model"]["d_ff"] = 128
+        (path / "config.json").write_text(json.dumps(config))
+        return "wrong shape"
+    if how == "not-an-object":
+        (path / "config.json").write_text('["kind", "translation"]')
+        return "expected a JSON object"
+    tokenizer = Tokenizer.train(sentences, vocab_size=450)  # more pieces than the model's 400 tokens
+    assert tokenizer.vocab_size > 400
+    (path / "tokenizer.model").write_bytes(tokenizer.to_bytes())
+    return f"tokenizer.model has {tokenizer.vocab_size} pieces"
+
+
+@pytest.mark.parametrize("how", ["shapes", "not-an-object", "tokenizer"])
+def test_corrupt_checkpoint_is_one_line_in_translate_evaluate_and_plot(checkpoint, sentences, tmp_path, capsys,
+                                                                       how) -> None:
+    broken = copy_checkpoint(checkpoint, tmp_path / "broken")
+    needle = corrupt(broken, how, sentences)
+    src, ref = write(tmp_path / "s.en", ["A dog runs."]), write(tmp_path / "r.de", ["Ein Hund rennt."])
+    commands = [["translate", "--input", str(src), *FAST], ["evaluate", "--src", str(src), "--ref", str(ref), *FAST],
+                ["plot", "attention", "--src", "A dog runs.", "--out", str(tmp_path / "a.png")]]
+    for command in commands:
+        assert main([*command, "--checkpoint", str(broken)]) == 2, command
+        assert_user_error(capsys, str(broken), needle)
+
+
+def test_sampling_options_need_sample(checkpoint, monkeypatch, capsys) -> None:
+    for flag, value in (("--top-k", "5"), ("--top-p", "0.9"), ("--temperature", "1.0"), ("--seed", "3")):
+        feed_stdin(monkeypatch, b"A dog.\n")
+        assert main(["translate", "--checkpoint", str(checkpoint), *FAST, flag, value]) == 2
+        assert_user_error(capsys, f"{flag} needs --sample")
+    feed_stdin(monkeypatch, b"A dog.\n")
+    assert main(["translate", "--checkpoint", str(checkpoint), *FAST, "--sample", "--top-k", "5", "--seed", "3"]) == 0
+
+
+def test_device_names_and_indices_are_checked(checkpoint, monkeypatch, capsys) -> None:
+    from aiayn.decode.cli import _device
+    from aiayn.errors import UserError
+
+    assert _device("cpu") == torch.device("cpu")
+    for bad in ("cuda:abc", "cuda:", "cuda:-1", "cuda0", "gpu"):
+        with pytest.raises(UserError, match="unknown device"):
+            _device(bad)
+    assert main(["translate", "--checkpoint", str(checkpoint), "--device", "cuda:abc"]) == 2
+    assert_user_error(capsys, "--device", "cuda:abc")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(UserError, match="no CUDA device"):
+        _device("cuda:0")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert _device("cuda") == torch.device("cuda") and _device("cuda:1") == torch.device("cuda:1")
+    with pytest.raises(UserError, match=r"cuda:7: this machine has 2 CUDA device\(s\)"):
+        _device("cuda:7")
+
+
 # --- evaluate ------------------------------------------------------------------------------------
 
 def test_evaluate_prints_signatures_and_the_labelled_tokenized_bleu(checkpoint, tmp_path, capsys) -> None:
@@ -183,6 +248,15 @@ def test_evaluate_line_count_mismatch(checkpoint, tmp_path, capsys) -> None:
     ref = write(tmp_path / "b.de", ["eins", "zwei"])
     assert main(["evaluate", "--checkpoint", str(checkpoint), "--src", str(src), "--ref", str(ref)]) == 2
     assert_user_error(capsys, "a.en", "3 lines", "b.de", "2")
+
+
+@pytest.mark.parametrize("src_lines, ref_lines, named", [([], [], "a.en"), (["", " "], ["x", "y"], "a.en"),
+                                                       (["x", "y"], ["", "\t"], "b.de")],
+                         ids=["empty", "blank-src", "blank-ref"])
+def test_evaluate_empty_or_blank_inputs(checkpoint, tmp_path, capsys, src_lines, ref_lines, named) -> None:
+    src, ref = write(tmp_path / "a.en", src_lines), write(tmp_path / "b.de", ref_lines)
+    assert main(["evaluate", "--checkpoint", str(checkpoint), "--src", str(src), "--ref", str(ref), *FAST]) == 2
+    assert_user_error(capsys, named, "nothing to evaluate")
 
 
 # --- plot ------------------------------------------------------------------------------------------

@@ -59,3 +59,16 @@ def test_length_mismatch_is_a_user_error() -> None:
         sacrebleu_scores(HYPS[:2], REFS)
     with pytest.raises(UserError):
         tokenized_bleu(HYPS, REFS[:1], "de")
+
+
+def test_no_sentences_is_a_user_error() -> None:
+    with pytest.raises(UserError, match="no sentences"):
+        sacrebleu_scores([], [])
+    with pytest.raises(UserError, match="no sentences"):
+        tokenized_bleu([], [], "de")
+
+
+def test_blank_references_give_a_zero_length_ratio_not_a_division_by_zero() -> None:
+    scores = sacrebleu_scores(["", ""], ["", " "])
+    assert scores["length_ratio"] == 0.0 and scores["bleu"] == 0.0
+    assert sacrebleu_scores(["a b c"], [""])["length_ratio"] == 0.0  # sacreBLEU's own convention

@@ -141,13 +141,14 @@ def test_missing_checkpoint_is_one_line_exit_2(tmp_path, capsys) -> None:
 
 def test_non_empty_out_needs_force(tmp_path, tokenizer, capsys) -> None:
     model, config = random_model(tokenizer)
-    (tmp_path / "ct2").mkdir()
-    (tmp_path / "ct2" / "keep.txt").write_text("x")
     checkpoint = save_checkpoint(tmp_path / "ckpt", model, {"kind": "translation", "model": config.to_dict()},
                                  tokenizer.to_bytes())
     args = ["export", "--checkpoint", str(checkpoint), "--out", str(tmp_path / "ct2")]
+    assert main(args) == 0
+    (tmp_path / "ct2" / "stale.txt").write_text("x")
     assert main(args) == 2 and "--force" in capsys.readouterr().err
-    assert main([*args, "--force"]) == 0 and not (tmp_path / "ct2" / "keep.txt").exists()
+    assert main([*args, "--force"]) == 0 and not (tmp_path / "ct2" / "stale.txt").exists()
+    assert (tmp_path / "ct2" / "model.bin").is_file()
 
 
 def test_without_ctranslate2_says_how_to_install(tmp_path, tokenizer, monkeypatch, capsys) -> None:
@@ -158,3 +159,37 @@ def test_without_ctranslate2_says_how_to_install(tmp_path, tokenizer, monkeypatc
     assert main(["export", "--checkpoint", str(checkpoint), "--out", str(tmp_path / "ct2")]) == 2
     assert "pip install ctranslate2" in capsys.readouterr().err
     assert not (tmp_path / "ct2").exists()
+
+
+def test_out_overlapping_the_checkpoint_is_refused_and_deletes_nothing(tmp_path, tokenizer, capsys) -> None:
+    model, config = random_model(tokenizer)
+    run = tmp_path / "run"
+    best = save_checkpoint(run / "best", model, {"kind": "translation", "model": config.to_dict()},
+                           tokenizer.to_bytes())
+    (run / "metrics.jsonl").write_text("{}\n")
+    before = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
+    # out = an ancestor of the checkpoint, the checkpoint itself, inside it (the run directory given or not)
+    cases = [(best, run), (best, best), (best, best / "ct2"), (run, run), (run, best), (run, tmp_path)]
+    for checkpoint, out in cases:
+        assert main(["export", "--checkpoint", str(checkpoint), "--out", str(out), "--force"]) == 2, (checkpoint, out)
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "overlaps the checkpoint" in err, err
+    # --force replaces an earlier export only, never another directory (here: the run's metrics)
+    (run / "logs").mkdir()
+    (run / "logs" / "notes.txt").write_text("keep me\n")
+    before = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
+    assert main(["export", "--checkpoint", str(run), "--out", str(run / "logs"), "--force"]) == 2
+    assert "holds something other than an export" in capsys.readouterr().err
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == before
+
+
+def test_checkpoint_config_disagreeing_with_its_weights_is_one_line(tmp_path, tokenizer, capsys) -> None:
+    model, config = random_model(tokenizer)
+    checkpoint = save_checkpoint(tmp_path / "ckpt", model, {"kind": "translation", "model": config.to_dict()},
+                                 tokenizer.to_bytes())
+    stored = json.loads((checkpoint / "config.json").read_text())
+    stored["model"]["d_ff"] = 64
+    (checkpoint / "config.json").write_text(json.dumps(stored))
+    assert main(["export", "--checkpoint", str(checkpoint), "--out", str(tmp_path / "ct2")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(checkpoint / "model.safetensors") in err and "wrong shape" in err

@@ -381,3 +381,25 @@ def test_beam_shortlist_equals_scoring_every_token(step_class, monkeypatch) -> N
     shortlisted = run()
     monkeypatch.setattr(_Beams, "shortlist", False)
     assert_same(shortlisted, run())
+
+
+def test_sampling_without_a_seed_differs_between_calls_and_follows_torch_manual_seed() -> None:
+    def sample() -> list:  # 4 sentences x 20 steps of a 0.59 / 0.4 choice: a repeat has odds ~1e-23
+        return tokens_and_scores(sample_search(FakeStep([{}] * 4, NEVER_ENDS), [20] * 4))
+
+    assert sample() != sample()
+    torch.manual_seed(7)
+    first = sample()
+    torch.manual_seed(7)
+    assert sample() == first
+
+
+def test_huge_or_infinite_max_len_gives_the_cap_and_options_refuse_non_finite_values() -> None:
+    lengths = torch.tensor([1, 7])
+    for a, b in ((1e30, 50), (float("inf"), 50), (1.0, 1e30), (1.0, float("inf"))):
+        assert max_output_lengths(lengths, a, b, 64) == [63, 63], (a, b)
+    for field in ("max_len_a", "max_len_b"):
+        for value in (float("inf"), float("nan"), -1):
+            with pytest.raises(UserError, match=f"{field}: must be finite and >= 0"):
+                DecodeOptions(**{field: value})
+    assert DecodeOptions(max_len_a=1e30).max_len_a == 1e30  # huge but finite: the cap applies

@@ -22,13 +22,21 @@ TOKENIZED_LABEL = "tokenized lowercased BLEU (multi-bleu.perl style, not compara
 def _check(hyps: Sequence[str], refs: Sequence[str]) -> None:
     if len(hyps) != len(refs):
         raise UserError(f"{len(hyps)} hypotheses but {len(refs)} references")
+    if not refs:
+        raise UserError("nothing to score: no sentences")
+
+
+def length_ratio(sys_len: int, ref_len: int) -> float:
+    """Hypothesis over reference length; 0 when the references are empty (sacreBLEU's convention)."""
+    return sys_len / ref_len if ref_len else 0.0
 
 
 def sacrebleu_scores(hyps: Sequence[str], refs: Sequence[str]) -> dict:
     """Corpus BLEU and chrF of detokenized ``hyps`` against one reference each.
 
     Returns ``{"bleu", "chrf", "bleu_signature", "chrf_signature", "brevity_penalty", "length_ratio"}``
-    (scores on a 0-100 scale; the length ratio is hypothesis over reference length in BLEU's tokens).
+    (scores on a 0-100 scale; the length ratio is hypothesis over reference length in BLEU's tokens,
+    0 when the references are all blank). No sentences at all is a :class:`UserError`.
     """
     _check(hyps, refs)
     bleu, chrf = BLEU(), CHRF()
@@ -36,7 +44,7 @@ def sacrebleu_scores(hyps: Sequence[str], refs: Sequence[str]) -> dict:
     chrf_score = chrf.corpus_score(list(hyps), [list(refs)])
     return {"bleu": bleu_score.score, "chrf": chrf_score.score,
             "bleu_signature": str(bleu.get_signature()), "chrf_signature": str(chrf.get_signature()),
-            "brevity_penalty": bleu_score.bp, "length_ratio": bleu_score.sys_len / bleu_score.ref_len}
+            "brevity_penalty": bleu_score.bp, "length_ratio": length_ratio(bleu_score.sys_len, bleu_score.ref_len)}
 
 
 def moses_lowercase(lines: Sequence[str], lang: str) -> list[str]:

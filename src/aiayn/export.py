@@ -37,7 +37,6 @@ extras); it is imported only when an export runs.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -64,10 +63,10 @@ def register(subparsers) -> None:
                     "vocabulary, sentencepiece.model, README.md). Needs `pip install ctranslate2`.")
     parser.add_argument("--checkpoint", required=True, help="checkpoint or run directory")
     parser.add_argument("--format", default="ctranslate2", choices=FORMATS, help="output format (default: ctranslate2)")
-    parser.add_argument("--out", required=True, help="output directory (must be new or empty unless --force)")
+    parser.add_argument("--out", required=True, help="output directory, outside the checkpoint (must be new or empty unless --force)")
     parser.add_argument("--quantization", default="none", choices=QUANTIZATIONS,
                         help="weight type of the exported model (default: none = float32 as trained)")
-    parser.add_argument("--force", action="store_true", help="replace a non-empty output directory")
+    parser.add_argument("--force", action="store_true", help="replace an earlier export in --out")
     parser.set_defaults(func=_run)
 
 
@@ -81,13 +80,19 @@ def _run(args) -> int:
 
 def export_ctranslate2(checkpoint: str | Path, out: str | Path, quantization: str = "none",
                        force: bool = False) -> Path:
-    """Write the translation model of ``checkpoint`` as a CTranslate2 model directory ``out``."""
-    from aiayn.train.checkpoint import load_translation_model, remove_abandoned_temporaries, temporary_path
+    """Write the translation model of ``checkpoint`` as a CTranslate2 model directory ``out``.
+
+    ``out`` must lie outside the checkpoint (and the run directory, when one is given); with ``force``
+    an existing ``out`` is replaced only once the new export is complete.
+    """
+    from aiayn.train.checkpoint import (replace_dir, load_translation_model, remove_abandoned_temporaries,
+                                        resolve_checkpoint, temporary_path)
 
     if quantization not in QUANTIZATIONS:
         raise UserError(f"--quantization: unknown value {quantization!r}; valid: {', '.join(QUANTIZATIONS)}")
     _ctranslate2()  # fail early, before any work, when it is not installed
     out = Path(out)
+    _check_apart(out, resolve_checkpoint(checkpoint))
     _check_out(out, force)
     model, tokenizer, ckpt = load_translation_model(checkpoint)
     spec = build_spec(model, [tokenizer.id_to_piece(i) for i in range(tokenizer.vocab_size)])
@@ -99,18 +104,27 @@ def export_ctranslate2(checkpoint: str | Path, out: str | Path, quantization: st
     spec.save(str(tmp))
     (tmp / SPM_FILE).write_bytes(tokenizer.to_bytes())
     _write_docs(tmp, ckpt.path, model.config, quantization)
-    if out.exists():
-        shutil.rmtree(out)
-    os.rename(tmp, out)
+    replace_dir(tmp, out)  # an existing export is moved aside, then deleted: never lost half-way
     remove_abandoned_temporaries(out.parent)
     return out
+
+
+def _check_apart(out: Path, checkpoint: Path) -> None:
+    """``out`` may not be, contain or lie inside the checkpoint (``--force`` would delete or alter it)."""
+    target, source = out.resolve(), checkpoint.resolve()
+    if target == source or source in target.parents or target in source.parents:
+        raise UserError(f"--out: {out} overlaps the checkpoint {checkpoint}; write the export to a directory outside it")
 
 
 def _check_out(out: Path, force: bool) -> None:
     if out.exists() and not out.is_dir():
         raise UserError(f"--out: {out} exists and is not a directory")
-    if out.is_dir() and any(out.iterdir()) and not force:
-        raise UserError(f"--out: {out} is not empty (use --force to replace it)")
+    if out.is_dir() and any(out.iterdir()):
+        if not force:
+            raise UserError(f"--out: {out} is not empty (use --force to replace it)")
+        if not (out / "model.bin").is_file() or not (out / SPM_FILE).is_file():
+            raise UserError(f"--out: {out} holds something other than an export (no model.bin and {SPM_FILE}); "
+                            "--force replaces only an earlier export")
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
     except OSError as err:

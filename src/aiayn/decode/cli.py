@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -46,10 +47,16 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _device(name: str) -> torch.device:
-    if name not in ("cpu", "cuda") and not name.startswith("cuda:"):
-        raise UserError(f"--device: unknown device {name!r}; use cpu or cuda")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise UserError("--device cuda: no CUDA device is available")
+    """``cpu``, ``cuda`` or ``cuda:N`` for a CUDA device this machine has."""
+    match = re.fullmatch(r"cuda(?::(\d+))?", name)
+    if name != "cpu" and match is None:
+        raise UserError(f"--device: unknown device {name!r}; use cpu, cuda or cuda:N")
+    if match is not None:
+        if not torch.cuda.is_available():
+            raise UserError(f"--device {name}: no CUDA device is available")
+        count = torch.cuda.device_count()
+        if match.group(1) is not None and int(match.group(1)) >= count:
+            raise UserError(f"--device {name}: this machine has {count} CUDA device(s), cuda:0 to cuda:{count - 1}")
     return torch.device(name)
 
 
@@ -118,17 +125,27 @@ def _register_translate(subparsers) -> None:
     p.add_argument("--output", help="output file (default: stdout)")
     p.add_argument("--nbest", type=int, default=1, help="K hypotheses per line, as 'score<TAB>text'")
     p.add_argument("--sample", action="store_true", help="sample instead of beam search")
-    p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--top-k", type=int, default=0, help="sample from the k most probable tokens (0 = all)")
-    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling threshold")
-    p.add_argument("--seed", type=int, default=None, help="random seed for --sample")
+    # Sampling options default to None (= DecodeOptions' defaults), so that only given ones need --sample.
+    p.add_argument("--temperature", type=float, help="with --sample: divide the log-probs by it (default: 1)")
+    p.add_argument("--top-k", type=int, help="with --sample: the k most probable tokens only (default: 0 = all)")
+    p.add_argument("--top-p", type=float, help="with --sample: nucleus sampling threshold (default: 1 = off)")
+    p.add_argument("--seed", type=int, help="with --sample: random seed (default: a fresh one per run)")
     p.set_defaults(func=run_translate)
 
 
+SAMPLING_OPTIONS = {"temperature": "--temperature", "top_k": "--top-k", "top_p": "--top-p", "seed": "--seed"}
+
+
+def _sampling(args) -> dict:
+    """The sampling options given on the command line; each needs ``--sample``."""
+    given = {name: getattr(args, name) for name in SAMPLING_OPTIONS if getattr(args, name) is not None}
+    if given and not args.sample:
+        raise UserError(f"{SAMPLING_OPTIONS[next(iter(given))]} needs --sample")
+    return {"sample": args.sample, **given}
+
+
 def run_translate(args) -> int:
-    sampling = dict(sample=args.sample, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-                    seed=args.seed)
-    translator = _translator(args, nbest=args.nbest, **sampling)
+    translator = _translator(args, nbest=args.nbest, **_sampling(args))
     lines = read_lines(args.input)
     if args.nbest == 1:
         out = _run_with_progress(translator, lines, args.input is not None, translator.translate)
@@ -165,6 +182,9 @@ def run_evaluate(args) -> int:
     src, ref = read_lines(args.src), read_lines(args.ref)
     if len(src) != len(ref):
         raise UserError(f"{args.src} has {len(src)} lines but {args.ref} has {len(ref)}")
+    for path, lines in ((args.src, src), (args.ref, ref)):
+        if not any(line.strip() for line in lines):
+            raise UserError(f"{path}: nothing to evaluate ({'only blank lines' if lines else 'empty file'})")
     translator = _translator(args)
     hyps = _run_with_progress(translator, src, True, translator.translate)
     if args.output:

@@ -16,7 +16,9 @@ Conventions, the same in every search:
 * **Ties** are broken deterministically: the lower (beam, token) index wins, as ``argmax`` does.
 * Sentences never interact: each has its own beam, maximum length and stopping rule, and a
   finished sentence is dropped from the batch. So, up to float rounding in the model's batched
-  matmuls (about 1e-6), a sentence gives the same result alone or inside any batch.
+  matmuls (about 1e-6), greedy and beam search give a sentence the same result alone or inside any
+  batch. Sampling does not: one random stream feeds every row of the batch, so a sentence's samples
+  depend on what else (and how much) is in its batch, even with a fixed seed.
 
 Beam search: at each step the ``2 * beam`` best candidates (beam, token) of a sentence are taken in
 score order; an EOS among the first ``beam`` of them finishes a hypothesis, and the sentence keeps
@@ -33,6 +35,7 @@ The n-best list is the finished hypotheses sorted by score (ties: the earlier-fi
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable, Protocol
 
@@ -189,16 +192,19 @@ def sample_search(step: StepFunction, max_lens: list[int], alpha: float = 0.0, n
                   ids: SpecialIds = SpecialIds()) -> list[list[Hypothesis]]:
     """``nbest`` samples per sentence from softmax(log_probs / temperature), optionally restricted
     to the ``top_k`` tokens (0 = all) and to the smallest set with probability >= ``top_p``
-    (nucleus). The same ``seed`` with the same input and batching gives the same samples.
-    Samples of a sentence are returned best score first.
+    (nucleus). The same ``seed`` with the same input and batching gives the same samples (the draws
+    are shared by the rows of a batch, so a sentence's samples depend on its batch). ``seed=None``
+    draws a seed from PyTorch's global generator: each call samples anew, and ``torch.manual_seed``
+    still makes a whole program repeat. Samples of a sentence are returned best score first.
     """
     _need_log_probs(step, "sampling")
+    seed = fresh_seed() if seed is None else seed
     generator: list[torch.Generator] = []  # made on first use, on the device of the log-probs
 
     def choose(log_probs: Tensor) -> Tensor:
         if not generator:
             generator.append(torch.Generator(device=log_probs.device))
-            generator[0].manual_seed(seed if seed is not None else torch.initial_seed())
+            generator[0].manual_seed(seed)
         return _sample(log_probs, temperature, top_k, top_p, generator[0])
 
     rows = torch.arange(len(max_lens), device=_device_of(step))
@@ -206,6 +212,11 @@ def sample_search(step: StepFunction, max_lens: list[int], alpha: float = 0.0, n
     flat = _single_path(step, [n for n in max_lens for _ in range(nbest)], alpha, ids, choose)
     groups = [[h[0] for h in flat[i * nbest:(i + 1) * nbest]] for i in range(len(max_lens))]
     return [sorted(g, key=lambda h: -h.score) for g in groups]
+
+
+def fresh_seed() -> int:
+    """A seed drawn from PyTorch's global (CPU) generator: new at each call, fixed by ``torch.manual_seed``."""
+    return int(torch.randint(0, 2**63 - 1, (), dtype=torch.int64))
 
 
 def _sample(log_probs: Tensor, temperature: float, top_k: int, top_p: float, generator: torch.Generator) -> Tensor:
@@ -394,8 +405,9 @@ class DecodeOptions:
 
     def __post_init__(self) -> None:
         checks = [("beam", self.beam >= 1, "must be >= 1"), ("alpha", self.alpha >= 0, "must be >= 0"),
-                  ("nbest", self.nbest >= 1, "must be >= 1"), ("max_len_a", self.max_len_a >= 0, "must be >= 0"),
-                  ("max_len_b", self.max_len_b >= 0, "must be >= 0"),
+                  ("nbest", self.nbest >= 1, "must be >= 1"),
+                  ("max_len_a", math.isfinite(self.max_len_a) and self.max_len_a >= 0, "must be finite and >= 0"),
+                  ("max_len_b", math.isfinite(self.max_len_b) and self.max_len_b >= 0, "must be finite and >= 0"),
                   ("temperature", self.temperature > 0, "must be > 0"), ("top_k", self.top_k >= 0, "must be >= 0"),
                   ("top_p", 0 < self.top_p <= 1, "must be in (0, 1]"),
                   ("nbest", self.sample or self.nbest <= self.beam, f"({self.nbest}) must not exceed beam ({self.beam})")]

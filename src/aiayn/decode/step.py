@@ -76,6 +76,8 @@ def max_output_lengths(src_lengths: Tensor, max_len_a: float, max_len_b: int, ma
 
     ``S`` counts the source tokens fed to the encoder (with their EOS). The result is also capped at
     ``max_positions - 1`` so that the decoder input (BOS + tokens) never exceeds the model's max_len.
+    The cap is applied in double precision, before the conversion to integers, so a huge (or
+    infinite) ``a`` or ``b`` gives the cap, not an int64 overflow.
     """
-    limits = torch.floor(src_lengths.double() * max_len_a + max_len_b).long().clamp(0, max_positions - 1)
+    limits = torch.floor(src_lengths.double() * max_len_a + max_len_b).clamp(0, max_positions - 1).long()
     return [int(n) for n in limits]

@@ -49,7 +49,10 @@ class Checkpoint:
 
     @property
     def kind(self) -> str:
-        return self.config.get("kind", "translation")
+        kind = self.config.get("kind", "translation") if isinstance(self.config, dict) else None
+        if not isinstance(kind, str):
+            raise UserError(f"corrupt checkpoint file {self.path / CONFIG_FILE}: \"kind\" must be a string")
+        return kind
 
 
 # --- nested state <-> (tensors, JSON) -------------------------------------------------------------
@@ -125,7 +128,7 @@ def save_checkpoint(path: str | Path, model: nn.Module | dict[str, Tensor], conf
         save_file(tensors, str(tmp / STATE_TENSORS))
         _write_bytes(tmp / STATE_JSON, json.dumps(skeleton).encode())
     _fsync_tree(tmp)
-    _replace_dir(tmp, path)
+    replace_dir(tmp, path)
     remove_abandoned_temporaries(path.parent)
     return path
 
@@ -193,7 +196,7 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def _replace_dir(tmp: Path, final: Path) -> None:
+def replace_dir(tmp: Path, final: Path) -> None:
     """Move ``tmp`` to ``final``; an existing ``final`` is moved aside first, then deleted.
 
     A crash between the two renames leaves no ``final`` but its previous version in ``.old-*``:
@@ -210,7 +213,7 @@ def _replace_dir(tmp: Path, final: Path) -> None:
 
 
 def recover_replaced(final: Path) -> None:
-    """Undo an interrupted :func:`_replace_dir`: put back the previous ``final``, drop stale copies.
+    """Undo an interrupted :func:`replace_dir`: put back the previous ``final``, drop stale copies.
 
     When ``final`` is missing, the newest complete ``.old-{name}-*`` beside it (the version that was
     being replaced) is renamed back. ``.old-*`` copies left once ``final`` exists are deleted.
@@ -252,6 +255,9 @@ def load_checkpoint(path: str | Path, with_state: bool = True) -> Checkpoint:
     """
     path = resolve_checkpoint(path)
     config = _read_json(path / CONFIG_FILE)
+    if not isinstance(config, dict):
+        raise UserError(f"corrupt checkpoint file {path / CONFIG_FILE}: expected a JSON object, "
+                        f"got {type(config).__name__}")
     weights = _read_tensors(path / MODEL_FILE)
     tokenizer = (path / TOKENIZER_FILE).read_bytes() if (path / TOKENIZER_FILE).is_file() else None
     state = None
@@ -299,6 +305,11 @@ def load_weights(model: nn.Module, weights: dict[str, Tensor], source: Path | st
     state = model.state_dict()
     stored = {state[name].data_ptr() for name in weights if name in state}
     tied = {name for name, tensor in state.items() if name not in weights and tensor.data_ptr() in stored}
+    wrong = [f"{name} {list(weights[name].shape)} (the model's {list(state[name].shape)})"
+             for name in weights if name in state and weights[name].shape != state[name].shape]
+    if wrong:
+        raise UserError(f"{source}: weights do not fit the model its config describes: "
+                        f"{len(wrong)} of a wrong shape, e.g. {', '.join(wrong[:3])}")
     result = model.load_state_dict(weights, strict=False)
     missing = sorted(set(result.missing_keys) - tied)
     if missing or result.unexpected_keys:
@@ -349,6 +360,20 @@ def load_translation_model(path: str | Path, device: str | torch.device = "cpu")
         raise UserError(f"corrupt checkpoint file {ckpt.path / CONFIG_FILE}: {err}") from None
     if ckpt.tokenizer_bytes is None:
         raise UserError(f"checkpoint file missing: {ckpt.path / TOKENIZER_FILE}")
+    try:
+        tokenizer = Tokenizer.from_bytes(ckpt.tokenizer_bytes)
+    except UserError as err:
+        raise UserError(f"corrupt checkpoint file {ckpt.path / TOKENIZER_FILE}: {err}") from None
+    _check_vocabulary(ckpt.path, config, tokenizer.vocab_size)
     model = build_model(config)
     load_weights(model, ckpt.weights, ckpt.path / MODEL_FILE)
-    return model.to(device).eval(), Tokenizer.from_bytes(ckpt.tokenizer_bytes), ckpt
+    return model.to(device).eval(), tokenizer, ckpt
+
+
+def _check_vocabulary(path: Path, config, pieces: int) -> None:
+    """The tokenizer's ids must be the model's: more pieces overrun the embeddings, fewer cannot
+    decode every output id."""
+    for name in ("src_vocab_size", "tgt_vocab_size"):
+        if getattr(config, name) != pieces:
+            raise UserError(f"{path}: {TOKENIZER_FILE} has {pieces} pieces but {CONFIG_FILE} says "
+                            f"{name}={getattr(config, name)}; they must be equal")
