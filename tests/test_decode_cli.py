@@ -77,6 +77,34 @@ def test_translate_files_match_the_translator_and_no_cache(checkpoint, tmp_path,
     assert cached.splitlines() == expected
 
 
+def test_unwritable_output_fails_before_any_decoding(checkpoint, tmp_path, monkeypatch, capsys) -> None:
+    import aiayn.train.checkpoint as checkpoint_module
+
+    def never(*_args, **_kwargs):
+        raise AssertionError("the model was loaded before the output was checked")
+
+    monkeypatch.setattr(checkpoint_module, "load_translation_model", never)
+    src = write(tmp_path / "in.txt", LINES)
+    for out, reason in ((tmp_path / "no" / "such" / "dir.txt", "No such file or directory"), (tmp_path, "Is a directory")):
+        for command in (["translate", "--input", str(src)], ["evaluate", "--src", str(src), "--ref", str(src)]):
+            assert main([*command, "--checkpoint", str(checkpoint), "--output", str(out)]) == 2
+            err = capsys.readouterr().err
+            assert err.count("\n") == 1 and f"cannot write {out}: {reason}" in err, err
+
+
+def test_a_failed_translation_leaves_the_existing_output_as_it_was(checkpoint, tmp_path, monkeypatch, capsys) -> None:
+    src, out = write(tmp_path / "in.txt", LINES), write(tmp_path / "out.txt", ["an earlier translation"])
+
+    def interrupted(self, lines):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Translator, "translate", interrupted)
+    assert main(["translate", "--checkpoint", str(checkpoint), "--input", str(src), "--output", str(out), *FAST]) == 130
+    assert "interrupted" in capsys.readouterr().err
+    assert out.read_text() == "an earlier translation\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "out.txt"]  # no temporary left behind
+
+
 def test_translate_nbest_format(checkpoint, monkeypatch, capsys) -> None:
     feed_stdin(monkeypatch, "\n".join(LINES).encode())
     assert main(["translate", "--checkpoint", str(checkpoint), "--nbest", "3", *FAST]) == 0

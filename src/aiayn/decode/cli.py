@@ -5,7 +5,8 @@ translate
     line; a blank input line gives a blank output line. With ``--nbest K``: K lines per input line,
     each ``score<TAB>text`` (best first; the score is log P / lp, see :mod:`aiayn.decode.search`);
     a blank input line gives K blank lines. Invalid UTF-8 is an error naming the line; a source
-    longer than the model's max_len is truncated with a warning naming the line.
+    longer than the model's max_len is truncated with a warning naming the line. ``--output`` (here
+    and in evaluate) is checked before the model loads and replaced only by a complete result.
 evaluate
     Translates ``--src`` and scores it against ``--ref``: sacreBLEU BLEU and chrF (with
     signatures) on detokenized text, plus the Multi30k literature's tokenized lowercased BLEU,
@@ -17,10 +18,13 @@ plot
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import re
 import sys
 from pathlib import Path
+from typing import Callable, Iterator
 
 import torch
 
@@ -94,16 +98,29 @@ def _decode_line(line: bytes, name: str, number: int) -> str:
         raise UserError(f"{name}: line {number}: invalid UTF-8 (byte {err.start + 1})") from None
 
 
-def write_lines(lines: list[str], path: str | None) -> None:
-    text = "".join(line + "\n" for line in lines)
+@contextlib.contextmanager
+def output_lines(path: str | None) -> Iterator[Callable[[list[str]], None]]:
+    """A writer of lines to stdout or to ``path``. The file is opened (as a temporary beside it)
+    before any decoding, so an unwritable path fails at once, and renamed over ``path`` only when
+    everything is written: a failed or interrupted run leaves an existing ``path`` as it was."""
     if path is None:
-        sys.stdout.write(text)
+        yield lambda lines: sys.stdout.write("".join(line + "\n" for line in lines))
         sys.stdout.flush()
         return
+    target = Path(path)
+    part = target.with_name(f".{target.name}.tmp-{os.getpid()}")
     try:
-        Path(path).write_text(text, encoding="utf-8")
+        if target.is_dir():
+            raise IsADirectoryError(21, "Is a directory")
+        handle = open(part, "w", encoding="utf-8")
     except OSError as err:
         raise UserError(f"cannot write {path}: {err.strerror}") from None
+    try:
+        with handle:
+            yield lambda lines: handle.write("".join(line + "\n" for line in lines))
+        os.replace(part, target)
+    finally:
+        part.unlink(missing_ok=True)
 
 
 def _run_with_progress(translator, lines: list[str], enabled: bool, fn):
@@ -145,14 +162,15 @@ def _sampling(args) -> dict:
 
 
 def run_translate(args) -> int:
-    translator = _translator(args, nbest=args.nbest, **_sampling(args))
+    sampling = _sampling(args)
     lines = read_lines(args.input)
-    if args.nbest == 1:
-        out = _run_with_progress(translator, lines, args.input is not None, translator.translate)
-    else:
-        nbest = _run_with_progress(translator, lines, args.input is not None, translator.translate_nbest)
-        out = [_nbest_line(hyps, k) for hyps in nbest for k in range(args.nbest)]
-    write_lines(out, args.output)
+    with output_lines(args.output) as write:
+        translator = _translator(args, nbest=args.nbest, **sampling)
+        if args.nbest == 1:
+            write(_run_with_progress(translator, lines, args.input is not None, translator.translate))
+        else:
+            nbest = _run_with_progress(translator, lines, args.input is not None, translator.translate_nbest)
+            write([_nbest_line(hyps, k) for hyps in nbest for k in range(args.nbest)])
     return 0
 
 
@@ -185,10 +203,10 @@ def run_evaluate(args) -> int:
     for path, lines in ((args.src, src), (args.ref, ref)):
         if not any(line.strip() for line in lines):
             raise UserError(f"{path}: nothing to evaluate ({'only blank lines' if lines else 'empty file'})")
-    translator = _translator(args)
-    hyps = _run_with_progress(translator, src, True, translator.translate)
-    if args.output:
-        write_lines(hyps, args.output)
+    with output_lines(args.output) if args.output else contextlib.nullcontext(lambda _: None) as write:
+        translator = _translator(args)
+        hyps = _run_with_progress(translator, src, True, translator.translate)
+        write(hyps)
     scores = sacrebleu_scores(hyps, ref)
     lang = args.lang or Path(args.ref).suffix.lstrip(".") or "en"
     scores["tokenized_bleu"] = tokenized_bleu(hyps, ref, lang)
