@@ -64,7 +64,8 @@ def _device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def _translator(args, **overrides):
+def _translator_loader(args, **overrides) -> Callable[[], "Translator"]:
+    """Check the decoding options now; the returned function loads the model into a Translator."""
     from aiayn.decode.search import DecodeOptions
     from aiayn.decode.translator import Translator
     from aiayn.train.checkpoint import load_translation_model
@@ -74,8 +75,12 @@ def _translator(args, **overrides):
         raise UserError("--batch-tokens: must be >= 1")
     options = DecodeOptions(beam=args.beam, alpha=args.alpha, max_len_a=args.max_len_a, max_len_b=args.max_len_b,
                             use_cache=not args.no_cache, **overrides)
-    model, tokenizer, _ = load_translation_model(args.checkpoint, device=device)
-    return Translator(model, tokenizer, device, args.batch_tokens, options)
+
+    def load() -> Translator:
+        model, tokenizer, _ = load_translation_model(args.checkpoint, device=device)
+        return Translator(model, tokenizer, device, args.batch_tokens, options)
+
+    return load
 
 
 def read_lines(path: str | None) -> list[str]:
@@ -162,10 +167,10 @@ def _sampling(args) -> dict:
 
 
 def run_translate(args) -> int:
-    sampling = _sampling(args)
-    lines = read_lines(args.input)
+    load = _translator_loader(args, nbest=args.nbest, **_sampling(args))
     with output_lines(args.output) as write:
-        translator = _translator(args, nbest=args.nbest, **sampling)
+        lines = read_lines(args.input)
+        translator = load()
         if args.nbest == 1:
             write(_run_with_progress(translator, lines, args.input is not None, translator.translate))
         else:
@@ -203,8 +208,9 @@ def run_evaluate(args) -> int:
     for path, lines in ((args.src, src), (args.ref, ref)):
         if not any(line.strip() for line in lines):
             raise UserError(f"{path}: nothing to evaluate ({'only blank lines' if lines else 'empty file'})")
+    load = _translator_loader(args)
     with output_lines(args.output) if args.output else contextlib.nullcontext(lambda _: None) as write:
-        translator = _translator(args)
+        translator = load()
         hyps = _run_with_progress(translator, src, True, translator.translate)
         write(hyps)
     scores = sacrebleu_scores(hyps, ref)
