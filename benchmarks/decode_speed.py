@@ -64,7 +64,7 @@ import statistics
 import sys
 import tempfile
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import ctranslate2
@@ -199,12 +199,14 @@ class Aiayn:
         return self.translators[search].translate(lines), None
 
     def token_ids(self, lines: list[str], search: str, batches: list[list[int]]) -> list[list[int]]:
-        """The best hypothesis' tokens (no BOS/EOS) per sentence, through ``generate`` as the Translator does."""
+        """The best hypothesis' tokens (no BOS/EOS) per sentence, through ``generate`` with the options
+        ``Translator.translate`` (the timed call) uses: one hypothesis, no scores."""
         translator = self.translators[search]
+        options = replace(translator.options, nbest=1, scores=False)
         out: list[list[int]] = [[] for _ in lines]
         for batch in batches:
             src = translator._pad([self.encode(lines[i]) for i in batch])
-            for i, hypotheses in zip(batch, generate(self.model, src, translator.options)):
+            for i, hypotheses in zip(batch, generate(self.model, src, options)):
                 out[i] = hypotheses[0].tokens
         return out
 

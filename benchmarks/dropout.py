@@ -43,8 +43,10 @@ VARIANTS = {"F.dropout": torch_dropout, "aiayn": aiayn_dropout.dropout}
 def measure(shape: Shape, rounds: int, seed: int) -> dict:
     batches = make_batches(shape, 4, torch.Generator().manual_seed(seed))
     runner = make_runners(shape, "fp32", argparse.Namespace(compile=False, peers=[], seed=seed))[0]
-    for batch in batches[:2]:
-        runner.step(batch)
+    for name in VARIANTS:  # untimed warm-up: every batch shape, both variants
+        aiayn_dropout.dropout = VARIANTS[name]
+        for batch in batches:
+            runner.step(batch)
     seconds = {name: [] for name in VARIANTS}
     try:
         for r in range(rounds):

@@ -4,9 +4,10 @@ The revision's ``aiayn/decode/search.py`` and ``aiayn/model/attention.py`` are l
 modules; for its turns, its ``generate`` and its ``KVCache`` class (the one the decoder cache builds)
 are swapped in (a revision's cache from before ``KVCache.group`` gets ``group = 1``). Everything else,
 ``MultiHeadAttention`` and ``DecoderCache`` included, is this tree's on both sides: compare changes
-there with ``benchmarks/decode_paths.py``. Model, tokenizer and sentences are shared. Rounds are
-interleaved and timed in process CPU time (less sensitive to other work on a shared machine than
-wall time). Prints the per-round times, the median ratio, and whether the outputs are identical.
+there with ``benchmarks/decode_paths.py``. Model, tokenizer and sentences are shared. After an
+untimed warm-up of each side, rounds alternate the order and are timed in process CPU time (less
+sensitive to other work on a shared machine than wall time). Prints the per-round times, the median
+of the per-round ratios, and whether the outputs are identical; writes ``--results`` (JSON).
 
     python benchmarks/search_ab.py --rev a18eaf8 --beam 4 --sentences 300 --threads 1
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import statistics
 import subprocess
 import sys
@@ -29,7 +31,9 @@ import aiayn.decode.translator as translator_module
 import aiayn.model.attention as attention
 import aiayn.model.transformer as transformer
 from aiayn.decode.translator import Translator
+from aiayn.malloc import keep_freed_memory
 from aiayn.train.checkpoint import load_translation_model
+from common import command, machine, versions
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -56,7 +60,9 @@ def main() -> None:
     parser.add_argument("--sentences", type=int, default=300)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--results", default=str(ROOT / "benchmarks" / "results" / "search_ab.json"))
     args = parser.parse_args()
+    keep_freed_memory()  # as the aiayn command does
     torch.set_num_threads(args.threads)
     model, tokenizer, _ = load_translation_model(args.checkpoint)
     lines = Path(args.source).read_text(encoding="utf-8").splitlines()[: args.sentences]
@@ -69,17 +75,32 @@ def main() -> None:
                 "this tree": (current_search.generate, attention.KVCache)}
     translator = Translator(model, tokenizer, beam=args.beam)
     outputs, seconds = {}, {name: [] for name in variants}
-    for _ in range(args.rounds):
-        for name, (generate, cache_class) in variants.items():
-            translator_module.generate, transformer.KVCache = generate, cache_class
-            start = time.process_time()
-            outputs[name] = translator.translate(lines)
-            seconds[name].append(time.process_time() - start)
-    old, new = (statistics.median(seconds[name]) for name in variants)
+
+    def run(name: str) -> float:
+        translator_module.generate, transformer.KVCache = variants[name]
+        start = time.process_time()
+        outputs[name] = translator.translate(lines)
+        return time.process_time() - start
+
+    names = list(variants)
+    for name in names:  # untimed warm-up: first-call costs fall on neither side
+        run(name)
+    for r in range(args.rounds):
+        for name in names[r % 2:] + names[: r % 2]:  # alternating order
+            seconds[name].append(run(name))
+    ratios = [old / new for old, new in zip(seconds[args.rev], seconds["this tree"])]
     for name, times in seconds.items():
         print(f"{name:>10}: " + " ".join(f"{t:.2f}" for t in times) + f" s CPU (median {statistics.median(times):.2f})")
-    print(f"beam {args.beam}, {len(lines)} sentences, {args.threads} thread(s): {old / new:.2f}x; "
-          f"outputs identical: {outputs[args.rev] == outputs['this tree']}")
+    identical = outputs[args.rev] == outputs["this tree"]
+    print(f"beam {args.beam}, {len(lines)} sentences, {args.threads} thread(s): {statistics.median(ratios):.2f}x "
+          f"(median of per-round ratios; {min(ratios):.2f}-{max(ratios):.2f}); outputs identical: {identical}")
+    results = {"benchmark": "search_ab", "command": command(), "versions": versions(), "machine": machine(),
+               "rev": args.rev, "beam": args.beam, "sentences": len(lines), "threads": args.threads,
+               "cpu_seconds": seconds, "speedup_median": statistics.median(ratios), "speedup_min": min(ratios),
+               "speedup_max": max(ratios), "outputs_identical": identical}
+    Path(args.results).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.results).write_text(json.dumps(results, indent=2) + "\n")
+    print(f"wrote {args.results}")
 
 
 if __name__ == "__main__":
