@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 import gzip
 import http.server
+import os
 import socket
 import threading
 from pathlib import Path
 
 import pytest
 
+from aiayn.cli import main
 from aiayn.data import download
 from aiayn.data.cli import register
 from aiayn.data.download import SPLITS, download_multi30k
@@ -80,6 +82,9 @@ def test_good_download_equals_originals_and_is_not_repeated(tmp_path, url, serve
     paths = download_multi30k(out, base_url=url, **SUBSET)
     assert [p.name for p in paths] == ["val.en", "val.de", "test2016.en", "test2016.de"]
     assert all(p.read_bytes() == (MULTI30K / p.name).read_bytes() for p in paths)
+    umask = os.umask(0)
+    os.umask(umask)
+    assert {p.stat().st_mode & 0o777 for p in paths} == {0o666 & ~umask}  # as a plain new file, not mkstemp's 0600
     assert leftovers(out) == sorted(p.name for p in paths)
     assert len(server.requests) == 4
     download_multi30k(out, base_url=url, **SUBSET)
@@ -165,6 +170,14 @@ def test_cli_synthetic(tmp_path, capsys):
     assert args.func(args) == 0
     assert (tmp_path / "train.digits").read_text().count("\n") == 200
     assert "train 200, val 1000, test 1000" in capsys.readouterr().out
+
+
+def test_cli_unwritable_out_is_one_line(tmp_path, capsys):
+    (tmp_path / "afile").write_text("")
+    for args in (["data", "synthetic", "--out", str(tmp_path / "afile" / "x")], ["data", "multi30k", "--out", str(tmp_path / "afile")]):
+        assert main(args) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("aiayn: error: ") and err.count("\n") == 1 and str(tmp_path / "afile") in err, err
 
 
 def test_cli_bad_input_raises_user_error(tmp_path):

@@ -31,3 +31,9 @@ def test_demo_trains_reports_draws_and_reuses(tmp_path: Path, capsys) -> None:
     assert "reusing the trained model" in second and "trained a joint" not in second
     accuracy = lambda out: re.search(r"exact match (\d+\.\d+)%", out).group(1)  # noqa: E731
     assert accuracy(first) == accuracy(second)
+
+
+def test_a_bad_beam_fails_before_training(tmp_path: Path, capsys) -> None:
+    assert main(["demo", "--beam", "0", "--out", str(tmp_path / "demo")]) == 2
+    assert "beam: must be >= 1" in capsys.readouterr().err
+    assert not (tmp_path / "demo").exists()

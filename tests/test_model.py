@@ -344,6 +344,9 @@ def test_position_past_max_len_is_a_clear_error() -> None:
         (dict(tie_embeddings="all"), "tie_embeddings"),  # src 50 != tgt 60
         (dict(pad_id=1), "pad_id"),  # collides with unk
         (dict(src_vocab_size=-3), "src_vocab_size"),
+        (dict(n_heads=True), "n_heads"),  # YAML's true is not 1
+        (dict(max_len=True), "max_len"),
+        (dict(layer_norm_eps="1e-6"), "layer_norm_eps"),
     ],
 )
 def test_config_validation_names_the_field(overrides: dict, field: str) -> None:
@@ -377,3 +380,15 @@ def test_causal_mask_shape_and_values() -> None:
     mask = causal_mask(3)
     assert mask.shape == (1, 1, 3, 3) and mask.dtype == torch.bool
     assert mask[0, 0].tolist() == [[True, False, False], [True, True, False], [True, True, True]]
+
+
+def test_auto_precision_takes_bf16_only_where_it_is_native(monkeypatch) -> None:
+    """CUDA: compute capability 8 (Ampere) and up; torch.cuda.is_bf16_supported() also counts
+    pre-Ampere emulation, so it must not decide."""
+    from aiayn.precision import resolve_precision
+
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    for capability, expected in (((7, 0), "fp32"), ((7, 5), "fp32"), ((8, 0), "bf16"), ((9, 0), "bf16")):
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None, c=capability: c)
+        assert resolve_precision("auto", torch.device("cuda:0")) == expected, capability
+    assert resolve_precision("fp32", torch.device("cuda:0")) == "fp32"

@@ -54,11 +54,15 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as err:
         print(f"aiayn: error: {err}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `aiayn translate ... | head`
+        return 0
+    except OSError as err:  # a path the file system refuses (missing directory, no permission, a file in the way)
+        where = f"{err.filename}: " if err.filename else ""
+        print(f"aiayn: error: {where}{err.strerror or err}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("aiayn: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:  # `aiayn translate ... | head`
-        return 0
 
 
 if __name__ == "__main__":

@@ -50,6 +50,8 @@ class TransformerConfig:
     positional: str = "sinusoidal"
     #: Weight tying (§3.4): "none"; "decoder" shares the target embedding with the pre-softmax
     #: projection; "all" also shares it with the source embedding (needs one shared vocabulary).
+    #: The paper ties all three (its shared BPE vocabulary); the default is "none" because it cannot
+    #: assume one vocabulary: the shipped configs set "all", as the paper does.
     tie_embeddings: str = "none"
     #: Feed-forward activation: "relu" (paper) or "gelu".
     activation: str = "relu"
@@ -62,9 +64,9 @@ class TransformerConfig:
 
     def __post_init__(self) -> None:
         for name in ("src_vocab_size", "tgt_vocab_size", "d_model", "n_heads", "d_ff", "max_len"):
-            _require(name, isinstance(getattr(self, name), int) and getattr(self, name) > 0, "must be a positive integer")
+            _require(name, _is_int(getattr(self, name)) and getattr(self, name) > 0, "must be a positive integer")
         for name in ("n_encoder_layers", "n_decoder_layers"):
-            _require(name, isinstance(getattr(self, name), int) and getattr(self, name) >= 1, "must be an integer >= 1")
+            _require(name, _is_int(getattr(self, name)) and getattr(self, name) >= 1, "must be an integer >= 1")
         _require("d_model", self.d_model % self.n_heads == 0, f"({self.d_model}) must be divisible by n_heads ({self.n_heads})")
         for name in ("dropout", "attention_dropout"):
             value = getattr(self, name)
@@ -86,7 +88,7 @@ class TransformerConfig:
         ids = {"pad_id": self.pad_id, "unk_id": self.unk_id, "bos_id": self.bos_id, "eos_id": self.eos_id}
         for name, value in ids.items():
             limit = min(self.src_vocab_size, self.tgt_vocab_size)
-            _require(name, isinstance(value, int) and 0 <= value < limit, f"must be in [0, {limit})")
+            _require(name, _is_int(value) and 0 <= value < limit, f"must be in [0, {limit})")
         _require("pad_id", len(set(ids.values())) == 4, f"special ids must differ, got {ids}")
 
     @property
@@ -130,6 +132,10 @@ def strict_from_dict(cls: type, values: dict[str, Any], what: str) -> Any:
     if unknown:
         raise ValueError(f"unknown {what} field(s) {', '.join(unknown)}; valid: {', '.join(names)}")
     return cls(**values)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)  # YAML's true is not 1
 
 
 def _require(field: str, ok: bool, message: str) -> None:

@@ -37,7 +37,10 @@ def demo_config_path() -> Path:
 
 
 def run_demo(args: argparse.Namespace) -> int:
+    from aiayn.decode.search import DecodeOptions
+
     started = time.perf_counter()
+    DecodeOptions(beam=args.beam)  # a bad --beam fails now, not after minutes of training
     data_dir, run_dir = args.out / "data", args.out / "run"
     if args.retrain:
         shutil.rmtree(run_dir, ignore_errors=True)

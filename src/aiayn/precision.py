@@ -17,8 +17,8 @@ PRECISIONS = ("auto", "bf16", "fp32")
 
 def native_bf16(device: torch.device) -> bool:
     """True when ``device`` has bf16 matrix hardware (not emulation)."""
-    if device.type == "cuda":
-        return torch.cuda.is_bf16_supported()
+    if device.type == "cuda":  # is_bf16_supported() also counts emulation (pre-Ampere cards)
+        return torch.cuda.get_device_capability(device)[0] >= 8
     if device.type == "cpu":
         return bool(torch.cpu._is_amx_tile_supported() or torch.cpu._is_avx512_bf16_supported())
     return False

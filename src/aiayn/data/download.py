@@ -111,10 +111,17 @@ def _write_atomic(target: Path, data: bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as file:
             file.write(data)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it 0600; a plain new file would not be
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def _sha256(data: bytes) -> str:

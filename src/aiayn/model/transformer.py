@@ -154,6 +154,8 @@ class Transformer(nn.Module):
         Without ``cache``: ``tgt`` is the whole prefix; the default ``tgt_mask`` is padding & causal.
         With ``cache``: ``tgt`` holds only the new positions; they attend to everything cached
         before them and causally among themselves; ``memory``/``src_mask`` come from the cache.
+        ``src_mask=None`` lets every memory position be attended: pass the source's padding mask
+        (``padding_mask(src, pad_id)``, as :meth:`forward` does) when the sources are padded.
         """
         offset = cache.length if cache is not None else 0
         if cache is not None:
