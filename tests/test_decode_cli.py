@@ -92,6 +92,17 @@ def test_unwritable_output_fails_before_any_decoding(checkpoint, tmp_path, monke
             assert err.count("\n") == 1 and f"cannot write {out}: {reason}" in err, err
 
 
+def test_output_through_a_symlink_or_to_a_device(checkpoint, tmp_path, capsys) -> None:
+    src, real = write(tmp_path / "in.txt", LINES), write(tmp_path / "real.txt", ["old"])
+    real.chmod(0o640)
+    (tmp_path / "link.txt").symlink_to(real)
+    args = ["translate", "--checkpoint", str(checkpoint), "--input", str(src), *FAST]
+    assert main([*args, "--output", str(tmp_path / "link.txt")]) == 0
+    assert (tmp_path / "link.txt").is_symlink() and len(real.read_text().splitlines()) == 3
+    assert real.stat().st_mode & 0o777 == 0o640  # the file keeps its mode
+    assert main([*args, "--output", "/dev/null"]) == 0 and Path("/dev/null").is_char_device()
+
+
 def test_a_failed_translation_leaves_the_existing_output_as_it_was(checkpoint, tmp_path, monkeypatch, capsys) -> None:
     src, out = write(tmp_path / "in.txt", LINES), write(tmp_path / "out.txt", ["an earlier translation"])
 

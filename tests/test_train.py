@@ -389,8 +389,16 @@ def test_resuming_with_other_model_data_or_optim_settings_is_refused(task_dir: P
     for file in task_dir.iterdir():
         (moved / file.name).write_bytes(file.read_bytes())
     longer = run_config(moved, train={"max_steps": 8, "save_every": 4, "valid_every": 0})
-    trainer = Trainer(run_config_from_dict(longer), tmp_path / "run", log=lambda _: None, progress=False)
+    longer["model"]["positional"] = "sinusoidal"  # spelled out, the default: the same model
+    # a run saved by another number of processes (batch_multiple 2) resumes, with a warning
+    state_file = list_checkpoints(tmp_path / "run")[-1] / "state.json"
+    state = json.loads(state_file.read_text())
+    state["sampler"]["batch_multiple"] = 2
+    state_file.write_text(json.dumps(state))
+    logs: list[str] = []
+    trainer = Trainer(run_config_from_dict(longer), tmp_path / "run", log=logs.append, progress=False)
     assert trainer.state.step == 4 and trainer.config.data.dir == str(moved)
+    assert any("batches were cut for a multiple of 2 sentences, now 1" in line for line in logs), logs
     trainer.train()
     assert trainer.state.step == 8
 

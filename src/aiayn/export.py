@@ -82,8 +82,9 @@ def export_ctranslate2(checkpoint: str | Path, out: str | Path, quantization: st
                        force: bool = False) -> Path:
     """Write the translation model of ``checkpoint`` as a CTranslate2 model directory ``out``.
 
-    ``out`` must lie outside the checkpoint (and the run directory, when one is given); with ``force``
-    an existing ``out`` is replaced only once the new export is complete.
+    ``out`` must lie outside the checkpoint directory (a run directory's ``best/`` or ``averaged/``
+    when a run is given: ``run/ct2`` is fine); ``force`` replaces only an earlier export, and only
+    once the new export is complete.
     """
     from aiayn.train.checkpoint import (replace_dir, load_translation_model, remove_abandoned_temporaries,
                                         resolve_checkpoint, temporary_path)

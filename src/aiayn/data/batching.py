@@ -15,8 +15,10 @@ per batch (§5.1). Here:
   ``load_state_dict()`` continues with the next batch.
 - Distributed data parallel: every rank builds the same global batches and takes the sentences
   ``batch[rank::world_size]`` of each. So the global batch is the one a single process would use
-  (with the same ``batch_multiple``), and the world size may change between save and resume if
-  ``batch_multiple`` stays the same (its default, 0, means the world size: set it explicitly).
+  (with the same ``batch_multiple``), and the world size may change between save and resume. With
+  another ``batch_multiple`` (its default, 0, means the world size) the resumed epoch is cut into
+  other batches, so its remaining batches are not the ones the saved position counted: the trainer
+  warns (``state_dict`` keeps ``batch_multiple`` for that).
   Every batch holds a multiple of ``batch_multiple`` sentences, which must be a multiple of
   ``world_size`` so that the ranks get equal shares; to make that possible, ``len(examples) %
   batch_multiple`` random examples sit out each epoch (a different few each epoch; see
@@ -155,12 +157,10 @@ class TokenBatchSampler:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        for key in ("seed", "max_tokens", "n_examples", "batch_multiple"):
+        for key in ("seed", "max_tokens", "n_examples"):
             mine = self.state_dict()[key]
             if key in state and state[key] != mine:
-                hint = (f"; set data.batch_multiple to {state[key]} to keep the saved batches (it must be a "
-                        "multiple of the number of processes)" if key == "batch_multiple" else "")
-                raise UserError(f"batch sampler state has {key}={state[key]}, but this run has {key}={mine}{hint}")
+                raise UserError(f"batch sampler state has {key}={state[key]}, but this run has {key}={mine}")
         self.epoch, self.position = int(state["epoch"]), int(state["position"])
 
 

@@ -22,6 +22,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import sys
 from pathlib import Path
 from typing import Callable, Iterator
@@ -105,27 +106,43 @@ def _decode_line(line: bytes, name: str, number: int) -> str:
 
 @contextlib.contextmanager
 def output_lines(path: str | None) -> Iterator[Callable[[list[str]], None]]:
-    """A writer of lines to stdout or to ``path``. The file is opened (as a temporary beside it)
-    before any decoding, so an unwritable path fails at once, and renamed over ``path`` only when
-    everything is written: a failed or interrupted run leaves an existing ``path`` as it was."""
+    """A writer of lines to stdout or to ``path``. A regular file (or a new one) is written as a
+    temporary beside it, opened before any decoding so that an unwritable path fails at once, and
+    renamed over it (through a symlink: over the file it points to, keeping its mode) only when
+    everything is written: a failed or interrupted run leaves an existing file as it was. A device
+    or a pipe (``/dev/stdout``, ``/dev/null``) is written directly."""
     if path is None:
-        yield lambda lines: sys.stdout.write("".join(line + "\n" for line in lines))
+        yield _writer(sys.stdout)
         sys.stdout.flush()
         return
-    target = Path(path)
+    given = Path(path)
+    if given.is_dir():
+        raise UserError(f"cannot write {path}: Is a directory")
+    if given.exists() and not given.is_file():
+        with _open_for_writing(given, path) as handle:
+            yield _writer(handle)
+        return
+    target = given.resolve() if given.is_file() else given
     part = target.with_name(f".{target.name}.tmp-{os.getpid()}")
     try:
-        if target.is_dir():
-            raise IsADirectoryError(21, "Is a directory")
-        handle = open(part, "w", encoding="utf-8")
-    except OSError as err:
-        raise UserError(f"cannot write {path}: {err.strerror}") from None
-    try:
-        with handle:
-            yield lambda lines: handle.write("".join(line + "\n" for line in lines))
+        with _open_for_writing(part, path) as handle:
+            yield _writer(handle)
+        if target.is_file():
+            shutil.copymode(target, part)
         os.replace(part, target)
     finally:
         part.unlink(missing_ok=True)
+
+
+def _open_for_writing(file: Path, name: str):
+    try:
+        return open(file, "w", encoding="utf-8")
+    except OSError as err:
+        raise UserError(f"cannot write {name}: {err.strerror}") from None
+
+
+def _writer(handle) -> Callable[[list[str]], None]:
+    return lambda lines: handle.write("".join(line + "\n" for line in lines))
 
 
 def _run_with_progress(translator, lines: list[str], enabled: bool, fn):

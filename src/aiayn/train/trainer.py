@@ -165,6 +165,10 @@ class Trainer:
         saved = ckpt.train_state
         self.optimizer.load_state_dict(saved["optimizer"])
         self.sampler.load_state_dict(saved["sampler"])
+        if saved["sampler"].get("batch_multiple", self.sampler.batch_multiple) != self.sampler.batch_multiple:
+            self.log(f"warning: batches were cut for a multiple of {saved['sampler']['batch_multiple']} sentences, "
+                     f"now {self.sampler.batch_multiple} (another number of processes): the rest of epoch "
+                     f"{self.sampler.epoch + 1} is cut differently, so some of its sentences may repeat or be skipped")
         self.state = TrainState(**saved["trainer"])
         _set_rng_states(saved["rng"])
         if self.rank == 0:
@@ -441,6 +445,7 @@ def _write(message: str) -> None:
 def _changed_settings(saved: RunConfig, new: RunConfig) -> list[str]:
     """``section.key saved -> new`` for each model, data and optim setting that differs, data.dir aside."""
     old, now = saved.to_dict(), new.to_dict()
+    old["model"], now["model"] = (c.model_config(vocab_size=64).to_dict() for c in (saved, new))  # presets resolved
     keys = [(section, key) for section in ("model", "data", "optim")
             for key in sorted(set(old[section]) | set(now[section])) if (section, key) != ("data", "dir")]
     return [f"{section}.{key} {old[section].get(key)!r} -> {now[section].get(key)!r}"
