@@ -107,12 +107,12 @@ def _check_data(data: dict[str, Any], source: Path) -> dict[str, Any]:
 
 
 def _typed(types: dict[str, type], values: dict[str, Any]) -> dict[str, Any]:
-    """``values`` checked against ``types`` (ValueError naming the field); names not in ``types`` pass."""
+    """``values``, checked against ``types`` (ValueError naming the field); names not in ``types`` pass."""
     for name, value in values.items():
         kind = types.get(name)
         if kind is not None and not _is(value, kind):
             raise ValueError(f"{name}: must be {KIND_WORDS[kind]}, got {value!r}")
-    return dict(values)
+    return values
 
 
 def _is(value: Any, kind: type) -> bool:

@@ -35,11 +35,14 @@ def average_checkpoints(inputs: list[Path], output: Path) -> Path:
 
 def _check_same_model(checkpoint: Checkpoint, first: Checkpoint) -> None:
     """Same model config, parameter names and shapes, and tokenizer as ``first``; else a UserError."""
-    shapes = lambda c: {name: tuple(t.shape) for name, t in c.weights.items()}  # noqa: E731
-    if checkpoint.config.get("model") != first.config.get("model") or shapes(checkpoint) != shapes(first):
+    if checkpoint.config.get("model") != first.config.get("model") or _shapes(checkpoint) != _shapes(first):
         raise UserError(f"{checkpoint.path}: a different model from {first.path} (config or weight shapes); cannot average")
     if checkpoint.tokenizer_bytes != first.tokenizer_bytes:
         raise UserError(f"{checkpoint.path}: a different tokenizer from {first.path}; cannot average")
+
+
+def _shapes(checkpoint: Checkpoint) -> dict[str, tuple[int, ...]]:
+    return {name: tuple(t.shape) for name, t in checkpoint.weights.items()}
 
 
 def last_checkpoints(run_dir: Path, n: int) -> list[Path]:

@@ -49,7 +49,7 @@ class Checkpoint:
 
     @property
     def kind(self) -> str:
-        kind = self.config.get("kind", "translation") if isinstance(self.config, dict) else None
+        kind = self.config.get("kind", "translation")  # config: a JSON object (load_checkpoint checks)
         if not isinstance(kind, str):
             raise UserError(f"corrupt checkpoint file {self.path / CONFIG_FILE}: \"kind\" must be a string")
         return kind
