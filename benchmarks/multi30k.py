@@ -169,7 +169,7 @@ def decode_and_score(checkpoint: Path, data: Path, split: str, src: str, tgt: st
     with torch.inference_mode():
         hypotheses = translator.translate(sources)
     seconds = time.perf_counter() - started
-    scores = sacrebleu_scores(hypotheses, references)
+    scores = sacrebleu_scores(hypotheses, references, lowercase=tokenizer.lowercases)  # case:lc for a lowercasing model
     scores["tokenized_lowercased_bleu"] = tokenized_bleu(hypotheses, references, tgt)
     scores["decode_s"] = seconds
     scores["sentences_per_s"] = len(sources) / seconds

@@ -52,6 +52,18 @@ def test_round_trip_train_de_quirks_unstripped(tok):
         assert tok.decode(tok.encode(text)) == text
 
 
+def test_lowercase_tokenizer_lowercases_and_otherwise_round_trips(tok):
+    lines = raw_lines("val.de") + raw_lines("val.en")
+    lower = Tokenizer.train(lines, vocab_size=1000, lowercase=True)
+    assert lower.lowercases and not tok.lowercases
+    assert [lower.decode(lower.encode(line)) for line in lines] == [line.lower() for line in lines]
+    # beyond ASCII, in the rule (not in training), and two-character lowercases (U+0130)
+    for text in ["ÄÖÜ ẞ Ÿ", "İstanbul", "Ein  Mann\u00a0Läuft ", "x\u200bY 😀"]:
+        assert lower.decode(lower.encode(text)) == text.lower()
+    assert Tokenizer.from_bytes(lower.to_bytes()).lowercases  # the rule travels in the model
+    assert lower.pieces("Ein Hund") == lower.pieces("ein hund")
+
+
 def test_documented_exception_lower_one_eighth_block(tok):
     assert tok.decode(tok.encode("a\u2581b")) == "a b"  # SentencePiece's space marker decodes as a space
 

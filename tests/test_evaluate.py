@@ -32,6 +32,19 @@ def test_sacrebleu_scores_match_sacrebleu_directly() -> None:
     assert scores["chrf_signature"].startswith("nrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no|version:")
 
 
+def test_lowercase_scores_case_insensitively_like_sacrebleu_lc() -> None:
+    upper = [h.upper() for h in HYPS]
+    scores = sacrebleu_scores(upper, REFS, lowercase=True)
+    assert scores["bleu"] == pytest.approx(sacrebleu.corpus_bleu(upper, [REFS], lowercase=True).score)
+    assert scores["chrf"] == pytest.approx(sacrebleu.metrics.CHRF(lowercase=True).corpus_score(upper, [REFS]).score)
+    # HYPS and REFS capitalise the same words, so case-insensitive scores of the upper-cased
+    # hypotheses equal the case-sensitive scores of the originals.
+    assert scores["bleu"] == pytest.approx(sacrebleu_scores(HYPS, REFS)["bleu"])
+    assert scores["bleu_signature"].startswith("nrefs:1|case:lc|")
+    assert scores["chrf_signature"].startswith("nrefs:1|case:lc|")
+    assert sacrebleu_scores(upper, REFS)["bleu"] < 5  # case-sensitive: only the punctuation matches
+
+
 def test_hand_checkable_bleu() -> None:
     # The hypothesis is the first 4 of the 5 reference words: every n-gram precision is 1, so BLEU is
     # the brevity penalty alone, exp(1 - r/c) = exp(1 - 5/4).

@@ -352,6 +352,32 @@ def test_multi30k_smoke_run_loss_falls(multi30k_dir: Path, tmp_path: Path) -> No
     assert (tmp_path / "run" / "best" / MODEL_FILE).is_file()
 
 
+def test_lowercase_run_reads_and_writes_lowercase_and_scores_case_insensitively(
+        multi30k_dir: Path, tmp_path: Path, monkeypatch, capsys) -> None:
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for split, count in (("train", 300), ("val", 6)):
+        for lang in ("en", "de"):
+            lines = (multi30k_dir / f"{split}.{lang}").read_text(encoding="utf-8").splitlines()[:count]
+            (corpus / f"{split}.{lang}").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    values = run_config(corpus, data={"src_lang": "en", "tgt_lang": "de", "vocab_size": 600, "lowercase": True},
+                        train={"max_steps": 2, "save_every": 2, "valid_every": 0})
+    trainer = Trainer(run_config_from_dict(values), tmp_path / "run", log=lambda _: None, progress=False)
+    trainer.train()
+    assert trainer.tokenizer.lowercases
+    assert load_checkpoint(tmp_path / "run").tokenizer_bytes == trainer.tokenizer.to_bytes()
+    # Validation BLEU ignores case: a lowercasing model cannot write the references' capitals.
+    from aiayn.decode import Translator
+
+    references = [t for _, t in trainer.valid_pairs]
+    monkeypatch.setattr(Translator, "translate", lambda self, sources: [r.lower() for r in references])
+    assert trainer._bleu()["bleu"] == pytest.approx(100.0)
+    monkeypatch.undo()
+    src, ref = corpus / "val.en", corpus / "val.de"
+    assert main(["evaluate", "--checkpoint", str(tmp_path / "run"), "--src", str(src), "--ref", str(ref)]) == 0
+    assert "BLEU = " in (out := capsys.readouterr().out) and "|case:lc|" in out
+
+
 def test_early_stopping_after_patience_validations_without_improvement(task_dir: Path, tmp_path: Path) -> None:
     # An untrained model's greedy BLEU stays 0: the first validation sets the best, the next two
     # do not beat it, so patience 2 stops the run at the third validation (step 6 of 100).

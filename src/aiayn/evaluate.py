@@ -31,15 +31,18 @@ def length_ratio(sys_len: int, ref_len: int) -> float:
     return sys_len / ref_len if ref_len else 0.0
 
 
-def sacrebleu_scores(hyps: Sequence[str], refs: Sequence[str]) -> dict:
+def sacrebleu_scores(hyps: Sequence[str], refs: Sequence[str], lowercase: bool = False) -> dict:
     """Corpus BLEU and chrF of detokenized ``hyps`` against one reference each.
+
+    ``lowercase`` scores case-insensitively (sacreBLEU's ``-lc``; the signatures then say ``case:lc``),
+    for a model that writes lowercase text.
 
     Returns ``{"bleu", "chrf", "bleu_signature", "chrf_signature", "brevity_penalty", "length_ratio"}``
     (scores on a 0-100 scale; the length ratio is hypothesis over reference length in BLEU's tokens,
     0 when the references are all blank). No sentences at all is a :class:`UserError`.
     """
     _check(hyps, refs)
-    bleu, chrf = BLEU(), CHRF()
+    bleu, chrf = BLEU(lowercase=lowercase), CHRF(lowercase=lowercase)
     bleu_score = bleu.corpus_score(list(hyps), [list(refs)])
     chrf_score = chrf.corpus_score(list(hyps), [list(refs)])
     return {"bleu": bleu_score.score, "chrf": chrf_score.score,

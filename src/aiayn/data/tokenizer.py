@@ -16,6 +16,11 @@ Choices that make ``decode(encode(s)) == s`` hold exactly:
 One exception remains: the character U+2581 (``▁``, which SentencePiece uses to mark spaces)
 decodes as a space. It does not occur in Multi30k.
 
+``lowercase=True`` replaces the identity rule with one that lowercases every character (the
+Multi30k literature trains on lowercased text): it lives in the SentencePiece model, so encoding
+lowercases the input wherever the model goes (translation, the CTranslate2 export), and
+``decode(encode(s)) == s.lower()``.
+
 Digits are split into single pieces (``split_digits=True``), which keeps numbers compositional
 (the built-in digits-to-words task relies on it).
 
@@ -25,6 +30,7 @@ Training is deterministic: one thread, the whole input (no sampling), a fixed ra
 from __future__ import annotations
 
 import io
+import tempfile
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -56,6 +62,7 @@ class Tokenizer:
         character_coverage: float = 1.0,
         split_digits: bool = True,
         seed: int = 0,
+        lowercase: bool = False,
     ) -> "Tokenizer":
         """Train a model on ``sentences`` (pass source + target training sentences for a joint one).
 
@@ -68,7 +75,7 @@ class Tokenizer:
         sentences = [s for s in sentences if s]
         if not sentences:
             raise UserError("cannot train a tokenizer on no sentences")
-        proto = _train_proto(sentences, vocab_size, model_type, character_coverage, split_digits, seed)
+        proto = _train_proto(sentences, vocab_size, model_type, character_coverage, split_digits, seed, lowercase)
         tokenizer = cls(proto)
         if model_prefix is not None:
             tokenizer.save(_model_path(Path(model_prefix)))
@@ -98,6 +105,11 @@ class Tokenizer:
     @property
     def vocab_size(self) -> int:
         return self._sp.get_piece_size()
+
+    @property
+    def lowercases(self) -> bool:
+        """Whether encoding lowercases text (a model trained with ``lowercase=True``)."""
+        return self._sp.normalize("A").endswith("a")
 
     # --- persistence -------------------------------------------------------------------------------
     def to_bytes(self) -> bytes:
@@ -139,18 +151,34 @@ def _model_path(prefix: Path) -> Path:
     return prefix if prefix.suffix == ".model" else prefix.with_name(prefix.name + ".model")
 
 
-def _train_proto(sentences, vocab_size, model_type, character_coverage, split_digits, seed) -> bytes:
+def _train_proto(sentences, vocab_size, model_type, character_coverage, split_digits, seed, lowercase) -> bytes:
     spm.set_random_generator_seed(seed)
     model = io.BytesIO()
     try:
-        _run_trainer(sentences, model, vocab_size, model_type, character_coverage, split_digits)
+        with tempfile.TemporaryDirectory() as tmp:
+            rule = {"normalization_rule_name": "identity"}
+            if lowercase:
+                rule = {"normalization_rule_tsv": str(_write_lowercase_rules(Path(tmp) / "lowercase.tsv"))}
+            _run_trainer(sentences, model, vocab_size, model_type, character_coverage, split_digits, rule)
     except RuntimeError as err:  # e.g. a vocab_size below the number of characters + 256 bytes
         reason = str(err).split("] ", 1)[-1]  # drop SentencePiece's source-location prefix
         raise UserError(f"cannot train a {model_type} tokenizer with vocab_size={vocab_size}: {reason}") from None
     return model.getvalue()
 
 
-def _run_trainer(sentences, model, vocab_size, model_type, character_coverage, split_digits) -> None:
+def _write_lowercase_rules(path: Path) -> Path:
+    """SentencePiece's rule file mapping each character that ``str.lower`` changes to its lowercase."""
+    with path.open("w", encoding="ascii") as rules:
+        for code in range(0x110000):
+            if 0xD800 <= code <= 0xDFFF:  # surrogates are not characters
+                continue
+            lower = chr(code).lower()
+            if lower != chr(code):
+                rules.write(f"{code:X}\t{' '.join(f'{ord(c):X}' for c in lower)}\n")
+    return path
+
+
+def _run_trainer(sentences, model, vocab_size, model_type, character_coverage, split_digits, rule) -> None:
     spm.SentencePieceTrainer.train(
         sentence_iterator=iter(sentences),
         model_writer=model,
@@ -161,7 +189,7 @@ def _run_trainer(sentences, model, vocab_size, model_type, character_coverage, s
         unk_id=UNK_ID,
         bos_id=BOS_ID,
         eos_id=EOS_ID,
-        normalization_rule_name="identity",
+        **rule,  # identity, or the lowercasing rules
         remove_extra_whitespaces=False,
         byte_fallback=True,
         split_digits=split_digits,

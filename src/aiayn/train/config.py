@@ -29,6 +29,7 @@ class DataConfig:
     valid_split: str = "val"
     vocab_size: int = 8000  #: joint SentencePiece vocabulary (an upper bound on tiny corpora)
     tokenizer: str = "bpe"  #: "bpe" or "unigram"
+    lowercase: bool = False  #: the tokenizer lowercases all text, so the model reads and writes lowercase (the Multi30k literature's preprocessing)
     max_sentence_tokens: int = 100  #: pairs longer than this (subword tokens, either side) are dropped
     max_ratio: float = 3.0  #: pairs whose length ratio exceeds this are dropped (see aiayn.data.corpus)
     batch_tokens: int = 4096  #: padded tokens per batch, all processes together (per optimizer step: × accum_steps)

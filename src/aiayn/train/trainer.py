@@ -116,8 +116,9 @@ class Trainer:
         pairs, _ = read_parallel(_data_path(data.dir), data.train_split, data.src_lang, data.tgt_lang)
         sentences = [s for pair in pairs for s in pair]
         tokenizer = Tokenizer.train(sentences, vocab_size=data.vocab_size, model_type=data.tokenizer,
-                                    seed=self.config.train.seed)
-        self.log(f"trained a joint {data.tokenizer} tokenizer: {tokenizer.vocab_size} pieces")
+                                    seed=self.config.train.seed, lowercase=data.lowercase)
+        self.log(f"trained a joint {data.tokenizer} tokenizer: {tokenizer.vocab_size} pieces"
+                 + (", lowercasing" if data.lowercase else ""))
         return tokenizer
 
     def _read_data(self) -> tuple[list, list, list]:
@@ -344,7 +345,7 @@ class Trainer:
         translator = Translator(self.model, self.tokenizer, self.device, beam=1)
         with self._autocast():
             hypotheses = translator.translate(sources)
-        scores = sacrebleu_scores(hypotheses, references)
+        scores = sacrebleu_scores(hypotheses, references, lowercase=self.tokenizer.lowercases)
         return {"bleu": scores["bleu"], "chrf": scores["chrf"]}
 
     def _track_best(self, metrics: dict[str, Any]) -> None:
