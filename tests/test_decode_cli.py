@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -15,7 +18,9 @@ from aiayn import TransformerConfig, build_model
 from aiayn.cli import main
 from aiayn.data.tokenizer import Tokenizer
 from aiayn.decode import Translator
-from aiayn.train.checkpoint import save_checkpoint
+from aiayn.decode.cli import stdin_blocks
+from aiayn.errors import UserError
+from aiayn.train.checkpoint import load_translation_model, save_checkpoint
 
 MAX_LEN = 24
 FAST = ["--max-len-b", "4"]
@@ -42,7 +47,12 @@ def checkpoint(tmp_path_factory, sentences) -> Path:
 
 
 def feed_stdin(monkeypatch, data: bytes) -> None:
-    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data), encoding="utf-8"))
+    """``data`` on a pipe as stdin, as a shell would give it (a real file descriptor)."""
+    read, write = os.pipe()
+    with os.fdopen(write, "wb") as writer:  # small data: fits the pipe's buffer
+        writer.write(data)
+    stdin = os.fdopen(read, "r", encoding="utf-8")
+    monkeypatch.setattr(sys, "stdin", stdin)
 
 
 def write(path: Path, lines: list[str]) -> Path:
@@ -63,9 +73,68 @@ def test_translate_stdin_to_stdout_keeps_one_line_per_line(checkpoint, monkeypat
     assert out.splitlines()[1] == ""  # blank in, blank out
 
 
-def test_translate_files_match_the_translator_and_no_cache(checkpoint, tmp_path, capsys) -> None:
-    from aiayn.train.checkpoint import load_translation_model
+def test_stdin_blocks_come_as_lines_arrive() -> None:
+    read, write = os.pipe()
+    blocks = stdin_blocks(10, fd=read)
+    os.write(write, b"a\nb\n")
+    assert next(blocks) == ["a", "b"]  # without waiting for the end of the input
+    os.write(write, b"c\r\nd")
+    os.close(write)
+    assert next(blocks) == ["c", "d"]  # CRLF, and a last line without its newline
+    assert next(blocks, None) is None
+    os.close(read)
 
+
+def test_stdin_blocks_are_capped_and_count_lines_across_blocks() -> None:
+    def blocks_of(data: bytes, max_lines: int) -> list[list[str]]:
+        read, write = os.pipe()
+        os.write(write, data)
+        os.close(write)
+        try:
+            return list(stdin_blocks(max_lines, fd=read))
+        finally:
+            os.close(read)
+
+    assert blocks_of(b"1\n2\n3\n4\n5\n", 2) == [["1", "2"], ["3", "4"], ["5"]]
+    assert blocks_of(b"", 2) == [] and blocks_of(b"\n", 2) == [[""]]
+    with pytest.raises(UserError, match=r"<stdin>: line 4: invalid UTF-8"):
+        blocks_of(b"1\n2\n3\n\xff\n", 2)
+
+
+def test_translate_answers_each_line_before_stdin_ends(checkpoint) -> None:
+    # An interactive user (or a program holding a pipe open) gets each translation as its line goes in.
+    process = subprocess.Popen([sys.executable, "-m", "aiayn", "translate", "--checkpoint", str(checkpoint), *FAST],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               env={**os.environ, "OMP_NUM_THREADS": "1"})
+    answers: list[str] = []
+    reader = threading.Thread(target=lambda: answers.append(process.stdout.readline().decode()), daemon=True)
+    reader.start()
+    process.stdin.write(b"A man rides a bike.\n")
+    process.stdin.flush()
+    reader.join(timeout=120)
+    try:
+        assert answers and answers[0].endswith("\n"), process.stderr.read1().decode() if not reader.is_alive() else ""
+        model, tokenizer, _ = load_translation_model(checkpoint)
+        expected = Translator(model, tokenizer, max_len_b=4).translate(["A man rides a bike."])
+        assert answers[0] == expected[0] + "\n"
+    finally:
+        process.stdin.close()
+        assert process.wait(timeout=60) == 0
+
+
+def test_translate_stdin_in_small_blocks_or_without_a_descriptor_is_the_same(checkpoint, monkeypatch, capsys) -> None:
+    lines = LINES * 3
+    feed_stdin(monkeypatch, "\n".join(lines).encode() + b"\n")
+    assert main(["translate", "--checkpoint", str(checkpoint), *FAST, "--buffer-size", "2"]) == 0
+    streamed = capsys.readouterr().out
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO("\n".join(lines).encode()), encoding="utf-8"))
+    assert main(["translate", "--checkpoint", str(checkpoint), *FAST]) == 0  # no fileno(): read whole
+    assert capsys.readouterr().out == streamed and len(streamed.splitlines()) == len(lines)
+    assert main(["translate", "--checkpoint", str(checkpoint), "--buffer-size", "0"]) == 2
+    assert_user_error(capsys, "--buffer-size")
+
+
+def test_translate_files_match_the_translator_and_no_cache(checkpoint, tmp_path, capsys) -> None:
     src = write(tmp_path / "in.txt", LINES)
     for name, extra in (("cached.txt", []), ("uncached.txt", ["--no-cache"])):
         args = ["translate", "--checkpoint", str(checkpoint), "--input", str(src), "--output", str(tmp_path / name)]
@@ -138,8 +207,6 @@ def test_sampling_with_a_seed_is_reproducible(checkpoint, monkeypatch, capsys) -
 
 
 def test_translator_restores_input_order_whatever_the_batching(checkpoint) -> None:
-    from aiayn.train.checkpoint import load_translation_model
-
     model, tokenizer, _ = load_translation_model(checkpoint)
     lines = ["A dog.", "A man in a blue shirt is standing on a ladder.", "", "Kids play.", "Two women talk."]
     one_by_one = Translator(model, tokenizer, batch_tokens=1, max_len_b=4).translate(lines)
@@ -247,7 +314,6 @@ def test_sampling_options_need_sample(checkpoint, monkeypatch, capsys) -> None:
 
 def test_device_names_and_indices_are_checked(checkpoint, monkeypatch, capsys) -> None:
     from aiayn.decode.cli import _device
-    from aiayn.errors import UserError
 
     assert _device("cpu") == torch.device("cpu")
     for bad in ("cuda:abc", "cuda:", "cuda:-1", "cuda0", "gpu"):

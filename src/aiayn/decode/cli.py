@@ -97,6 +97,48 @@ def read_lines(path: str | None) -> list[str]:
     return [_decode_line(line.rstrip(b"\r"), name, number) for number, line in enumerate(lines, 1)]
 
 
+def stdin_blocks(max_lines: int, fd: int | None = None) -> Iterator[list[str]]:
+    """Lines of stdin (or of the file descriptor ``fd``) in blocks, as they arrive: wait for one whole
+    line, then take the lines already waiting behind it, up to ``max_lines`` per block. Typed or
+    piped one at a time, each line is a block of its own and is translated at once; a file piped in
+    comes in blocks of ``max_lines``. Invalid UTF-8 names the line, counted from the first. A
+    ``sys.stdin`` without a file descriptor (replaced by a library user) is read whole, one block."""
+    fd = _stdin_fd() if fd is None else fd
+    if fd is None:
+        lines = read_lines(None)
+        yield from [lines] if lines else []
+        return
+    pending, number, ended = b"", 0, False
+    while not ended:
+        while not ended and pending.count(b"\n") < max_lines and (b"\n" not in pending or _waiting(fd)):
+            try:
+                chunk = os.read(fd, 1 << 16)
+            except OSError as err:
+                raise UserError(f"cannot read <stdin>: {err.strerror}") from None
+            pending, ended = pending + chunk, not chunk
+        *lines, pending = pending.split(b"\n")
+        if ended and pending:  # a last line without its newline
+            lines, pending = lines + [pending], b""
+        for start in range(0, len(lines), max_lines):
+            block = lines[start:start + max_lines]
+            yield [_decode_line(line.rstrip(b"\r"), "<stdin>", number + i) for i, line in enumerate(block, 1)]
+            number += len(block)
+
+
+def _stdin_fd() -> int | None:
+    try:
+        return sys.stdin.fileno()
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is both of the last two
+        return None
+
+
+def _waiting(fd: int) -> bool:
+    """Whether reading ``fd`` would return at once (data or the end are there)."""
+    import select
+
+    return bool(select.select([fd], [], [], 0)[0])
+
+
 def _decode_line(line: bytes, name: str, number: int) -> str:
     try:
         return line.decode("utf-8")
@@ -142,7 +184,11 @@ def _open_for_writing(file: Path, name: str):
 
 
 def _writer(handle) -> Callable[[list[str]], None]:
-    return lambda lines: handle.write("".join(line + "\n" for line in lines))
+    def write(lines: list[str]) -> None:
+        handle.write("".join(line + "\n" for line in lines))
+        handle.flush()  # a streamed block reaches the reader at once
+
+    return write
 
 
 def _run_with_progress(translator, lines: list[str], enabled: bool, fn):
@@ -163,6 +209,9 @@ def _register_translate(subparsers) -> None:
     p.add_argument("--input", help="input file (default: stdin)")
     p.add_argument("--output", help="output file (default: stdout)")
     p.add_argument("--nbest", type=int, default=1, help="K hypotheses per line, as 'score<TAB>text'")
+    p.add_argument("--buffer-size", type=int, default=2000,
+                   help="stdin is translated as it arrives, in blocks of the lines already waiting, at most "
+                        "this many (default: 2000); with --sample all of stdin is read first")
     p.add_argument("--sample", action="store_true", help="sample instead of beam search")
     # Sampling options default to None (= DecodeOptions' defaults), so that only given ones need --sample.
     p.add_argument("--temperature", type=float, help="with --sample: divide the log-probs by it (default: 1)")
@@ -185,15 +234,25 @@ def _sampling(args) -> dict:
 
 def run_translate(args) -> int:
     load = _translator_loader(args, nbest=args.nbest, **_sampling(args))
+    if args.buffer_size < 1:
+        raise UserError("--buffer-size: must be >= 1")
     with output_lines(args.output) as write:
-        lines = read_lines(args.input)
-        translator = load()
-        if args.nbest == 1:
-            write(_run_with_progress(translator, lines, args.input is not None, translator.translate))
+        if args.input is None and not args.sample:  # stream; sampling reads all first: its batches stay fixed
+            translator = load()
+            for lines in stdin_blocks(args.buffer_size):
+                write(_translate_lines(translator, lines, args.nbest, progress=False))
         else:
-            nbest = _run_with_progress(translator, lines, args.input is not None, translator.translate_nbest)
-            write([_nbest_line(hyps, k) for hyps in nbest for k in range(args.nbest)])
+            lines = read_lines(args.input)
+            write(_translate_lines(load(), lines, args.nbest, progress=args.input is not None))
     return 0
+
+
+def _translate_lines(translator, lines: list[str], nbest: int, progress: bool) -> list[str]:
+    """Output lines for ``lines``: one translation each, or ``nbest`` "score<TAB>text" lines each."""
+    if nbest == 1:
+        return _run_with_progress(translator, lines, progress, translator.translate)
+    hypotheses = _run_with_progress(translator, lines, progress, translator.translate_nbest)
+    return [_nbest_line(hyps, k) for hyps in hypotheses for k in range(nbest)]
 
 
 def _nbest_line(hyps: list[tuple[float, str]], k: int) -> str:
@@ -230,7 +289,7 @@ def run_evaluate(args) -> int:
         translator = load()
         hyps = _run_with_progress(translator, src, True, translator.translate)
         write(hyps)
-    scores = sacrebleu_scores(hyps, ref)
+    scores = sacrebleu_scores(hyps, ref, lowercase=translator.tokenizer.lowercases)  # a lowercasing model: case:lc
     lang = args.lang or Path(args.ref).suffix.lstrip(".") or "en"
     scores["tokenized_bleu"] = tokenized_bleu(hyps, ref, lang)
     scores["sentences"] = len(hyps)
