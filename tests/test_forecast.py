@@ -189,6 +189,19 @@ def test_dlinear_learns_a_linear_trend() -> None:
     assert loss.item() < 1e-3
 
 
+def test_evaluate_limit_scores_the_first_windows_only(etth1: Path) -> None:
+    # The published ETT figures drop the last partial test batch: evaluate(limit=) scores that prefix.
+    data = prepare(etth1, "M", "OT", 48, 24)
+    test = data.windows("test", 48, 24)
+    model = SeasonalNaive(24, data.outputs, 24)
+    kept = len(test) - len(test) % 128
+    idx = torch.arange(kept)
+    expected = torch.mean((model(test.inputs(idx)) - test.targets(idx)[..., data.outputs]) ** 2).item()
+    assert evaluate(model, test, data.outputs, batch_size=100, limit=kept)["mse"] == pytest.approx(expected)
+    assert evaluate(model, test, data.outputs, limit=10**9) == evaluate(model, test, data.outputs)
+    assert evaluate(model, test, data.outputs, limit=kept)["mse"] != pytest.approx(evaluate(model, test, data.outputs)["mse"])
+
+
 def test_evaluate_and_fit_with_early_stopping(etth1: Path) -> None:
     data = prepare(etth1, "S", "OT", 48, 24)
     train, val = data.windows("train", 48, 24), data.windows("val", 48, 24)

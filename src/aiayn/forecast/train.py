@@ -94,12 +94,13 @@ def loss_on_batch(model: nn.Module, windows: Windows, idx: Tensor, outputs: list
 
 @torch.no_grad()
 def evaluate(model: nn.Module, windows: Windows, outputs: list[int], batch_size: int = 256,
-             bf16: bool = False) -> dict[str, float]:
-    """MSE and MAE over every window of a split (standardised scale)."""
+             bf16: bool = False, limit: int | None = None) -> dict[str, float]:
+    """MSE and MAE over every window of a split (standardised scale), or over its first ``limit``."""
     model.eval()
     running = Running()
-    for start in range(0, len(windows), batch_size):
-        idx = torch.arange(start, min(start + batch_size, len(windows)))
+    count = len(windows) if limit is None else min(limit, len(windows))
+    for start in range(0, count, batch_size):
+        idx = torch.arange(start, min(start + batch_size, count))
         with autocast(bf16):
             pred = model(windows.inputs(idx))
         running.update(pred.float(), windows.targets(idx)[..., outputs])
