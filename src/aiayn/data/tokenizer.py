@@ -19,7 +19,8 @@ decodes as a space. It does not occur in Multi30k.
 ``lowercase=True`` replaces the identity rule with one that lowercases every character (the
 Multi30k literature trains on lowercased text): it lives in the SentencePiece model, so encoding
 lowercases the input wherever the model goes (translation, the CTranslate2 export), and
-``decode(encode(s)) == s.lower()``.
+``decode(encode(s))`` is ``s`` lowercased character by character (``s.lower()`` but for the Greek
+final sigma, which ``str.lower`` chooses by context).
 
 Digits are split into single pieces (``split_digits=True``), which keeps numbers compositional
 (the built-in digits-to-words task relies on it).
