@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import shlex
 import sys
 import time
@@ -26,6 +24,7 @@ from aiayn.forecast.baselines import DLinear, RepeatLast, SeasonalNaive
 from aiayn.forecast.data import prepare
 from aiayn.forecast.model import ForecastConfig, Forecaster
 from aiayn.forecast.train import TrainConfig, evaluate, fit
+from common import machine, peak_rss_mib, versions
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data" / "ett" / "ETTh1.csv"
@@ -102,12 +101,6 @@ def published_windows(model, test, outs) -> dict:
     return scores
 
 
-def machine() -> dict:
-    return {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
-            "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(), "python": sys.version.split()[0],
-            "torch": torch.__version__, "numpy": np.__version__}
-
-
 def print_table(results: dict) -> None:
     names = ["transformer", "dlinear", "seasonal_naive_24", "repeat_last"]
     print(f"{'H':>4} " + " ".join(f"{n:>22}" for n in names) + f" {'PatchTST':>9} {'DLinear*':>9} {'time(s)':>8}"
@@ -126,7 +119,8 @@ def print_table(results: dict) -> None:
 def merge(parts: list[str], out: str) -> None:
     """One results file from runs that each did some horizons (run in parallel)."""
     loaded = [json.loads(Path(p).read_text()) for p in parts]
-    results = {**loaded[0], "command": [r["command"] for r in loaded], "horizons": {}}
+    results = {**loaded[0], "command": [r["command"] for r in loaded], "horizons": {},
+               "peak_rss_mib": max(r.get("peak_rss_mib", 0.0) for r in loaded)}  # of the largest process
     for r in loaded:
         results["horizons"].update(r["horizons"])
     results["horizons"] = dict(sorted(results["horizons"].items(), key=lambda kv: int(kv[0])))
@@ -150,11 +144,12 @@ def main() -> None:
                          "from the last known day repeated as placeholders"},
                "train": {**TRAIN, "max_epochs": args.max_epochs, "seed": args.seed},
                "dlinear_train": {**DLINEAR_TRAIN, "seed": args.seed}, "anchors_mse": ANCHORS,
-               "machine": machine(), "horizons": {}}
+               "versions": versions(numpy=np.__version__), "machine": machine(), "horizons": {}}
     for horizon in args.horizons:
         t0 = time.perf_counter()
         results["horizons"][str(horizon)] = run_horizon(args.data, args.input_len, horizon, args)
         results["horizons"][str(horizon)]["wall_seconds"] = time.perf_counter() - t0
+        results["peak_rss_mib"] = peak_rss_mib()
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(results, indent=2))
         print_table(results)
