@@ -73,32 +73,58 @@ def test_translate_stdin_to_stdout_keeps_one_line_per_line(checkpoint, monkeypat
     assert out.splitlines()[1] == ""  # blank in, blank out
 
 
+def next_within(blocks, seconds: float = 30):
+    """``next(blocks)`` in a thread: a reader that waits for more input fails instead of hanging."""
+    got: list = []
+    reader = threading.Thread(target=lambda: got.append(next(blocks, None)), daemon=True)
+    reader.start()
+    reader.join(timeout=seconds)
+    assert got, "stdin_blocks waited for more input than the lines already there"
+    return got[0]
+
+
 def test_stdin_blocks_come_as_lines_arrive() -> None:
     read, write = os.pipe()
     blocks = stdin_blocks(10, fd=read)
     os.write(write, b"a\nb\n")
-    assert next(blocks) == ["a", "b"]  # without waiting for the end of the input
+    assert next_within(blocks) == ["a", "b"]  # without waiting for the end of the input
     os.write(write, b"c\r\nd")
     os.close(write)
-    assert next(blocks) == ["c", "d"]  # CRLF, and a last line without its newline
-    assert next(blocks, None) is None
+    assert next_within(blocks) == ["c", "d"]  # CRLF, and a last line without its newline
+    assert next_within(blocks) is None
     os.close(read)
 
 
-def test_stdin_blocks_are_capped_and_count_lines_across_blocks() -> None:
-    def blocks_of(data: bytes, max_lines: int) -> list[list[str]]:
-        read, write = os.pipe()
-        os.write(write, data)
-        os.close(write)
-        try:
-            return list(stdin_blocks(max_lines, fd=read))
-        finally:
-            os.close(read)
+def blocks_of(data: bytes, max_lines: int) -> list[list[str]]:
+    read, write = os.pipe()
+    writer = threading.Thread(target=lambda: (os.write(write, data), os.close(write)))
+    writer.start()  # a pipe holds 64 KiB: the writer may block until the reader catches up
+    try:
+        return list(stdin_blocks(max_lines, fd=read))
+    finally:
+        writer.join()
+        os.close(read)
 
+
+def test_stdin_blocks_are_capped_and_count_lines_across_blocks() -> None:
     assert blocks_of(b"1\n2\n3\n4\n5\n", 2) == [["1", "2"], ["3", "4"], ["5"]]
-    assert blocks_of(b"", 2) == [] and blocks_of(b"\n", 2) == [[""]]
+    assert blocks_of(b"", 2) == [] and blocks_of(b"\n", 2) == [[""]] and blocks_of(b"x", 2) == [["x"]]
     with pytest.raises(UserError, match=r"<stdin>: line 4: invalid UTF-8"):
         blocks_of(b"1\n2\n3\n\xff\n", 2)
+
+
+def test_a_piped_file_comes_in_whole_blocks(tmp_path) -> None:
+    lines = [f"line {i} " + "x" * (i % 97) for i in range(8000)]  # ~440 KB: many reads, none on a line boundary
+    data = "".join(line + "\n" for line in lines).encode()
+    fd = os.open(write(tmp_path / "in", lines), os.O_RDONLY)  # `< file`: a regular file as stdin
+    try:
+        from_file = list(stdin_blocks(2000, fd=fd))
+    finally:
+        os.close(fd)
+    assert [len(b) for b in from_file] == [2000] * 4 and [l for b in from_file for l in b] == lines
+    piped = blocks_of(data, 2000)  # a pipe: what is waiting when a block is taken, so timing decides
+    assert max(len(b) for b in piped) == 2000 and [l for b in piped for l in b] == lines
+    assert blocks_of(b"y" * 300_000, 5) == [["y" * 300_000]]  # one long line, read in many chunks
 
 
 def test_translate_answers_each_line_before_stdin_ends(checkpoint) -> None:
@@ -130,6 +156,12 @@ def test_translate_stdin_in_small_blocks_or_without_a_descriptor_is_the_same(che
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO("\n".join(lines).encode()), encoding="utf-8"))
     assert main(["translate", "--checkpoint", str(checkpoint), *FAST]) == 0  # no fileno(): read whole
     assert capsys.readouterr().out == streamed and len(streamed.splitlines()) == len(lines)
+    monkeypatch.setattr(sys, "stdin", io.StringIO("\n".join(lines)))  # not even a byte buffer
+    assert main(["translate", "--checkpoint", str(checkpoint), *FAST]) == 0
+    assert capsys.readouterr().out == streamed
+    monkeypatch.setattr(sys, "stdin", None)  # file descriptor 0 closed at start-up
+    assert main(["translate", "--checkpoint", str(checkpoint), *FAST]) == 2
+    assert_user_error(capsys, "<stdin>", "closed")
     assert main(["translate", "--checkpoint", str(checkpoint), "--buffer-size", "0"]) == 2
     assert_user_error(capsys, "--buffer-size")
 

@@ -200,6 +200,8 @@ def test_evaluate_limit_scores_the_first_windows_only(etth1: Path) -> None:
     assert evaluate(model, test, data.outputs, batch_size=100, limit=kept)["mse"] == pytest.approx(expected)
     assert evaluate(model, test, data.outputs, limit=10**9) == evaluate(model, test, data.outputs)
     assert evaluate(model, test, data.outputs, limit=kept)["mse"] != pytest.approx(evaluate(model, test, data.outputs)["mse"])
+    with pytest.raises(ValueError, match="limit must be >= 1"):
+        evaluate(model, test, data.outputs, limit=0)
 
 
 def test_evaluate_and_fit_with_early_stopping(etth1: Path) -> None:

@@ -88,7 +88,7 @@ def read_lines(path: str | None) -> list[str]:
     """Lines of ``path`` (stdin when None) without their newline; invalid UTF-8 names the line."""
     name = path or "<stdin>"
     try:
-        data = Path(path).read_bytes() if path else sys.stdin.buffer.read()
+        data = Path(path).read_bytes() if path else _stdin_bytes()
     except OSError as err:
         raise UserError(f"cannot read {name}: {err.strerror}") from None
     lines = data.split(b"\n")
@@ -100,29 +100,56 @@ def read_lines(path: str | None) -> list[str]:
 def stdin_blocks(max_lines: int, fd: int | None = None) -> Iterator[list[str]]:
     """Lines of stdin (or of the file descriptor ``fd``) in blocks, as they arrive: wait for one whole
     line, then take the lines already waiting behind it, up to ``max_lines`` per block. Typed or
-    piped one at a time, each line is a block of its own and is translated at once; a file piped in
-    comes in blocks of ``max_lines``. Invalid UTF-8 names the line, counted from the first. A
-    ``sys.stdin`` without a file descriptor (replaced by a library user) is read whole, one block."""
+    piped one at a time, each line is a block of its own and is translated at once; a file given as
+    stdin (``< file``) comes in blocks of exactly ``max_lines`` (the last one shorter), a pipe in
+    blocks of what it holds when the block is taken (at most ``max_lines``). Invalid UTF-8 names the line,
+    counted from the first. A ``sys.stdin`` without a file descriptor (replaced by a library user)
+    is read whole, one block."""
     fd = _stdin_fd() if fd is None else fd
     if fd is None:
         lines = read_lines(None)
         yield from [lines] if lines else []
         return
-    pending, number, ended = b"", 0, False
-    while not ended:
-        while not ended and pending.count(b"\n") < max_lines and (b"\n" not in pending or _waiting(fd)):
-            try:
-                chunk = os.read(fd, 1 << 16)
-            except OSError as err:
-                raise UserError(f"cannot read <stdin>: {err.strerror}") from None
-            pending, ended = pending + chunk, not chunk
-        *lines, pending = pending.split(b"\n")
-        if ended and pending:  # a last line without its newline
-            lines, pending = lines + [pending], b""
-        for start in range(0, len(lines), max_lines):
-            block = lines[start:start + max_lines]
-            yield [_decode_line(line.rstrip(b"\r"), "<stdin>", number + i) for i, line in enumerate(block, 1)]
-            number += len(block)
+    pending, ended, number = bytearray(), False, 0
+    while True:
+        ended = ended or _read_lines_into(pending, fd, max_lines)
+        lines = _take_lines(pending, max_lines)
+        if ended and len(lines) < max_lines and pending:  # a last line without its newline
+            lines.append(bytes(pending))
+            pending.clear()
+        if not lines:
+            return
+        yield [_decode_line(line.rstrip(b"\r"), "<stdin>", number + i) for i, line in enumerate(lines, 1)]
+        number += len(lines)
+
+
+def _read_lines_into(pending: bytearray, fd: int, max_lines: int) -> bool:
+    """Read ``fd`` into ``pending`` until it holds ``max_lines`` whole lines, or at least one and
+    nothing more is waiting; True at the end of the input."""
+    lines = pending.count(b"\n")
+    while lines < max_lines and (lines == 0 or _waiting(fd)):
+        try:
+            chunk = os.read(fd, 1 << 16)
+        except OSError as err:
+            raise UserError(f"cannot read <stdin>: {err.strerror}") from None
+        if not chunk:
+            return True
+        pending += chunk
+        lines += chunk.count(b"\n")
+    return False
+
+
+def _take_lines(pending: bytearray, max_lines: int) -> list[bytes]:
+    """Remove up to ``max_lines`` whole lines from the front of ``pending`` (without their newlines)."""
+    lines, start = [], 0
+    while len(lines) < max_lines:
+        end = pending.find(b"\n", start)
+        if end < 0:
+            break
+        lines.append(bytes(pending[start:end]))
+        start = end + 1
+    del pending[:start]
+    return lines
 
 
 def _stdin_fd() -> int | None:
@@ -133,10 +160,21 @@ def _stdin_fd() -> int | None:
 
 
 def _waiting(fd: int) -> bool:
-    """Whether reading ``fd`` would return at once (data or the end are there)."""
+    """Whether reading ``fd`` would return at once (data or the end are there). Where ``select``
+    cannot tell (pipes on Windows), False: blocks are then what each read brings."""
     import select
 
-    return bool(select.select([fd], [], [], 0)[0])
+    try:
+        return bool(select.select([fd], [], [], 0)[0])
+    except (OSError, ValueError):
+        return False
+
+
+def _stdin_bytes() -> bytes:
+    if sys.stdin is None:  # started with its file descriptor 0 closed
+        raise UserError("cannot read <stdin>: it is closed")
+    buffer = getattr(sys.stdin, "buffer", None)  # a text stream without one (io.StringIO): its text
+    return buffer.read() if buffer is not None else sys.stdin.read().encode("utf-8")
 
 
 def _decode_line(line: bytes, name: str, number: int) -> str:

@@ -98,6 +98,8 @@ def evaluate(model: nn.Module, windows: Windows, outputs: list[int], batch_size:
     """MSE and MAE over every window of a split (standardised scale), or over its first ``limit``."""
     model.eval()
     running = Running()
+    if limit is not None and limit < 1:
+        raise ValueError(f"evaluate: limit must be >= 1 (got {limit}); no windows would score a perfect 0")
     count = len(windows) if limit is None else min(limit, len(windows))
     for start in range(0, count, batch_size):
         idx = torch.arange(start, min(start + batch_size, count))
