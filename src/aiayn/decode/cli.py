@@ -22,6 +22,7 @@ import contextlib
 import json
 import os
 import re
+import select
 import shutil
 import sys
 from pathlib import Path
@@ -94,7 +95,7 @@ def read_lines(path: str | None) -> list[str]:
     lines = data.split(b"\n")
     if lines and lines[-1] == b"":
         lines.pop()
-    return [_decode_line(line.rstrip(b"\r"), name, number) for number, line in enumerate(lines, 1)]
+    return _decode_lines(lines, name)
 
 
 def stdin_blocks(max_lines: int, fd: int | None = None) -> Iterator[list[str]]:
@@ -108,7 +109,8 @@ def stdin_blocks(max_lines: int, fd: int | None = None) -> Iterator[list[str]]:
     fd = _stdin_fd() if fd is None else fd
     if fd is None:
         lines = read_lines(None)
-        yield from [lines] if lines else []
+        if lines:
+            yield lines
         return
     pending, ended, number = bytearray(), False, 0
     while True:
@@ -119,7 +121,7 @@ def stdin_blocks(max_lines: int, fd: int | None = None) -> Iterator[list[str]]:
             pending.clear()
         if not lines:
             return
-        yield [_decode_line(line.rstrip(b"\r"), "<stdin>", number + i) for i, line in enumerate(lines, 1)]
+        yield _decode_lines(lines, "<stdin>", first=number + 1)
         number += len(lines)
 
 
@@ -162,8 +164,6 @@ def _stdin_fd() -> int | None:
 def _waiting(fd: int) -> bool:
     """Whether reading ``fd`` would return at once (data or the end are there). Where ``select``
     cannot tell (pipes on Windows), False: blocks are then what each read brings."""
-    import select
-
     try:
         return bool(select.select([fd], [], [], 0)[0])
     except (OSError, ValueError):
@@ -175,6 +175,11 @@ def _stdin_bytes() -> bytes:
         raise UserError("cannot read <stdin>: it is closed")
     buffer = getattr(sys.stdin, "buffer", None)  # a text stream without one (io.StringIO): its text
     return buffer.read() if buffer is not None else sys.stdin.read().encode("utf-8")
+
+
+def _decode_lines(lines: list[bytes], name: str, first: int = 1) -> list[str]:
+    """UTF-8 text of ``lines`` (a CR before the newline dropped), numbered from ``first`` for errors."""
+    return [_decode_line(line.rstrip(b"\r"), name, number) for number, line in enumerate(lines, first)]
 
 
 def _decode_line(line: bytes, name: str, number: int) -> str:
