@@ -8,7 +8,8 @@ Each variant turns one fast path off (the rest stay on) and translates the same 
 * ``one-stage selection``: PyTorch's ``argmax``/``topk`` over the whole vocabulary instead of the
   block-wise two-stage ones (``aiayn.decode.search.MIN_BLOCKS`` set out of reach);
 * ``fused attention kernel``: ``F.scaled_dot_product_attention`` for decoding steps too, instead of
-  the written-out formula for short queries (``aiayn.model.attention.SHORT_QUERY = 0``);
+  the written-out formula for short queries and small score matrices
+  (``aiayn.model.attention.PREFER_FORMULA = False``);
 * ``memory per row`` (beam search): the encoder memory and cross-attention keys/values copied for
   every beam instead of kept once per sentence (``DecoderCache.group_rows = False``);
 * ``scores`` (greedy search): hypotheses scored (a log-softmax per step), as ``translate_nbest``
@@ -50,7 +51,7 @@ from aiayn.train.checkpoint import load_translation_model
 ROOT = Path(__file__).resolve().parents[1]
 SWITCHES = {  # name -> (module or class, attribute, value that turns the fast path off)
     "one-stage selection": (search, "MIN_BLOCKS", 10**9),
-    "fused attention kernel": (attention, "SHORT_QUERY", 0),
+    "fused attention kernel": (attention, "PREFER_FORMULA", False),
     "memory per row": (DecoderCache, "group_rows", False),
 }
 

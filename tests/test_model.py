@@ -83,7 +83,8 @@ def test_positional_encoding_none_changes_nothing() -> None:
     torch.testing.assert_close(model.src_pos(x), x)
 
 
-def test_fast_and_reference_attention_agree() -> None:
+def test_fast_and_reference_attention_agree(monkeypatch) -> None:
+    monkeypatch.setattr(attention_module, "PREFER_FORMULA", False)  # the fused kernel as the fast path
     q, k, v = torch.randn(2, 4, 6, 8), torch.randn(2, 4, 9, 8), torch.randn(2, 4, 9, 8)
     mask = padding_mask(tokens([9, 3], 9), PAD)
     fast, none = scaled_dot_product_attention(q, k, v, mask)
@@ -94,9 +95,49 @@ def test_fast_and_reference_attention_agree() -> None:
     assert (weights[1, :, :, 3:] == 0).all()
 
 
+def test_attention_path_follows_the_shape_and_gradients() -> None:
+    """The formula for small score matrices (larger ones when gradients flow) and decoding steps."""
+    faster = attention_module.formula_is_faster
+
+    def qk(t_q: int, t_k: int, grad: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.zeros(1, 1, t_q, 4, requires_grad=grad), torch.zeros(1, 1, t_k, 4)
+
+    assert faster(*qk(32, 32)) and not faster(*qk(32, 33)) and not faster(*qk(64, 64))
+    assert faster(*qk(64, 64, grad=True)) and not faster(*qk(65, 64, grad=True))
+    assert faster(*qk(1, 5000)) and faster(*qk(16, 300)) and not faster(*qk(17, 300))
+    assert not faster(*qk(1, 5000, grad=True))  # a decoding step's rule is for inference only
+    with torch.no_grad():
+        assert not faster(*qk(64, 64, grad=True))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_formula_and_fused_kernel_give_the_same_gradients(dtype: torch.dtype, monkeypatch) -> None:
+    """Training takes the formula for short sequences: its backward (through the padding mask)
+    must equal the fused kernel's, in fp32 and under bf16 autocast."""
+    torch.manual_seed(0)
+    attention = MultiHeadAttention(16, 4)
+    x, memory = torch.randn(3, 5, 16), torch.randn(3, 7, 16)
+    mask = padding_mask(tokens([7, 4, 2], 7), PAD)
+    grads = {}
+    for prefer in (True, False):
+        monkeypatch.setattr(attention_module, "PREFER_FORMULA", prefer)
+        attention.zero_grad()
+        query = x.clone().requires_grad_()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
+            out, _ = attention(query, memory, mask)
+        out.float().square().sum().backward()
+        grads[prefer] = [query.grad] + [p.grad.clone() for p in attention.parameters()]
+    tol = 1e-5 if dtype == torch.float32 else 3e-2
+    for ours, fused in zip(grads[True], grads[False]):
+        torch.testing.assert_close(ours, fused, atol=tol, rtol=tol)
+
+
+@pytest.mark.parametrize("prefer_formula", [True, False], ids=["formula", "fused kernel"])
 @pytest.mark.parametrize("need_weights", [False, True])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_fully_padded_row_gives_zeros_not_nan(need_weights: bool, dtype: torch.dtype) -> None:
+def test_fully_padded_row_gives_zeros_not_nan(need_weights: bool, dtype: torch.dtype, prefer_formula: bool,
+                                             monkeypatch) -> None:
+    monkeypatch.setattr(attention_module, "PREFER_FORMULA", prefer_formula)
     q, k, v = torch.randn(2, 2, 3, 8), torch.randn(2, 2, 4, 8), torch.randn(2, 2, 4, 8)
     mask = torch.ones(2, 1, 1, 4, dtype=torch.bool)
     mask[1] = False
@@ -214,13 +255,13 @@ def test_cache_reorder_copies_only_what_changes() -> None:
     torch.testing.assert_close(last[:, 0], full[[2, 3], 4], atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("short_query", [16, 0], ids=["formula", "fused kernel"])
+@pytest.mark.parametrize("prefer_formula", [True, False], ids=["formula", "fused kernel"])
 @pytest.mark.parametrize("need_weights", [False, True])
-def test_grouped_cross_attention_equals_one_memory_row_per_query_row(need_weights: bool, short_query: int,
+def test_grouped_cross_attention_equals_one_memory_row_per_query_row(need_weights: bool, prefer_formula: bool,
                                                                     monkeypatch) -> None:
     """A static cache with group g (rows i*g .. i*g+g-1 read cached row i) gives what copying the
     memory for every row gives, outputs and weights, with a padded source; on both decoding paths."""
-    monkeypatch.setattr(attention_module, "SHORT_QUERY", short_query)
+    monkeypatch.setattr(attention_module, "PREFER_FORMULA", prefer_formula)
     torch.manual_seed(0)
     attention = MultiHeadAttention(16, 4).eval()
     memory, query = torch.randn(2, 5, 16), torch.randn(6, 2, 16)  # 2 sources, 3 rows each, 2 new positions

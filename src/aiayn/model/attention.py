@@ -13,7 +13,13 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 
-SHORT_QUERY = 16  # at most this many queries per (row, head): the formula beats the fused kernel on CPU
+# On CPU, PyTorch's fused (flash) kernel pays a fixed cost per (batch row, head), several times larger
+# in its backward, while the written-out formula costs about T_q * T_k per (row, head): below these
+# sizes the formula is the faster path (crossovers: ``benchmarks/attention_paths.py``).
+SHORT_QUERY = 16  # at most this many queries per (row, head): a decoding step
+SMALL_SCORES = 1024  # at most this many scores T_q * T_k per (row, head), without gradients (~32 x 32)
+SMALL_SCORES_GRAD = 4096  # the same when gradients flow through the attention (~64 x 64)
+PREFER_FORMULA = True  # False: the fused kernel wherever no weights are asked for (to compare the paths)
 
 
 def attention_weights(q: Tensor, k: Tensor, mask: Tensor | None) -> Tensor:
@@ -42,18 +48,27 @@ def scaled_dot_product_attention(
     """Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V  (Eq. 1).
 
     ``q`` ``(B, H, T_q, d_k)``, ``k``/``v`` ``(B, H, T_k, d_k)``; ``mask`` bool, True = may attend.
-    Fast path (``need_weights=False``): PyTorch's fused ``F.scaled_dot_product_attention``.
-    Reference path (``need_weights=True``): the formula written out, returning the weights too.
-    Both agree to 1e-5 in fp32. ``need_weights=None`` returns no weights and picks the faster of the
-    two for the shape: the written-out formula for a few queries (a decoding step), where PyTorch's
-    CPU flash kernel pays a fixed cost per (batch row, head) that the two batched matmuls do not.
+    ``need_weights=True``: the formula written out (the reference), returning the weights too.
+    Otherwise (``False`` or ``None``) no weights, and the faster of two paths for the shape
+    (:func:`formula_is_faster`): the written-out formula, or PyTorch's fused
+    ``F.scaled_dot_product_attention``. Both agree to 1e-5 in fp32.
     """
-    formula = need_weights if need_weights is not None else (q.size(-2) <= SHORT_QUERY and q.device.type == "cpu")
-    if not formula:
+    if not (need_weights or formula_is_faster(q, k)):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p), None
     weights = attention_weights(q, k, mask)  # (B, H, T_q, T_k), fp32
     dropped = F.dropout(weights, dropout_p) if dropout_p > 0 else weights
     return (dropped.to(v.dtype) @ v), weights if need_weights else None  # (B, H, T_q, d_k)
+
+
+def formula_is_faster(q: Tensor, k: Tensor) -> bool:
+    """Whether the written-out formula beats the fused kernel for these shapes: on CPU, for a small
+    score matrix per (row, head), or without gradients for a decoding step (few queries)."""
+    if not PREFER_FORMULA or q.device.type != "cpu":
+        return False
+    t_q, t_k = q.size(-2), k.size(-2)
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad):
+        return t_q * t_k <= SMALL_SCORES_GRAD
+    return t_q <= SHORT_QUERY or t_q * t_k <= SMALL_SCORES
 
 
 class KVCache:
@@ -124,8 +139,6 @@ class MultiHeadAttention(nn.Module):
         q, k, v = self._project(query, key_value, cache)
         dropout_p = self.dropout if self.training else 0.0
         group = cache.group if cache is not None and cache.static else 1
-        if not need_weights and cache is not None:
-            need_weights = None  # decoding: the faster path for the shape, no weights
         out, weights = scaled_dot_product_attention(_fold(q, group), k, v, mask, dropout_p, need_weights)
         if weights is not None and group > 1:
             weights = _fold(weights, group, inverse=True)
