@@ -28,6 +28,11 @@ The three steps, as each library's users write them:
 All: dropout 0.1 on embeddings and sub-layer outputs, in training mode; no weight tying;
 ``torch.optim.Adam(betas=(0.9, 0.98), eps=1e-9, fused=True)`` (the optimizer is not what is compared); bf16 through
 ``torch.autocast`` (aiayn's own autocast helper for aiayn).
+The process keeps freed memory in glibc's heap as the ``aiayn`` command does (:mod:`aiayn.malloc`);
+the setting is process-wide, so it applies to every model. The bound on oneDNN's per-shape caches
+that aiayn's trainer sets for bf16 on a CPU is off here unless ``--onednn-caches bounded``: it slows
+PyTorch's fused attention kernel (the peers' attention) several times, and these fixed batch shapes
+do not need it.
 
 Model FLOPs per step (for MFU) count the useful work only: 6 × (weights of the linear layers) per
 real token (source tokens for the encoder, target tokens for the decoder and the generator) plus
@@ -54,6 +59,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID, TransformerConfig
+from aiayn.malloc import bound_onednn_caches, keep_freed_memory
 from aiayn.model import build_model
 from aiayn.model.embedding import positional_encoding
 from aiayn.precision import autocast, native_bf16
@@ -93,6 +99,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--emulated-bf16-reps", type=int, nargs=3, default=[3, 1, 1], metavar=("ROUNDS", "STEPS", "WARMUP"),
                         help="rounds, steps and warm-up steps for bf16 where it is emulated")
     parser.add_argument("--force-bf16", action="store_true", help="run bf16 shape b even where bf16 is emulated")
+    parser.add_argument("--onednn-caches", choices=("default", "bounded"), default="default",
+                        help="bounded: as aiayn's trainer sets them for bf16 on a CPU (aiayn.malloc.bound_onednn_caches)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "train_throughput.json"))
@@ -309,6 +317,9 @@ def summarise(runners: list[Runner], samples: dict, flop_rates: dict, peak: floa
 
 def main() -> None:
     args = parse_args()
+    # process-wide settings, made before the first tensor (see the module docstring)
+    process = {"freed_memory_kept": keep_freed_memory(), "onednn_caches": args.onednn_caches,
+               "onednn_caches_set": bound_onednn_caches() if args.onednn_caches == "bounded" else {}}
     torch.set_num_threads(args.threads)
     info = machine()
     native = native_bf16(CPU)
@@ -319,7 +330,7 @@ def main() -> None:
              "bf16": matmul_peak(torch.bfloat16, 2048) if native and "bf16" in args.precisions else None}
     print("matmul peak: " + ", ".join(f"{k} {v / 1e9:,.1f} GFLOP/s" for k, v in peaks.items() if v), flush=True)
     results = {"benchmark": "train_throughput", "command": command(),
-               "versions": versions(**peer_versions()), "machine": {**info, "native_bf16": native},
+               "versions": versions(**peer_versions()), "machine": {**info, "native_bf16": native}, "process": process,
                "matmul_peak_flops": peaks, "settings": {"dropout": DROPOUT, "label_smoothing": SMOOTHING, "seed": args.seed}, "shapes": {}}
     for name in args.shapes:
         shape = SHAPES[name]

@@ -10,8 +10,10 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
-from aiayn.malloc import keep_freed_memory
+from aiayn.malloc import ONEDNN_CACHES, bound_onednn_caches, keep_freed_memory
+from aiayn.precision import native_bf16
 
 # In a fresh interpreter: optionally apply the setting, then allocate, write and free a 64 MiB tensor
 # over and over, as training steps do, and report the minor page faults of the last ROUNDS rounds.
@@ -76,3 +78,47 @@ def test_a_preloaded_allocator_is_left_alone(tmp_path):
     subprocess.run(["cc", "-shared", "-fPIC", "-o", str(library), str(source)], check=True)
     assert probe("keep", LD_PRELOAD=str(library))["applied"] is False
     assert probe("keep")["applied"] is True  # the same probe without it
+
+
+# In a fresh interpreter, as the aiayn command starts: keep freed memory, optionally bound oneDNN's
+# caches, then bf16 matmuls of 200 shapes never seen before (a training run's generator sees a new
+# row count at nearly every step), and report how much the resident set grew.
+SHAPES_PROBE = """
+import json, sys, torch
+from aiayn.malloc import bound_onednn_caches, keep_freed_memory
+keep_freed_memory()
+applied = bound_onednn_caches() if sys.argv[1] == "bound" else {}
+def rss_mib():
+    return int(open("/proc/self/statm").read().split()[1]) * 4096 / 2**20
+weight = torch.randn(4000, 128, dtype=torch.bfloat16)
+def matmul(rows):
+    torch.ones(rows, 128, dtype=torch.bfloat16) @ weight.t()
+for rows in range(1000, 1010):
+    matmul(rows)
+before = rss_mib()
+for rows in range(1010, 1210):
+    matmul(rows)
+print(json.dumps({"applied": applied, "growth_mib": rss_mib() - before}))
+"""
+
+
+def test_bound_onednn_caches_sets_only_what_the_user_has_not(monkeypatch):
+    monkeypatch.delenv("LRU_CACHE_CAPACITY", raising=False)
+    monkeypatch.setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "64")  # the user's choice stays
+    lru = ONEDNN_CACHES["LRU_CACHE_CAPACITY"]
+    assert bound_onednn_caches() == {"LRU_CACHE_CAPACITY": lru}
+    assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == "64" and os.environ["LRU_CACHE_CAPACITY"] == lru
+    assert bound_onednn_caches() == {}
+
+
+@needs_glibc
+@pytest.mark.skipif(not native_bf16(torch.device("cpu")), reason="oneDNN computes bf16 matmuls only where bf16 is native")
+def test_new_matmul_shapes_do_not_grow_memory_once_the_caches_are_bounded():
+    """The control (oneDNN's and ideep's defaults) grew by about 1,700 MiB here."""
+    environ = {key: value for key, value in os.environ.items()
+               if key not in (*ALLOCATOR_VARIABLES, "ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")}
+    runs = {mode: json.loads(subprocess.run([sys.executable, "-c", SHAPES_PROBE, mode], env=environ, check=True,
+                                            capture_output=True, text=True).stdout) for mode in ("bound", "none")}
+    assert runs["bound"]["applied"] == ONEDNN_CACHES
+    assert runs["none"]["growth_mib"] > 400, runs  # the control: without the bound every shape costs memory
+    assert runs["bound"]["growth_mib"] < 100, runs

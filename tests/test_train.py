@@ -20,6 +20,7 @@ from aiayn.cli import main
 from aiayn.data.batching import collate
 from aiayn.data.synthetic import write_task
 from aiayn.errors import UserError
+from aiayn.malloc import ONEDNN_CACHES
 from aiayn.train.checkpoint import MODEL_FILE, list_checkpoints, load_checkpoint
 from aiayn.train.config import load_run_config, run_config_from_dict
 from aiayn.train.loss import label_smoothed_nll
@@ -71,6 +72,17 @@ def test_inverse_sqrt_schedule() -> None:
 def test_cooldown_factor() -> None:
     assert [cooldown_factor(p, 0.25) for p in (0.0, 0.75, 0.875, 1.0, 1.2)] == [1.0, 1.0, 0.5, 0.0, 0.0]
     assert cooldown_factor(0.99, 0.0) == 1.0  # off
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp32"])
+def test_trainer_bounds_onednn_caches_for_bf16_on_cpu_only(task_dir: Path, tmp_path: Path, precision: str,
+                                                          monkeypatch) -> None:
+    for name in ONEDNN_CACHES:
+        monkeypatch.delenv(name, raising=False)
+    Trainer(run_config_from_dict(run_config(task_dir, train={"precision": precision})), tmp_path / "run",
+            log=lambda _: None, progress=False)
+    expected = ONEDNN_CACHES if precision == "bf16" else {}
+    assert {name: os.environ[name] for name in ONEDNN_CACHES if name in os.environ} == expected
 
 
 def test_cooldown_takes_the_lr_to_zero_at_the_last_step(task_dir: Path, tmp_path: Path) -> None:

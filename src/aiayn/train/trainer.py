@@ -36,6 +36,7 @@ from aiayn.data.corpus import encode_corpus, read_parallel
 from aiayn.data.tokenizer import Tokenizer
 from aiayn.errors import UserError
 from aiayn.model import Transformer, build_model, count_parameters
+from aiayn.malloc import bound_onednn_caches
 from aiayn.precision import autocast, resolve_precision
 from aiayn.train import distributed as dist
 from aiayn.train.checkpoint import (
@@ -71,6 +72,8 @@ class Trainer:
         self.rank, self.world_size = dist.setup()
         self.device = dist.pick_device(config.train.device)
         self.precision = resolve_precision(config.train.precision, self.device)
+        if self.device.type == "cpu" and self.precision == "bf16":
+            bound_onednn_caches()  # before the first bf16 matmul: varying shapes would fill them (aiayn.malloc)
         self.log = (log or _write) if self.rank == 0 else (lambda _msg: None)
         self.progress = progress and self.rank == 0
         _seed_everything(config.train.seed)

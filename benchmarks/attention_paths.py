@@ -1,0 +1,109 @@
+"""Attention on CPU: the written-out formula against PyTorch's fused kernel, by shape, same process.
+
+    .venv/bin/python benchmarks/attention_paths.py                  # the grid below, fp32 and bf16
+
+``aiayn.model.attention.scaled_dot_product_attention`` has two paths: the formula written out (two
+batched matmuls around an fp32 softmax) and ``F.scaled_dot_product_attention`` (on CPU, a flash
+kernel). The flash kernel pays a fixed cost per (batch row, head), several times larger in its
+backward, so the formula wins on small score matrices; ``formula_is_faster`` picks the formula
+below ``SMALL_SCORES`` (T_q * T_k without gradients) and ``SMALL_SCORES_GRAD`` (with them). This
+benchmark measures both paths over (B, H, T, d_k) shapes, self-attention with a padding mask (about
+a quarter of the keys padded), forward only (``no_grad``) and forward + backward, fp32 and bf16
+(autocast, as training runs it), and prints which path is faster where the rule sits.
+
+Timing: every round runs both paths once per shape, in alternating order; figures are medians of
+``--rounds`` rounds of ``--reps`` calls each, and the paired ratio fused / formula (> 1: the formula
+is faster). Writes ``benchmarks/results/attention_paths.json`` (``--out``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+import aiayn.model.attention as attention
+from common import command, machine, versions
+
+ROOT = Path(__file__).resolve().parents[1]
+SHAPES = [(256, 4, 16, 32), (64, 4, 24, 64), (128, 4, 32, 32), (32, 4, 64, 32), (16, 4, 128, 32), (8, 8, 256, 64)]
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--reps", type=int, default=5, help="calls per path per round")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "attention_paths.json"))
+    return parser.parse_args()
+
+
+def one_call(q, k, v, mask, backward: bool, bf16: bool) -> None:
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        out, _ = attention.scaled_dot_product_attention(q, k, v, mask)
+    if backward:
+        out.float().sum().backward()
+
+
+def time_path(prefer_formula: bool, inputs, backward: bool, bf16: bool, reps: int) -> float:
+    attention.PREFER_FORMULA = prefer_formula
+    q, k, v, mask = inputs
+    start = time.perf_counter()
+    for _ in range(reps):
+        if backward:
+            leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+            one_call(*leaves, mask, True, bf16)
+        else:
+            with torch.no_grad():
+                one_call(q, k, v, mask, False, bf16)
+    return (time.perf_counter() - start) / reps
+
+
+def measure(shape: tuple[int, int, int, int], backward: bool, bf16: bool, args: argparse.Namespace) -> dict:
+    b, h, t, d = shape
+    generator = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(b, h, t, d, generator=generator) for _ in range(3))
+    lengths = torch.randint(t - t // 4, t + 1, (b,), generator=generator)
+    mask = (torch.arange(t)[None, :] < lengths[:, None])[:, None, None, :]  # (B, 1, 1, T), True = may attend
+    inputs = (q, k, v, mask)
+    for prefer in (True, False):  # warm-up
+        time_path(prefer, inputs, backward, bf16, 1)
+    times: dict[str, list[float]] = {"formula": [], "fused": []}
+    for i in range(args.rounds):
+        for prefer in (True, False) if i % 2 == 0 else (False, True):
+            times["formula" if prefer else "fused"].append(time_path(prefer, inputs, backward, bf16, args.reps))
+    attention.PREFER_FORMULA = True
+    paired = statistics.median(f / g for f, g in zip(times["fused"], times["formula"]))
+    picks_formula = attention.formula_is_faster(q.detach().requires_grad_(backward), k)
+    return {"shape": list(shape), "backward": backward, "precision": "bf16" if bf16 else "fp32",
+            "formula_ms": 1e3 * statistics.median(times["formula"]), "fused_ms": 1e3 * statistics.median(times["fused"]),
+            "paired_fused_over_formula": paired, "rule_picks_formula": picks_formula}
+
+
+def main() -> None:
+    args = parse_args()
+    torch.set_num_threads(args.threads)
+    rows = []
+    print("shape (B, H, T, d_k)   pass      prec   formula ms   fused ms   fused/formula   rule")
+    for shape in SHAPES:
+        for backward in (False, True):
+            for bf16 in (False, True):
+                row = measure(shape, backward, bf16, args)
+                rows.append(row)
+                print(f"{str(shape):22} {'fwd+bwd' if backward else 'fwd':8}  {row['precision']}  "
+                      f"{row['formula_ms']:10.2f} {row['fused_ms']:10.2f}   {row['paired_fused_over_formula']:12.2f}×"
+                      f"   {'formula' if row['rule_picks_formula'] else 'fused'}", flush=True)
+    Path(args.out).write_text(json.dumps({
+        "benchmark": "attention_paths", "command": command(), "versions": versions(), "machine": machine(),
+        "settings": {"rounds": args.rounds, "reps": args.reps, "threads": args.threads,
+                     "small_scores": attention.SMALL_SCORES, "small_scores_grad": attention.SMALL_SCORES_GRAD},
+        "rows": rows}, indent=1) + "\n")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
