@@ -8,8 +8,9 @@ kernel). The flash kernel pays a fixed cost per (batch row, head), several times
 backward, so the formula wins on small score matrices; ``formula_is_faster`` picks the formula
 below ``SMALL_SCORES`` (T_q * T_k without gradients) and ``SMALL_SCORES_GRAD`` (with them). This
 benchmark measures both paths over (B, H, T, d_k) shapes, self-attention with a padding mask (about
-a quarter of the keys padded), forward only (``no_grad``) and forward + backward, fp32 and bf16
-(autocast, as training runs it), and prints which path is faster where the rule sits.
+a quarter of the keys padded; ``(B, 1, 1, T)``, the encoder's) and, with gradients, also with the
+decoder's causal-and-padding mask ``(B, 1, T, T)``, forward only (``no_grad``) and forward +
+backward, fp32 and bf16 (autocast, as training runs it), and prints which path the rule picks.
 
 Timing: every round runs both paths once per shape, in alternating order; figures are medians of
 ``--rounds`` rounds of ``--reps`` calls each, and the paired ratio fused / formula (> 1: the formula
@@ -63,12 +64,14 @@ def time_path(prefer_formula: bool, inputs, backward: bool, bf16: bool, reps: in
     return (time.perf_counter() - start) / reps
 
 
-def measure(shape: tuple[int, int, int, int], backward: bool, bf16: bool, args: argparse.Namespace) -> dict:
+def measure(shape: tuple[int, int, int, int], backward: bool, bf16: bool, causal: bool, args: argparse.Namespace) -> dict:
     b, h, t, d = shape
     generator = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(b, h, t, d, generator=generator) for _ in range(3))
     lengths = torch.randint(t - t // 4, t + 1, (b,), generator=generator)
     mask = (torch.arange(t)[None, :] < lengths[:, None])[:, None, None, :]  # (B, 1, 1, T), True = may attend
+    if causal:
+        mask = mask & torch.ones(t, t, dtype=torch.bool).tril()  # (B, 1, T, T)
     inputs = (q, k, v, mask)
     for prefer in (True, False):  # warm-up
         time_path(prefer, inputs, backward, bf16, 1)
@@ -79,7 +82,8 @@ def measure(shape: tuple[int, int, int, int], backward: bool, bf16: bool, args: 
     attention.PREFER_FORMULA = True
     paired = statistics.median(f / g for f, g in zip(times["fused"], times["formula"]))
     picks_formula = attention.formula_is_faster(q.detach().requires_grad_(backward), k)
-    return {"shape": list(shape), "backward": backward, "precision": "bf16" if bf16 else "fp32",
+    return {"shape": list(shape), "backward": backward, "mask": "causal" if causal else "padding",
+            "precision": "bf16" if bf16 else "fp32",
             "formula_ms": 1e3 * statistics.median(times["formula"]), "fused_ms": 1e3 * statistics.median(times["fused"]),
             "paired_fused_over_formula": paired, "rule_picks_formula": picks_formula}
 
@@ -88,13 +92,13 @@ def main() -> None:
     args = parse_args()
     torch.set_num_threads(args.threads)
     rows = []
-    print("shape (B, H, T, d_k)   pass      prec   formula ms   fused ms   fused/formula   rule")
+    print("shape (B, H, T, d_k)   pass     mask     prec   formula ms   fused ms   fused/formula   rule")
     for shape in SHAPES:
-        for backward in (False, True):
+        for backward, causal in ((False, False), (True, False), (True, True)):
             for bf16 in (False, True):
-                row = measure(shape, backward, bf16, args)
+                row = measure(shape, backward, bf16, causal, args)
                 rows.append(row)
-                print(f"{str(shape):22} {'fwd+bwd' if backward else 'fwd':8}  {row['precision']}  "
+                print(f"{str(shape):22} {'fwd+bwd' if backward else 'fwd':8} {row['mask']:8} {row['precision']}  "
                       f"{row['formula_ms']:10.2f} {row['fused_ms']:10.2f}   {row['paired_fused_over_formula']:12.2f}×"
                       f"   {'formula' if row['rule_picks_formula'] else 'fused'}", flush=True)
     Path(args.out).write_text(json.dumps({

@@ -95,15 +95,17 @@ def test_fast_and_reference_attention_agree(monkeypatch) -> None:
     assert (weights[1, :, :, 3:] == 0).all()
 
 
-def test_attention_path_follows_the_shape_and_gradients() -> None:
-    """The formula for small score matrices (larger ones when gradients flow) and decoding steps."""
+def test_attention_path_follows_the_shape_dtype_and_gradients() -> None:
+    """The formula for small score matrices and decoding steps; with gradients for larger ones, in bf16 only."""
     faster = attention_module.formula_is_faster
 
-    def qk(t_q: int, t_k: int, grad: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-        return torch.zeros(1, 1, t_q, 4, requires_grad=grad), torch.zeros(1, 1, t_k, 4)
+    def qk(t_q: int, t_k: int, grad: bool = False, dtype=torch.bfloat16) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.zeros(1, 1, t_q, 4, dtype=dtype, requires_grad=grad), torch.zeros(1, 1, t_k, 4, dtype=dtype)
 
     assert faster(*qk(32, 32)) and not faster(*qk(32, 33)) and not faster(*qk(64, 64))
+    assert faster(*qk(32, 32, dtype=torch.float32)) and faster(*qk(1, 900, dtype=torch.float32))
     assert faster(*qk(64, 64, grad=True)) and not faster(*qk(65, 64, grad=True))
+    assert not faster(*qk(8, 8, grad=True, dtype=torch.float32))  # an fp32 backward: the fused kernel
     assert faster(*qk(1, 5000)) and faster(*qk(16, 300)) and not faster(*qk(17, 300))
     assert not faster(*qk(1, 5000, grad=True))  # a decoding step's rule is for inference only
     with torch.no_grad():
@@ -112,8 +114,8 @@ def test_attention_path_follows_the_shape_and_gradients() -> None:
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_formula_and_fused_kernel_give_the_same_gradients(dtype: torch.dtype, monkeypatch) -> None:
-    """Training takes the formula for short sequences: its backward (through the padding mask)
-    must equal the fused kernel's, in fp32 and under bf16 autocast."""
+    """bf16 training takes the formula for short sequences (and any precision with weights asked for):
+    its backward through the padding mask must equal the fused kernel's, in fp32 and under bf16 autocast."""
     torch.manual_seed(0)
     attention = MultiHeadAttention(16, 4)
     x, memory = torch.randn(3, 5, 16), torch.randn(3, 7, 16)
@@ -124,7 +126,7 @@ def test_formula_and_fused_kernel_give_the_same_gradients(dtype: torch.dtype, mo
         attention.zero_grad()
         query = x.clone().requires_grad_()
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
-            out, _ = attention(query, memory, mask)
+            out, _ = attention(query, memory, mask, need_weights=prefer)  # True: the formula, in fp32 too
         out.float().square().sum().backward()
         grads[prefer] = [query.grad] + [p.grad.clone() for p in attention.parameters()]
     tol = 1e-5 if dtype == torch.float32 else 3e-2

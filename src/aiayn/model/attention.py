@@ -14,11 +14,12 @@ from torch import Tensor, nn
 
 
 # On CPU, PyTorch's fused (flash) kernel pays a fixed cost per (batch row, head), several times larger
-# in its backward, while the written-out formula costs about T_q * T_k per (row, head): below these
-# sizes the formula is the faster path (crossovers: ``benchmarks/attention_paths.py``).
+# in its bf16 backward, while the written-out formula costs about T_q * T_k per (row, head): below
+# these sizes the formula is the faster path (crossovers: ``benchmarks/attention_paths.py``). In an
+# fp32 backward the fused kernel stays faster, so training in fp32 keeps it.
 SHORT_QUERY = 16  # at most this many queries per (row, head): a decoding step
 SMALL_SCORES = 1024  # at most this many scores T_q * T_k per (row, head), without gradients (~32 x 32)
-SMALL_SCORES_GRAD = 4096  # the same when gradients flow through the attention (~64 x 64)
+SMALL_SCORES_GRAD = 4096  # the same when gradients flow through bf16/fp16 attention (~64 x 64)
 PREFER_FORMULA = True  # False: the fused kernel wherever no weights are asked for (to compare the paths)
 
 
@@ -62,12 +63,13 @@ def scaled_dot_product_attention(
 
 def formula_is_faster(q: Tensor, k: Tensor) -> bool:
     """Whether the written-out formula beats the fused kernel for these shapes: on CPU, for a small
-    score matrix per (row, head), or without gradients for a decoding step (few queries)."""
+    score matrix per (row, head) or a decoding step (few queries); with gradients, only in bf16/fp16
+    and for a small score matrix."""
     if not PREFER_FORMULA or q.device.type != "cpu":
         return False
     t_q, t_k = q.size(-2), k.size(-2)
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad):
-        return t_q * t_k <= SMALL_SCORES_GRAD
+        return q.dtype != torch.float32 and t_q * t_k <= SMALL_SCORES_GRAD
     return t_q <= SHORT_QUERY or t_q * t_k <= SMALL_SCORES
 
 
