@@ -4,7 +4,8 @@
 
 ``aiayn.model.attention.scaled_dot_product_attention`` has two paths: the formula written out (two
 batched matmuls around an fp32 softmax) and ``F.scaled_dot_product_attention`` (on CPU, a flash
-kernel). The flash kernel pays a fixed cost per (batch row, head), several times larger in its
+kernel); this benchmark calls each directly, with q/k/v in the dtype the model's projections give
+(bf16 under bf16 autocast), and reports which one ``formula_is_faster`` picks for those tensors. The flash kernel pays a fixed cost per (batch row, head), several times larger in its
 backward, so the formula wins on small score matrices; ``formula_is_faster`` picks the formula
 below ``SMALL_SCORES`` (T_q * T_k without gradients) and ``SMALL_SCORES_GRAD`` (with them). This
 benchmark measures both paths over (B, H, T, d_k) shapes, self-attention with a padding mask (about
@@ -26,6 +27,7 @@ import time
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 
 import aiayn.model.attention as attention
 from common import command, machine, versions
@@ -43,43 +45,47 @@ def parse_args() -> argparse.Namespace:
     return parser.parse_args()
 
 
-def one_call(q, k, v, mask, backward: bool, bf16: bool) -> None:
+def one_call(formula: bool, q, k, v, mask, backward: bool, bf16: bool) -> None:
+    """One attention call on the chosen path, as the model makes it: q/k/v in the dtype that autocast's
+    projections give (bf16 under bf16 autocast), under the same autocast."""
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-        out, _ = attention.scaled_dot_product_attention(q, k, v, mask)
+        if formula:  # the written-out formula (it also returns the weights it computes anyway)
+            out, _ = attention.scaled_dot_product_attention(q, k, v, mask, need_weights=True)
+        else:
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
     if backward:
         out.float().sum().backward()
 
 
-def time_path(prefer_formula: bool, inputs, backward: bool, bf16: bool, reps: int) -> float:
-    attention.PREFER_FORMULA = prefer_formula
+def time_path(formula: bool, inputs, backward: bool, bf16: bool, reps: int) -> float:
     q, k, v, mask = inputs
     start = time.perf_counter()
     for _ in range(reps):
         if backward:
             leaves = [t.detach().requires_grad_() for t in (q, k, v)]
-            one_call(*leaves, mask, True, bf16)
+            one_call(formula, *leaves, mask, True, bf16)
         else:
             with torch.no_grad():
-                one_call(q, k, v, mask, False, bf16)
+                one_call(formula, q, k, v, mask, False, bf16)
     return (time.perf_counter() - start) / reps
 
 
 def measure(shape: tuple[int, int, int, int], backward: bool, bf16: bool, causal: bool, args: argparse.Namespace) -> dict:
     b, h, t, d = shape
     generator = torch.Generator().manual_seed(0)
-    q, k, v = (torch.randn(b, h, t, d, generator=generator) for _ in range(3))
+    dtype = torch.bfloat16 if bf16 else torch.float32  # what the Q/K/V projections give under autocast
+    q, k, v = (torch.randn(b, h, t, d, generator=generator).to(dtype) for _ in range(3))
     lengths = torch.randint(t - t // 4, t + 1, (b,), generator=generator)
     mask = (torch.arange(t)[None, :] < lengths[:, None])[:, None, None, :]  # (B, 1, 1, T), True = may attend
     if causal:
         mask = mask & torch.ones(t, t, dtype=torch.bool).tril()  # (B, 1, T, T)
     inputs = (q, k, v, mask)
-    for prefer in (True, False):  # warm-up
-        time_path(prefer, inputs, backward, bf16, 1)
+    for formula in (True, False):  # warm-up
+        time_path(formula, inputs, backward, bf16, 1)
     times: dict[str, list[float]] = {"formula": [], "fused": []}
     for i in range(args.rounds):
-        for prefer in (True, False) if i % 2 == 0 else (False, True):
-            times["formula" if prefer else "fused"].append(time_path(prefer, inputs, backward, bf16, args.reps))
-    attention.PREFER_FORMULA = True
+        for formula in (True, False) if i % 2 == 0 else (False, True):
+            times["formula" if formula else "fused"].append(time_path(formula, inputs, backward, bf16, args.reps))
     paired = statistics.median(f / g for f, g in zip(times["fused"], times["formula"]))
     picks_formula = attention.formula_is_faster(q.detach().requires_grad_(backward), k)
     return {"shape": list(shape), "backward": backward, "mask": "causal" if causal else "padding",

@@ -6,6 +6,7 @@ import os
 import platform
 import resource
 import shlex
+import subprocess
 import sys
 from pathlib import Path
 
@@ -20,7 +21,19 @@ def command() -> str:
 def versions(**others: str) -> dict:
     import aiayn
 
-    return {"python": platform.python_version(), "torch": torch.__version__, "aiayn": aiayn.__version__, **others}
+    return {"python": platform.python_version(), "torch": torch.__version__, "aiayn": aiayn.__version__,
+            "aiayn_git": git_revision(), **others}
+
+
+def git_revision() -> str | None:
+    """The checkout's commit, with "+changes" when the tracked files differ from it; None outside git."""
+    root = Path(__file__).resolve().parents[1]
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True)
+        dirty = subprocess.run(["git", "diff", "--quiet", "HEAD"], cwd=root).returncode != 0
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head.stdout.strip() + ("+changes" if dirty else "")
 
 
 def machine() -> dict:

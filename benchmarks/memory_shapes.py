@@ -1,7 +1,7 @@
 """Does resident memory grow when batch shapes vary? A training loop over random (B, T) batches.
 
     python benchmarks/memory_shapes.py fp32 400
-    python benchmarks/memory_shapes.py bf16 400                      # as the aiayn command runs
+    python benchmarks/memory_shapes.py bf16 400                      # as aiayn's trainer runs
     python benchmarks/memory_shapes.py bf16 400 --onednn-caches default   # oneDNN's own cache sizes
     AIAYN_MALLOC=default python benchmarks/memory_shapes.py fp32 400  # glibc's allocator defaults
 
@@ -56,7 +56,7 @@ def main() -> None:
     kept = keep_freed_memory()  # first, as the aiayn command does
     if args.onednn_caches == "default":
         os.environ.update({name: "1024" for name in ONEDNN_CACHES})
-    bound = bound_onednn_caches()
+    bound = bound_onednn_caches() if args.precision == "bf16" else {}  # as the trainer: bf16 on a CPU only
     print(f"{args.precision}, {args.steps} steps, freed memory kept: {kept}, oneDNN caches: {args.onednn_caches}",
           flush=True)
     torch.set_num_threads(args.threads)

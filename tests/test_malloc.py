@@ -103,7 +103,8 @@ print(json.dumps({"applied": applied, "growth_mib": rss_mib() - before}))
 
 
 def test_bound_onednn_caches_sets_only_what_the_user_has_not(monkeypatch):
-    monkeypatch.delenv("LRU_CACHE_CAPACITY", raising=False)
+    monkeypatch.setenv("LRU_CACHE_CAPACITY", "")  # set first, so that monkeypatch restores its absence
+    monkeypatch.delenv("LRU_CACHE_CAPACITY")
     monkeypatch.setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "64")  # the user's choice stays
     lru = ONEDNN_CACHES["LRU_CACHE_CAPACITY"]
     assert bound_onednn_caches() == {"LRU_CACHE_CAPACITY": lru}

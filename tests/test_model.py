@@ -27,6 +27,13 @@ def tiny_model(**overrides):
     return build_model(tiny_config(**overrides)).eval()
 
 
+@pytest.fixture(params=[True, False], ids=["formula", "fused kernel"])
+def attention_path(request, monkeypatch) -> bool:
+    """Run a model test on both attention paths (small test shapes would otherwise always take the formula)."""
+    monkeypatch.setattr(attention_module, "PREFER_FORMULA", request.param)
+    return request.param
+
+
 def tokens(lengths: list[int], total: int, vocab: int = 50) -> torch.Tensor:
     out = torch.randint(4, vocab, (len(lengths), total))
     for row, n in enumerate(lengths):
@@ -102,8 +109,8 @@ def test_attention_path_follows_the_shape_dtype_and_gradients() -> None:
     def qk(t_q: int, t_k: int, grad: bool = False, dtype=torch.bfloat16) -> tuple[torch.Tensor, torch.Tensor]:
         return torch.zeros(1, 1, t_q, 4, dtype=dtype, requires_grad=grad), torch.zeros(1, 1, t_k, 4, dtype=dtype)
 
-    assert faster(*qk(32, 32)) and not faster(*qk(32, 33)) and not faster(*qk(64, 64))
-    assert faster(*qk(32, 32, dtype=torch.float32)) and faster(*qk(1, 900, dtype=torch.float32))
+    assert faster(*qk(24, 24)) and not faster(*qk(24, 25)) and not faster(*qk(64, 64))
+    assert faster(*qk(24, 24, dtype=torch.float32)) and faster(*qk(1, 900, dtype=torch.float32))
     assert faster(*qk(64, 64, grad=True)) and not faster(*qk(65, 64, grad=True))
     assert not faster(*qk(8, 8, grad=True, dtype=torch.float32))  # an fp32 backward: the fused kernel
     assert faster(*qk(1, 5000)) and faster(*qk(16, 300)) and not faster(*qk(17, 300))
@@ -149,7 +156,7 @@ def test_fully_padded_row_gives_zeros_not_nan(need_weights: bool, dtype: torch.d
     assert (out[1] == 0).all()
 
 
-def test_model_on_all_padding_source_is_finite_in_fp32_and_bf16() -> None:
+def test_model_on_all_padding_source_is_finite_in_fp32_and_bf16(attention_path: bool) -> None:
     model = tiny_model()
     src = tokens([5, 0], 5)  # second sentence is all padding
     tgt = tokens([4, 1], 4, 60)
@@ -186,7 +193,7 @@ def test_decoder_is_causal(norm_first: bool) -> None:
     assert not torch.allclose(a[:, 5:], b[:, 5:])
 
 
-def test_padding_invariance() -> None:
+def test_padding_invariance(attention_path: bool) -> None:
     model = tiny_model()
     src, tgt = tokens([5], 5), tokens([4], 4, 60)
     with torch.no_grad():
@@ -202,7 +209,7 @@ def test_padding_invariance() -> None:
 
 
 @pytest.mark.parametrize("norm_first", [False, True])
-def test_cached_decoding_equals_full_forward(norm_first: bool) -> None:
+def test_cached_decoding_equals_full_forward(norm_first: bool, attention_path: bool) -> None:
     model = tiny_model(norm_first=norm_first)
     src, tgt = tokens([7, 3], 7), tokens([6, 6], 6, 60)
     with torch.no_grad():
@@ -281,13 +288,14 @@ def test_grouped_cross_attention_equals_one_memory_row_per_query_row(need_weight
         assert weights.shape == (6, 4, 2, 5) and bool((weights[3:, :, :, 2:] == 0).all())
 
 
-def test_attention_weights_stay_fp32_under_autocast() -> None:
+def test_attention_weights_stay_fp32_under_autocast(monkeypatch) -> None:
     """The written-out formula (the reference, and decoding's path for short queries) scores in fp32."""
     q, k = torch.randn(2, 4, 1, 8), torch.randn(2, 4, 5, 8)
     mask = torch.tensor([[True] * 5, [True, True, False, False, False]])[:, None, None]
     with torch.autocast("cpu", dtype=torch.bfloat16):
         weights = attention_weights(q, k, mask)
-        out, _ = scaled_dot_product_attention(q, k, k, mask, need_weights=None)
+        out, _ = scaled_dot_product_attention(q, k, k, mask)
+    monkeypatch.setattr(attention_module, "PREFER_FORMULA", False)  # the fused kernel as the comparison
     assert weights.dtype == torch.float32
     torch.testing.assert_close(weights, attention_weights(q, k, mask), atol=0, rtol=0)
     # the product with V is autocast's bf16 matmul, as the fused kernel's would be
@@ -319,7 +327,7 @@ def test_cache_reorder_into_unequal_groups() -> None:
 
 # --- precision and gradients --------------------------------------------------------------------
 
-def test_bf16_autocast_is_close_to_fp32() -> None:
+def test_bf16_autocast_is_close_to_fp32(attention_path: bool) -> None:
     model = tiny_model()
     src, tgt = tokens([7, 5], 7), tokens([6, 4], 6, 60)
     with torch.no_grad():

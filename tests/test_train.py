@@ -77,8 +77,9 @@ def test_cooldown_factor() -> None:
 @pytest.mark.parametrize("precision", ["bf16", "fp32"])
 def test_trainer_bounds_onednn_caches_for_bf16_on_cpu_only(task_dir: Path, tmp_path: Path, precision: str,
                                                           monkeypatch) -> None:
-    for name in ONEDNN_CACHES:
-        monkeypatch.delenv(name, raising=False)
+    for name in ONEDNN_CACHES:  # set first, so that monkeypatch restores the variable's absence afterwards
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
     Trainer(run_config_from_dict(run_config(task_dir, train={"precision": precision})), tmp_path / "run",
             log=lambda _: None, progress=False)
     expected = ONEDNN_CACHES if precision == "bf16" else {}

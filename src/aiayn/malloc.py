@@ -56,9 +56,10 @@ def bound_onednn_caches() -> dict[str, str]:
 
     The price: every oneDNN call builds its primitive anew. For the trainer's small shapes that was
     not measurable, but PyTorch's fused (flash) attention kernel and batched matmuls with repeated
-    shapes ran several times slower in one-off checks, so the trainer sets this only for bf16 on a
-    CPU (:class:`~aiayn.train.trainer.Trainer`), not for decoding. The capacities are read at oneDNN's
-    first use: call this before the process's first oneDNN call. Returns the variables it set.
+    shapes ran several times slower in one-off checks, so only the trainer sets this, for bf16 on a
+    CPU (:class:`~aiayn.train.trainer.Trainer`; it then holds for the whole process, the trainer's
+    validation decoding included), not ``translate`` or ``evaluate``. The capacities are read at
+    oneDNN's first use: called after it, this changes nothing. Returns the variables it set.
     """
     applied = {name: value for name, value in ONEDNN_CACHES.items() if name not in os.environ}
     os.environ.update(applied)

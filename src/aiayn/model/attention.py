@@ -18,7 +18,7 @@ from torch import Tensor, nn
 # these sizes the formula is the faster path (crossovers: ``benchmarks/attention_paths.py``). In an
 # fp32 backward the fused kernel stays faster, so training in fp32 keeps it.
 SHORT_QUERY = 16  # at most this many queries per (row, head): a decoding step
-SMALL_SCORES = 1024  # at most this many scores T_q * T_k per (row, head), without gradients (~32 x 32)
+SMALL_SCORES = 576  # at most this many scores T_q * T_k per (row, head), without gradients (24 x 24)
 SMALL_SCORES_GRAD = 4096  # the same when gradients flow through bf16/fp16 attention (~64 x 64)
 PREFER_FORMULA = True  # False: the fused kernel wherever no weights are asked for (to compare the paths)
 
