@@ -25,6 +25,7 @@ from aiayn.train.checkpoint import MODEL_FILE, list_checkpoints, load_checkpoint
 from aiayn.train.config import load_run_config, run_config_from_dict
 from aiayn.train.loss import label_smoothed_nll
 from aiayn.train.schedule import cooldown_factor, inverse_sqrt_lr, noam_lr
+from aiayn.train import trainer as trainer_module
 from aiayn.train.trainer import Trainer
 
 TINY_MODEL = {"d_model": 32, "n_heads": 4, "n_encoder_layers": 1, "n_decoder_layers": 1, "d_ff": 64,
@@ -344,6 +345,28 @@ def test_two_processes_match_one_with_the_same_global_batch(task_dir: Path, tmp_
     for a, b in zip(one_log, two_log):
         assert a["loss"] == pytest.approx(b["loss"], rel=1e-5), (a, b)
     assert sum(r["split"] == "train" for r in two_log) == 5
+
+
+def test_each_process_draws_its_own_dropout_masks_on_the_same_initial_weights(task_dir: Path, tmp_path: Path,
+                                                                               monkeypatch) -> None:
+    """Ranks built in one process (rank and world size patched): rank 0 is a one-process run, rank 1
+    starts from the same weights with another random stream, fresh and resumed alike."""
+    config = run_config_from_dict(run_config(task_dir, train={"max_steps": 4, "save_every": 4, "valid_every": 0}))
+
+    def build(rank: int, world_size: int, out: Path) -> tuple[Trainer, torch.Tensor]:
+        monkeypatch.setattr(trainer_module.dist, "setup", lambda: (rank, world_size))
+        trainer = Trainer(config, out, log=lambda _: None, progress=False)
+        return trainer, torch.get_rng_state()
+
+    (one, one_rng), (rank0, rank0_rng), (rank1, rank1_rng) = (
+        build(0, 1, tmp_path / "one"), build(0, 2, tmp_path / "rank0"), build(1, 2, tmp_path / "rank1"))
+    assert torch.equal(one_rng, rank0_rng) and not torch.equal(rank0_rng, rank1_rng)
+    for a, b in zip(rank0.model.parameters(), rank1.model.parameters()):
+        assert torch.equal(a, b)
+    one.train()  # a checkpoint at step 4, with rank 0's random state
+    (_, resumed0_rng), (_, resumed1_rng) = build(0, 2, tmp_path / "one"), build(1, 2, tmp_path / "one")
+    assert not torch.equal(resumed0_rng, resumed1_rng)
+    assert not torch.equal(resumed1_rng, rank1_rng)  # not the masks rank 1 drew from step 0
 
 
 # --- real data ------------------------------------------------------------------------------------
