@@ -82,7 +82,7 @@ def test_a_preloaded_allocator_is_left_alone(tmp_path):
 
 
 # In a fresh interpreter, as the aiayn command starts: keep freed memory, optionally bound oneDNN's
-# caches, then bf16 matmuls of 100 shapes never seen before through the generator of shape (a) of
+# caches, then bf16 matmuls of 150 shapes never seen before through the generator of shape (a) of
 # train_throughput.py (d_model 256, 8,000 words: a training run's generator sees a new row count at
 # nearly every step), and report how much the resident set grew and how much more memory malloc
 # holds for live objects (glibc's mallinfo2: the cache entries themselves).
@@ -107,7 +107,7 @@ def matmul(rows):
 for rows in range(1000, 1010):
     matmul(rows)
 rss, held = rss_mib(), held_mib()
-for rows in range(1010, 1110):
+for rows in range(1010, 1160):
     matmul(rows)
 print(json.dumps({"applied": applied, "rss_growth_mib": rss_mib() - rss, "held_growth_mib": held_mib() - held}))
 """
@@ -131,16 +131,18 @@ def has_mallinfo2() -> bool:
 @pytest.mark.skipif(not native_bf16(torch.device("cpu")), reason="oneDNN computes bf16 matmuls only where bf16 is native")
 @pytest.mark.skipif(not has_mallinfo2(), reason="needs glibc's mallinfo2 (2.33 or later)")
 def test_new_matmul_shapes_do_not_grow_memory_once_the_caches_are_bounded():
-    """Here (AMD EPYC with AVX512-BF16) the control's cache entries held 53 MiB more after the 100
-    shapes, the bound's none. The control's resident set grew by 53 MiB in some processes and by
-    1,339 or 1,618 MiB in others (it depends on where freed blocks land, so on the address layout:
-    1,618 in 4 runs of 4 with ASLR off), the bound's by 3-18 MiB. So the control is checked on what malloc holds,
-    which is deterministic, and the bound on both."""
+    """Here (AMD EPYC with AVX512-BF16) the control's cache entries held 80 MiB more after the 150
+    shapes (53 MiB after 100), the bound's none. The control's resident set grew by 90 MiB in one
+    process and by 2,484 MiB in another (after 100 shapes: 53, 1,339 or 1,618 MiB; it depends on
+    where freed blocks land, so on the address layout: 1,618 in 4 runs of 4 with ASLR off), the
+    bound's by 3-18 MiB. So the control is checked on what malloc holds, which is deterministic, and
+    the bound on both. The thresholds leave room for other CPUs' kernels (per-shape entries of
+    other sizes)."""
     environ = {key: value for key, value in os.environ.items()
                if key not in (*ALLOCATOR_VARIABLES, "ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")}
     runs = {mode: json.loads(subprocess.run([sys.executable, "-c", SHAPES_PROBE, mode], env=environ, check=True,
                                             capture_output=True, text=True).stdout) for mode in ("bound", "none")}
     assert runs["bound"]["applied"] == ONEDNN_CACHES
     assert runs["bound"]["rss_growth_mib"] < 100, runs
-    assert runs["bound"]["held_growth_mib"] < 5, runs
-    assert runs["none"]["held_growth_mib"] > 20, runs  # the control: without the bound every shape is kept
+    assert runs["bound"]["held_growth_mib"] < 16, runs
+    assert runs["none"]["held_growth_mib"] > 32, runs  # the control: without the bound every shape is kept
