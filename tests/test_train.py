@@ -347,26 +347,38 @@ def test_two_processes_match_one_with_the_same_global_batch(task_dir: Path, tmp_
     assert sum(r["split"] == "train" for r in two_log) == 5
 
 
-def test_each_process_draws_its_own_dropout_masks_on_the_same_initial_weights(task_dir: Path, tmp_path: Path,
-                                                                               monkeypatch) -> None:
-    """Ranks built in one process (rank and world size patched): rank 0 is a one-process run, rank 1
-    starts from the same weights with another random stream, fresh and resumed alike."""
-    config = run_config_from_dict(run_config(task_dir, train={"max_steps": 4, "save_every": 4, "valid_every": 0}))
+def test_each_process_draws_its_own_dropout_masks_and_resumes_them(task_dir: Path, tmp_path: Path, monkeypatch) -> None:
+    """Ranks built in one process (rank and world size patched), the random state recorded as each
+    optimizer step starts: ranks start from the same weights and draw other masks at every step, and
+    rank 1 resumed from a checkpoint draws what it drew uninterrupted."""
+    states: dict[tuple[str, int], torch.Tensor] = {}  # (run, step before it) -> torch's RNG state
+    accumulate = Trainer.accumulate_gradients
 
-    def build(rank: int, world_size: int, out: Path) -> tuple[Trainer, torch.Tensor]:
+    def recording(self, batches):
+        states[(self.out.name, self.state.step)] = torch.get_rng_state()
+        return accumulate(self, batches)
+
+    monkeypatch.setattr(Trainer, "accumulate_gradients", recording)
+
+    def run(rank: int, world_size: int, out: Path, max_steps: int) -> Trainer:
         monkeypatch.setattr(trainer_module.dist, "setup", lambda: (rank, world_size))
-        trainer = Trainer(config, out, log=lambda _: None, progress=False)
-        return trainer, torch.get_rng_state()
+        config = run_config(task_dir, train={"max_steps": max_steps, "save_every": 2, "valid_every": 0})
+        trainer = Trainer(run_config_from_dict(config), out, log=lambda _: None, progress=False)
+        trainer.train()
+        return trainer
 
-    (one, one_rng), (rank0, rank0_rng), (rank1, rank1_rng) = (
-        build(0, 1, tmp_path / "one"), build(0, 2, tmp_path / "rank0"), build(1, 2, tmp_path / "rank1"))
-    assert torch.equal(one_rng, rank0_rng) and not torch.equal(rank0_rng, rank1_rng)
-    for a, b in zip(rank0.model.parameters(), rank1.model.parameters()):
-        assert torch.equal(a, b)
-    one.train()  # a checkpoint at step 4, with rank 0's random state
-    (_, resumed0_rng), (_, resumed1_rng) = build(0, 2, tmp_path / "one"), build(1, 2, tmp_path / "one")
-    assert not torch.equal(resumed0_rng, resumed1_rng)
-    assert not torch.equal(resumed1_rng, rank1_rng)  # not the masks rank 1 drew from step 0
+    run(0, 2, tmp_path / "rank0", 4), run(1, 2, tmp_path / "rank1", 4)
+    assert all(not torch.equal(states[("rank0", step)], states[("rank1", step)]) for step in range(4))
+    run(0, 1, tmp_path / "resumed", 2)  # a checkpoint at step 2
+    run(1, 2, tmp_path / "resumed", 4)  # rank 1 resumes it
+    for step in (2, 3):
+        assert torch.equal(states[("resumed", step)], states[("rank1", step)]), step
+    monkeypatch.setattr(trainer_module.dist, "setup", lambda: (1, 2))
+    fresh = Trainer(run_config_from_dict(run_config(task_dir)), tmp_path / "fresh", log=lambda _: None, progress=False)
+    monkeypatch.setattr(trainer_module.dist, "setup", lambda: (0, 2))
+    fresh0 = Trainer(run_config_from_dict(run_config(task_dir)), tmp_path / "fresh0", log=lambda _: None, progress=False)
+    for a, b in zip(fresh0.model.parameters(), fresh.model.parameters()):
+        assert torch.equal(a, b)  # the same initial weights on every rank
 
 
 # --- real data ------------------------------------------------------------------------------------

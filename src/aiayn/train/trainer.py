@@ -84,7 +84,6 @@ class Trainer:
         self.tokenizer = self._tokenizer(resumed)
         self.train_examples, self.valid_examples, self.valid_pairs = self._read_data()
         self.model = self._build_model()
-        _seed_dropout(self.config.train.seed, self.rank, step=0)  # after the init, which all ranks share
         self.loss_fn = Seq2SeqObjective(self.model, self.config.optim.label_smoothing, self.model.config.pad_id)
         if self.config.train.compile:
             self.loss_fn.compile()  # in place: parameter names (and checkpoints) stay the same
@@ -175,8 +174,7 @@ class Trainer:
                      f"now {self.sampler.batch_multiple} (another number of processes): the rest of epoch "
                      f"{self.sampler.epoch + 1} is cut differently, so some of its sentences may repeat or be skipped")
         self.state = TrainState(**saved["trainer"])
-        _set_rng_states(saved["rng"])  # rank 0's, as saved
-        _seed_dropout(self.config.train.seed, self.rank, self.state.step)
+        _set_rng_states(saved["rng"])  # rank 0's, as saved (ranks after 0 reseed at every step: _step)
         if self.rank == 0:
             _truncate_metrics(self.out / METRICS_FILE, self.state.metrics_lines)
         dist.barrier()  # no rank appends before the file is cut back
@@ -286,6 +284,7 @@ class Trainer:
 
     def _step(self, batches: list[Batch], meter: "_Meter") -> None:
         """One optimizer step over ``accum_steps`` batches: gradients, normalisation, clipping, Adam."""
+        _seed_dropout(self.config.train.seed, self.rank, self.state.step)
         loss_sum, nll_sum, n_tokens = self.accumulate_gradients(batches)
         if self.config.optim.clip_norm > 0:
             nn.utils.clip_grad_norm_(self.model.parameters(), self.config.optim.clip_norm)
@@ -477,10 +476,13 @@ def _seed_everything(seed: int) -> None:
 
 
 def _seed_dropout(seed: int, rank: int, step: int) -> None:
-    """Give each process of a multi-process run its own dropout masks (on the same initial weights).
-    Rank 0 keeps the stream it has (a one-process run's, resumed exactly from its checkpoint); the
-    other ranks are seeded from (seed, rank, step), so that a resumed run does not repeat the masks
-    its ranks drew from the start."""
+    """Give each process of a multi-process run its own dropout masks, on the same initial weights.
+
+    Rank 0 keeps the stream it has: a one-process run's, saved in checkpoints and restored exactly.
+    The other ranks reseed before every optimizer step from (seed, rank, step), so that they draw
+    other masks than rank 0 and than each other, and a resumed run draws the masks an
+    uninterrupted one would (their streams are not in the checkpoint).
+    """
     if rank > 0:
         torch.manual_seed(int(np.random.SeedSequence([seed, rank, step]).generate_state(1)[0]))
 
