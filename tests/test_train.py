@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+from torch import Tensor
 from safetensors.torch import load_file
 
 from aiayn.cli import main
@@ -23,6 +24,7 @@ from aiayn.errors import UserError
 from aiayn.malloc import ONEDNN_CACHES
 from aiayn.train.checkpoint import MODEL_FILE, list_checkpoints, load_checkpoint
 from aiayn.train.config import load_run_config, run_config_from_dict
+from aiayn.train import loss as loss_module
 from aiayn.train.loss import label_smoothed_nll
 from aiayn.train.schedule import cooldown_factor, inverse_sqrt_lr, noam_lr
 from aiayn.train import trainer as trainer_module
@@ -117,9 +119,13 @@ def test_label_smoothing_matches_torch_cross_entropy() -> None:
     torch.testing.assert_close(nll, F.cross_entropy(logits.bfloat16().float(), target, reduction="sum"))
 
 
+@pytest.mark.parametrize("chunk_elements", [1 << 18, 3 * 29])  # one block of rows; blocks of 3 rows (the last of 1)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_label_smoothing_gradient_matches_torch_cross_entropy(dtype) -> None:
-    """The hand-written backward against autograd through F.cross_entropy, for both outputs."""
+def test_label_smoothing_gradient_matches_torch_cross_entropy(dtype, chunk_elements, monkeypatch) -> None:
+    """The hand-written forward and backward against autograd through F.cross_entropy, for both
+    outputs, in one block of rows and in many."""
+    monkeypatch.setattr(loss_module, "CHUNK_ELEMENTS", chunk_elements)
+    assert len(loss_module._row_blocks(torch.empty(40, 29))) == (1 if chunk_elements > 40 * 29 else 14)
     logits, target = torch.randn(40, 29, dtype=torch.float64), torch.randint(0, 29, (40,))
     weights = torch.tensor(0.7), torch.tensor(-1.3)  # an arbitrary mix of the two outputs' gradients
     ours = logits.to(dtype).requires_grad_()
@@ -129,9 +135,32 @@ def test_label_smoothing_gradient_matches_torch_cross_entropy(dtype) -> None:
     ref = weights[0] * F.cross_entropy(theirs, target, label_smoothing=0.1, reduction="sum") \
         + weights[1] * F.cross_entropy(theirs, target, reduction="sum")
     ref.backward()
+    torch.testing.assert_close(weights[0] * loss + weights[1] * nll, ref.detach())
     assert ours.grad.dtype == dtype
     tolerance = dict(atol=1e-6, rtol=1e-5) if dtype == torch.float32 else dict(atol=1e-2, rtol=1e-2)
     torch.testing.assert_close(ours.grad.float(), theirs.grad.to(dtype).float(), **tolerance)
+
+
+@pytest.mark.parametrize("epsilon, masked", [(0.0, -math.inf), (0.1, -1e4)])  # smoothing gives -inf a loss of inf
+def test_label_smoothing_in_blocks_of_rows_equals_one_block(epsilon, masked, monkeypatch) -> None:
+    """Strided logits (a transpose) with a masked logit: blocks of 3 rows give one block's loss and
+    gradient."""
+    logits, target = torch.randn(29, 40).t(), torch.randint(0, 29, (40,))
+    logits[3, 5] = masked
+    target[3] = 6
+
+    def loss_and_grad(chunk_elements: int) -> tuple[Tensor, Tensor, Tensor]:
+        monkeypatch.setattr(loss_module, "CHUNK_ELEMENTS", chunk_elements)
+        leaf = logits.clone().t().contiguous().t().requires_grad_()  # strided like ``logits``
+        loss, nll = label_smoothed_nll(leaf, target, epsilon)
+        (loss + 0.5 * nll).backward()
+        return loss.detach(), nll.detach(), leaf.grad
+
+    one, blocks = loss_and_grad(1 << 18), loss_and_grad(3 * 29)
+    assert all(torch.isfinite(t).all() for t in one)
+    for a, b in zip(one, blocks):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-6)
+    assert one[2][3, 5] == pytest.approx(-epsilon / 29)  # no probability: only the smoothing target ε / V
 
 
 def test_accumulating_small_batches_equals_one_big_batch(task_dir: Path) -> None:
@@ -501,6 +530,24 @@ def test_max_hours_stops_the_run_and_carries_over_resumes(task_dir: Path, tmp_pa
                  "--max-hours", str(state["hours"] + 1e-7)]) == 0
     again = load_checkpoint(list_checkpoints(tmp_path / "run")[-1]).train_state["trainer"]
     assert again["step"] == 2 and again["hours"] > state["hours"]
+
+
+def test_the_loss_compiles_once_for_any_number_of_tokens() -> None:
+    """The number of real target tokens changes at every step: the compiled loss must not
+    specialise on it (a graph for the first call, then one dynamic graph; the CPU path's loop
+    over row blocks would make one per N)."""
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = torch.compile(label_smoothed_nll, backend="eager")
+    for n in (5, 6, 7, 9, 12):
+        logits, target = torch.randn(n, 11, requires_grad=True), torch.randint(0, 11, (n,))
+        loss, _ = compiled(logits, target, 0.1)
+        loss.backward()
+        torch.testing.assert_close(loss, label_smoothed_nll(logits, target, 0.1)[0])
+    assert counters["stats"]["unique_graphs"] <= 2, dict(counters["stats"])
+    torch._dynamo.reset()
 
 
 def test_objective_traces_under_torch_compile(task_dir: Path) -> None:
