@@ -22,7 +22,7 @@ def versions(**others: str) -> dict:
     import aiayn
 
     return {"python": platform.python_version(), "torch": torch.__version__, "aiayn": aiayn.__version__,
-            "aiayn_git": git_revision(), **others}
+            "aiayn_git": STARTED_AT, **others}
 
 
 def git_revision() -> str | None:
@@ -51,3 +51,8 @@ def peak_rss_mib(children: bool = False) -> float:
     """Peak resident set size so far of this process (or of its waited-for children), in MiB."""
     peak = resource.getrusage(resource.RUSAGE_CHILDREN if children else resource.RUSAGE_SELF).ru_maxrss
     return peak / 2**20 if sys.platform == "darwin" else peak / 2**10
+
+
+# The checkout's commit when the benchmark started (this module is imported first): a long run
+# (Multi30k, ~2 h) records the code it ran, not the commit the checkout has moved on to by its end.
+STARTED_AT = git_revision()
