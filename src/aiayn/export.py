@@ -93,9 +93,10 @@ def export_ctranslate2(checkpoint: str | Path, out: str | Path, quantization: st
         raise UserError(f"--quantization: unknown value {quantization!r}; valid: {', '.join(QUANTIZATIONS)}")
     _ctranslate2()  # fail early, before any work, when it is not installed
     out = Path(out)
-    _check_apart(out, resolve_checkpoint(checkpoint))
+    source = resolve_checkpoint(checkpoint)  # once: a run may write a newer checkpoint meanwhile
+    _check_apart(out, source)
     _check_out(out, force)
-    model, tokenizer, ckpt = load_translation_model(checkpoint)
+    model, tokenizer, ckpt = load_translation_model(source)
     spec = build_spec(model, [tokenizer.id_to_piece(i) for i in range(tokenizer.vocab_size)])
     spec.validate()
     spec.optimize(quantization=None if quantization == "none" else quantization)
