@@ -19,6 +19,7 @@ from aiayn.cli import main
 from aiayn.data.tokenizer import Tokenizer
 from aiayn.decode import Translator
 from aiayn.decode.cli import stdin_blocks
+from aiayn.device import resolve_device
 from aiayn.errors import UserError
 from aiayn.train.checkpoint import load_translation_model, save_checkpoint
 
@@ -345,22 +346,30 @@ def test_sampling_options_need_sample(checkpoint, monkeypatch, capsys) -> None:
 
 
 def test_device_names_and_indices_are_checked(checkpoint, monkeypatch, capsys) -> None:
-    from aiayn.decode.cli import _device
+    """One rule for --device and train.device (aiayn.device): auto, cpu, cuda or cuda:N."""
+    from aiayn.train.distributed import pick_device
 
-    assert _device("cpu") == torch.device("cpu")
-    for bad in ("cuda:abc", "cuda:", "cuda:-1", "cuda0", "gpu"):
-        with pytest.raises(UserError, match="unknown device"):
-            _device(bad)
+    assert resolve_device("cpu", "--device") == torch.device("cpu")
+    for bad in ("cuda:abc", "cuda:", "cuda:-1", "cuda0", "gpu", "CPU", ""):
+        with pytest.raises(UserError, match=f"--device '{bad}' is not a device name"):
+            resolve_device(bad, "--device")
     assert main(["translate", "--checkpoint", str(checkpoint), "--device", "cuda:abc"]) == 2
     assert_user_error(capsys, "--device", "cuda:abc")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    with pytest.raises(UserError, match="no CUDA device"):
-        _device("cuda:0")
+    assert resolve_device("auto", "--device") == torch.device("cpu")
+    with pytest.raises(UserError, match="'cuda:0': CUDA is not available here"):
+        resolve_device("cuda:0", "--device")
+    with pytest.raises(UserError, match=r"train\.device 'cuda': CUDA is not available here"):
+        pick_device("cuda")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
-    assert _device("cuda") == torch.device("cuda") and _device("cuda:1") == torch.device("cuda:1")
-    with pytest.raises(UserError, match=r"cuda:7: this machine has 2 CUDA device\(s\)"):
-        _device("cuda:7")
+    monkeypatch.setenv("LOCAL_RANK", "1")  # torchrun's second process on this machine
+    for name in ("auto", "cuda", "cuda:1"):
+        assert resolve_device(name, "--device") == torch.device("cuda", 1)
+    monkeypatch.delenv("LOCAL_RANK")
+    assert resolve_device("auto", "--device") == torch.device("cuda", 0)
+    with pytest.raises(UserError, match=r"'cuda:7': this machine has 2 CUDA device\(s\)"):
+        resolve_device("cuda:7", "--device")
 
 
 # --- evaluate ------------------------------------------------------------------------------------

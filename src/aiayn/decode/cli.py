@@ -21,7 +21,6 @@ import argparse
 import contextlib
 import json
 import os
-import re
 import select
 import shutil
 import sys
@@ -30,6 +29,7 @@ from typing import Callable, Iterator
 
 import torch
 
+from aiayn.device import resolve_device
 from aiayn.errors import UserError
 
 
@@ -43,7 +43,7 @@ def register(subparsers) -> None:
 
 def _add_model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint", required=True, help="checkpoint or run directory")
-    parser.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
+    parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: auto, the GPU if there is one)")
     parser.add_argument("--beam", type=int, default=4, help="beam size; 1 = greedy (default: 4, the paper's)")
     parser.add_argument("--alpha", type=float, default=0.6, help="length penalty alpha; 0 = none (default: 0.6)")
     parser.add_argument("--batch-tokens", type=int, default=4096, help="padded source tokens per batch")
@@ -52,27 +52,13 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-cache", action="store_true", help="recompute the decoder prefix at each step")
 
 
-def _device(name: str) -> torch.device:
-    """``cpu``, ``cuda`` or ``cuda:N`` for a CUDA device this machine has."""
-    match = re.fullmatch(r"cuda(?::(\d+))?", name)
-    if name != "cpu" and match is None:
-        raise UserError(f"--device: unknown device {name!r}; use cpu, cuda or cuda:N")
-    if match is not None:
-        if not torch.cuda.is_available():
-            raise UserError(f"--device {name}: no CUDA device is available")
-        count = torch.cuda.device_count()
-        if match.group(1) is not None and int(match.group(1)) >= count:
-            raise UserError(f"--device {name}: this machine has {count} CUDA device(s), cuda:0 to cuda:{count - 1}")
-    return torch.device(name)
-
-
 def _translator_loader(args, **overrides) -> Callable[[], "Translator"]:
     """Check the decoding options now; the returned function loads the model into a Translator."""
     from aiayn.decode.search import DecodeOptions
     from aiayn.decode.translator import Translator
     from aiayn.train.checkpoint import load_translation_model
 
-    device = _device(args.device)
+    device = resolve_device(args.device, "--device")
     if args.batch_tokens < 1:
         raise UserError("--batch-tokens: must be >= 1")
     options = DecodeOptions(beam=args.beam, alpha=args.alpha, max_len_a=args.max_len_a, max_len_b=args.max_len_b,
@@ -358,7 +344,7 @@ def _register_plot(subparsers) -> None:
     att.add_argument("--checkpoint", required=True)
     att.add_argument("--src", required=True, help="source sentence")
     att.add_argument("--tgt", help="target sentence (default: the model's greedy translation)")
-    att.add_argument("--device", default="cpu")
+    att.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: auto)")
     att.add_argument("--out", required=True, help="PNG file to write")
     att.set_defaults(func=run_plot_attention)
     pe = kinds.add_parser("positional-encoding", help="the sinusoidal positional-encoding table")
@@ -386,8 +372,9 @@ def _plot_done(path: Path) -> int:
 def run_plot_attention(args) -> int:
     from aiayn.train.checkpoint import load_translation_model
 
-    model, tokenizer, _ = load_translation_model(args.checkpoint, device=_device(args.device))
-    return _plot_done(draw_attention(model, tokenizer, args.src, args.tgt, args.out, args.device))
+    device = resolve_device(args.device, "--device")
+    model, tokenizer, _ = load_translation_model(args.checkpoint, device=device)
+    return _plot_done(draw_attention(model, tokenizer, args.src, args.tgt, args.out, device))
 
 
 def draw_attention(model, tokenizer, src_text: str, tgt_text: str | None, out, device="cpu") -> Path:

@@ -13,7 +13,7 @@ import torch
 import torch.distributed as torch_dist
 from torch import nn
 
-from aiayn.errors import UserError
+from aiayn.device import resolve_device
 
 
 def setup() -> tuple[int, int]:
@@ -30,21 +30,9 @@ def active() -> bool:
 
 
 def pick_device(name: str) -> torch.device:
-    """"auto" = this process's GPU when CUDA is there (LOCAL_RANK under torchrun), else the CPU."""
-    given = name
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    if name == "cuda":
-        name = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise UserError(f"train.device {given!r} is not a device name (auto, cpu, cuda or cuda:N)") from None
+    """train.device resolved (:func:`aiayn.device.resolve_device`); a GPU becomes the current one."""
+    device = resolve_device(name, "train.device")
     if device.type == "cuda":
-        if not torch.cuda.is_available():
-            raise UserError(f"train.device {given!r}: CUDA is not available here (use auto or cpu)")
-        if device.index >= torch.cuda.device_count():
-            raise UserError(f"train.device {given!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
         torch.cuda.set_device(device)
     return device
 
