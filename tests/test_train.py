@@ -283,9 +283,10 @@ def _write_config(path: Path, values: dict) -> Path:
     return path
 
 
-def test_sigkill_then_resume_is_bit_identical(task_dir: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("bpe_dropout", [0.0, 0.1])  # with BPE-dropout: the 40 steps span 3 epochs, each resampled
+def test_sigkill_then_resume_is_bit_identical(task_dir: Path, tmp_path: Path, bpe_dropout: float) -> None:
     values = run_config(task_dir, optim={"cooldown": 0.5},  # a cool-down over max_steps is deterministic too
-                        train={"max_steps": 40, "save_every": 3, "valid_every": 7})
+                        data={"bpe_dropout": bpe_dropout}, train={"max_steps": 40, "save_every": 3, "valid_every": 7})
     config = _write_config(tmp_path / "run.yaml", values)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     subprocess.run(_train_command(config, tmp_path / "straight"), check=True, env=env, capture_output=True)

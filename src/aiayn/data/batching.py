@@ -32,7 +32,7 @@ a ``DataLoader`` with worker prefetching would advance the position before the b
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -90,14 +90,17 @@ class TokenBatchSampler:
         rank: int = 0,
         world_size: int = 1,
         batch_multiple: int | None = None,
+        resample: Callable[[int], Sequence[Example]] | None = None,
     ):
         self.examples, self.max_tokens, self.seed, self.shuffle = examples, max_tokens, seed, shuffle
+        self.resample = resample
         self.rank, self.world_size = rank, world_size
         self.batch_multiple = world_size if batch_multiple is None else batch_multiple
         self._validate(int(example_sizes(examples).max(initial=0)))
         self.n_skipped_per_epoch = len(examples) % self.batch_multiple if shuffle else 0
         self.epoch, self.position = 0, 0
         self._cache: tuple[int, list[list[int]]] | None = None
+        self._examples_cache: tuple[int, Sequence[Example]] | None = None
 
     def _validate(self, longest: int) -> None:
         if not self.examples:
@@ -119,12 +122,23 @@ class TokenBatchSampler:
             self._cache = (epoch, self._build(epoch))
         return self._cache[1]
 
+    def examples_of(self, epoch: int) -> Sequence[Example]:
+        """The examples the indices of ``epoch`` point into: ``examples``, or ``resample(epoch)``
+        (e.g. :class:`aiayn.data.corpus.BpeDropout`: the same pairs, segmented anew each epoch,
+        no longer than the longest of ``examples``)."""
+        if self.resample is None:
+            return self.examples
+        if self._examples_cache is None or self._examples_cache[0] != epoch:
+            self._examples_cache = (epoch, self.resample(epoch))
+        return self._examples_cache[1]
+
     def _build(self, epoch: int) -> list[list[int]]:
+        examples = self.examples_of(epoch)
         rng = np.random.default_rng((self.seed, epoch) if self.shuffle else (self.seed,))
-        keep = np.arange(len(self.examples))
+        keep = np.arange(len(examples))
         if self.n_skipped_per_epoch:
             keep = np.sort(rng.permutation(keep)[self.n_skipped_per_epoch :])
-        batches = make_batches([self.examples[i] for i in keep], self.max_tokens, rng, self.batch_multiple)
+        batches = make_batches([examples[i] for i in keep], self.max_tokens, rng, self.batch_multiple)
         batches = [keep[b].tolist() for b in batches]
         if self.shuffle:
             batches = [batches[i] for i in rng.permutation(len(batches))]

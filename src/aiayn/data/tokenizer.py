@@ -100,6 +100,13 @@ class Tokenizer:
         """The subword pieces of ``text`` (labels for attention plots)."""
         return self._sp.encode(text, out_type=str)
 
+    def merge_ranks(self) -> dict[str, tuple[int, float]]:
+        """``piece -> (id, score)`` for the pieces BPE can build (no control, unknown, unused or
+        byte pieces): a higher score is an earlier merge (see :mod:`aiayn.data.bpe_dropout`)."""
+        sp = self._sp
+        return {sp.id_to_piece(i): (i, sp.get_score(i)) for i in range(sp.get_piece_size())
+                if not (sp.is_control(i) or sp.is_unknown(i) or sp.is_unused(i) or sp.is_byte(i))}
+
     def id_to_piece(self, token_id: int) -> str:
         return self._sp.id_to_piece(int(token_id))
 

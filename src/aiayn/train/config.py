@@ -30,6 +30,7 @@ class DataConfig:
     vocab_size: int = 8000  #: joint SentencePiece vocabulary (an upper bound on tiny corpora)
     tokenizer: str = "bpe"  #: "bpe" or "unigram"
     lowercase: bool = False  #: the tokenizer lowercases all text, so the model reads and writes lowercase (the Multi30k literature's preprocessing)
+    bpe_dropout: float = 0.0  #: BPE-dropout (Provilkov et al., 2020): each epoch the training pairs are segmented anew, each merge skipped with this probability (0 = off; decoding always uses all merges)
     max_sentence_tokens: int = 100  #: pairs longer than this (subword tokens, either side) are dropped
     max_ratio: float = 3.0  #: pairs whose length ratio exceeds this are dropped (see aiayn.data.corpus)
     batch_tokens: int = 4096  #: padded tokens per batch, all processes together (per optimizer step: × accum_steps)
@@ -127,6 +128,7 @@ def run_config_from_dict(values: dict[str, Any], source: str = "config") -> RunC
     sections = {name: _section(cls, values.get(name) or {}, name, source) for name, cls in SECTIONS.items()}
     config = RunConfig(model=model, **sections)
     check_cooldown(config, source)
+    _check_bpe_dropout(config.data, source)
     max_len = config.model_config(vocab_size=64).max_len  # validates the model fields now, not after hours of data work
     if max_len <= config.data.max_sentence_tokens:  # + BOS (target) or EOS (source)
         raise UserError(f"{source}: data.max_sentence_tokens {config.data.max_sentence_tokens} needs model.max_len >= "
@@ -142,6 +144,13 @@ def check_cooldown(config: RunConfig, source: str) -> None:
     if cooldown and not (train.max_steps or train.max_hours or train.max_epochs):
         raise UserError(f"{source}: optim.cooldown needs train.max_steps, train.max_hours or train.max_epochs "
                         "(the budget it ends with)")
+
+
+def _check_bpe_dropout(data: DataConfig, source: str) -> None:
+    if not 0 <= data.bpe_dropout < 1:
+        raise UserError(f"{source}: data.bpe_dropout is a probability below 1; got {data.bpe_dropout!r}")
+    if data.bpe_dropout and data.tokenizer != "bpe":
+        raise UserError(f"{source}: data.bpe_dropout needs data.tokenizer bpe (got {data.tokenizer!r})")
 
 
 def _section(cls: type, values: dict[str, Any], name: str, source: str) -> Any:

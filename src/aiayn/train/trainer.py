@@ -32,6 +32,7 @@ import yaml
 from torch import nn
 
 from aiayn.data.batching import Batch, TokenBatchSampler, collate, padding_share
+from aiayn.data.bpe_dropout import BpeDropout, EpochResampler
 from aiayn.data.corpus import encode_corpus, read_parallel
 from aiayn.data.tokenizer import Tokenizer
 from aiayn.errors import UserError
@@ -155,10 +156,13 @@ class Trainer:
         return torch.optim.Adam(params, **kwargs)
 
     def _sampler(self) -> TokenBatchSampler:
-        data = self.config.data
-        return TokenBatchSampler(self.train_examples, data.batch_tokens, seed=self.config.train.seed,
-                                 rank=self.rank, world_size=self.world_size,
-                                 batch_multiple=data.batch_multiple or self.world_size)
+        data, seed = self.config.data, self.config.train.seed
+        resample = None
+        if data.bpe_dropout:  # a new segmentation of the training pairs each epoch
+            resample = EpochResampler(self.train_examples, BpeDropout(self.tokenizer, data.bpe_dropout), seed)
+        return TokenBatchSampler(self.train_examples, data.batch_tokens, seed=seed, rank=self.rank,
+                                 world_size=self.world_size, batch_multiple=data.batch_multiple or self.world_size,
+                                 resample=resample)
 
     # --- checkpoints ----------------------------------------------------------------------------------
     def _resume(self, ckpt: Checkpoint) -> None:
@@ -275,7 +279,8 @@ class Trainer:
         """Groups of ``accum_steps`` batches for one optimizer step, to the end of the epoch."""
         group: list[Batch] = []
         for indices in self.sampler:
-            group.append(collate([self.train_examples[i] for i in indices]))
+            examples = self.sampler.examples_of(self.sampler.epoch)  # this epoch's (BPE-dropout: resampled)
+            group.append(collate([examples[i] for i in indices]))
             if len(group) == self.config.optim.accum_steps:
                 yield group
                 group = []
@@ -372,7 +377,8 @@ class Trainer:
     # --- reporting ------------------------------------------------------------------------------------
     def _padding(self) -> float:
         batches = self.sampler.batches(self.sampler.epoch)[:200]
-        return padding_share(collate([self.train_examples[i] for i in b]) for b in batches)
+        examples = self.sampler.examples_of(self.sampler.epoch)
+        return padding_share(collate([examples[i] for i in b]) for b in batches)
 
     def _progress_bar(self):
         from tqdm import tqdm
