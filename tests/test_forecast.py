@@ -204,6 +204,21 @@ def test_evaluate_limit_scores_the_first_windows_only(etth1: Path) -> None:
         evaluate(model, test, data.outputs, limit=0)
 
 
+def test_training_loss_is_squared_or_absolute_error(etth1: Path) -> None:
+    data = prepare(etth1, "M", "OT", 48, 24)
+    train = data.windows("train", 48, 24)
+    model, idx = SeasonalNaive(24, data.outputs, 24), torch.arange(100, 164)
+    error = model(train.inputs(idx)) - train.targets(idx)[..., data.outputs]
+    mse = loss_on_batch(model, train, idx, data.outputs, False)  # the default
+    mae = loss_on_batch(model, train, idx, data.outputs, False, "mae")
+    torch.testing.assert_close(mse, error.square().mean())
+    torch.testing.assert_close(mae, error.abs().mean())
+    assert mae.item() != pytest.approx(mse.item(), rel=1e-2)
+    assert TrainConfig(loss="mae").loss == "mae"
+    with pytest.raises(ValueError, match="loss: unknown value 'huber'"):
+        TrainConfig(loss="huber")
+
+
 def test_evaluate_and_fit_with_early_stopping(etth1: Path) -> None:
     data = prepare(etth1, "S", "OT", 48, 24)
     train, val = data.windows("train", 48, 24), data.windows("val", 48, 24)

@@ -30,6 +30,7 @@ from aiayn.forecast.metrics import Running
 from aiayn.train.checkpoint import load_checkpoint, load_weights, save_checkpoint
 
 LAST_DIR, BEST_DIR = "last", "best"
+LOSSES = ("mse", "mae")
 
 
 @dataclass
@@ -47,6 +48,9 @@ class TrainConfig:
     max_steps_per_epoch: int = 0  # 0 = every training window once per epoch
     grad_clip: float = 0.0  # 0 = no clipping
     ema: float = 0.0  # validate (and keep as best) an exponential moving average of the weights, this decay per step; 0 = off
+    #: The training loss: "mse" (squared error) or "mae" (absolute error, less pulled by the rare large
+    #: errors of a shifting series). Validation, early stopping and the reported scores are MSE either way.
+    loss: str = "mse"
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "max_epochs"):
@@ -62,6 +66,8 @@ class TrainConfig:
                 raise ValueError(f"{name}: must be >= 0")
         if not 0 <= self.ema < 1:
             raise ValueError("ema: must be in [0, 1)")
+        if self.loss not in LOSSES:
+            raise ValueError(f"loss: unknown value {self.loss!r}; valid: {', '.join(LOSSES)}")
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> "TrainConfig":
@@ -84,12 +90,14 @@ def _takes_target(cls: type) -> bool:
     return "target" in inspect.signature(cls.forward).parameters
 
 
-def loss_on_batch(model: nn.Module, windows: Windows, idx: Tensor, outputs: list[int], bf16: bool) -> Tensor:
-    """fp32 MSE of the model's forecast on windows ``idx``."""
+def loss_on_batch(model: nn.Module, windows: Windows, idx: Tensor, outputs: list[int], bf16: bool,
+                  loss: str = "mse") -> Tensor:
+    """fp32 mean squared ("mse") or absolute ("mae") error of the model's forecast on windows ``idx``."""
     x, y = windows.inputs(idx), windows.targets(idx)  # (B, L, n), (B, H, n)
     with autocast(bf16):
         pred = _call(model, x, y)  # (B, H, n_out)
-    return torch.mean((pred.float() - y[..., outputs]) ** 2)
+    error = pred.float() - y[..., outputs]
+    return error.abs().mean() if loss == "mae" else error.square().mean()
 
 
 @torch.no_grad()
@@ -164,7 +172,7 @@ def _train_epoch(model: nn.Module, optimizer: torch.optim.Optimizer, train: Wind
     total = 0.0
     bar = tqdm(batches, desc=f"epoch {epoch + 1}", disable=not progress, leave=False, dynamic_ncols=True)
     for idx in bar:
-        loss = loss_on_batch(model, train, idx, outputs, cfg.bf16)
+        loss = loss_on_batch(model, train, idx, outputs, cfg.bf16, cfg.loss)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if cfg.grad_clip:
