@@ -20,7 +20,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import command, versions  # noqa: E402
-from forecast_ett import DATA, MODEL, ROOT, TRAIN  # noqa: E402
+from forecast_ett import DATA, INPUT_LEN, MODEL, ROOT, TRAIN  # noqa: E402
 
 from aiayn.forecast.data import prepare  # noqa: E402
 from aiayn.forecast.model import ForecastConfig, Forecaster  # noqa: E402
@@ -38,7 +38,7 @@ def parse_value(text: str):
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--horizon", type=int, required=True)
-    parser.add_argument("--input-len", type=int, default=336)
+    parser.add_argument("--input-len", type=int, default=INPUT_LEN)
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a model field (ForecastConfig) or a train field (TrainConfig)")
     parser.add_argument("--threads", type=int, default=1)

@@ -14,6 +14,7 @@ from aiayn import cli
 from aiayn.errors import UserError
 from aiayn.forecast import cli as forecast_cli
 from aiayn.forecast.data import read_series
+from aiayn.forecast.model import ForecastConfig
 from aiayn.forecast.train import TrainConfig
 
 TINY_CONFIG = """
@@ -127,6 +128,29 @@ def test_exponents_in_the_config_are_numbers(tmp_path) -> None:
     assert config["train"]["lr"] == 1e-3
     train = forecast_cli._build("train", TrainConfig, config["train"], "c.yaml")
     assert train.lr == 1e-3 and train.weight_decay == 1e-2 and train.max_epochs == 2
+
+
+def test_shipped_etth1_config_is_the_benchmarked_one(data_dir: Path) -> None:
+    """configs/etth1.yaml trains what benchmarks/forecast_ett.py measured (the README's figures)."""
+    import importlib.util
+    import sys
+
+    repo = Path(__file__).resolve().parents[1]
+    sys.path.insert(0, str(repo / "benchmarks"))  # forecast_ett imports its sibling `common`
+    try:
+        spec = importlib.util.spec_from_file_location("forecast_ett", repo / "benchmarks" / "forecast_ett.py")
+        bench = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(bench)
+    finally:
+        sys.path.remove(str(repo / "benchmarks"))
+    config = forecast_cli.load_config(repo / "configs" / "etth1.yaml")
+    assert Path(config["data"]["path"]) == (data_dir / "ett" / "ETTh1.csv").resolve()
+    assert {k: config["data"][k] for k in ("features", "target")} == {"features": "M", "target": "OT"}
+    assert config["data"]["input_len"] == bench.INPUT_LEN
+    shape = dict(n_features=7, outputs=list(range(7)), seq_len=bench.INPUT_LEN, horizon=96)
+    shipped = ForecastConfig(**config["model"], label_len=config["data"]["label_len"], **shape)
+    assert shipped == ForecastConfig(**bench.MODEL, **shape)
+    assert TrainConfig(**config["train"]) == TrainConfig(**bench.TRAIN)
 
 
 def _with_columns(src: Path, dst: Path, order: list[str], extra: bool = False) -> Path:
