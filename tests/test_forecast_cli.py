@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import csv
+import importlib.util
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -132,9 +134,6 @@ def test_exponents_in_the_config_are_numbers(tmp_path) -> None:
 
 def test_shipped_etth1_config_is_the_benchmarked_one(data_dir: Path) -> None:
     """configs/etth1.yaml trains what benchmarks/forecast_ett.py measured (the README's figures)."""
-    import importlib.util
-    import sys
-
     repo = Path(__file__).resolve().parents[1]
     sys.path.insert(0, str(repo / "benchmarks"))  # forecast_ett imports its sibling `common`
     try:

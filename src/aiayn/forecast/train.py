@@ -48,8 +48,8 @@ class TrainConfig:
     max_steps_per_epoch: int = 0  # 0 = every training window once per epoch
     grad_clip: float = 0.0  # 0 = no clipping
     ema: float = 0.0  # validate (and keep as best) an exponential moving average of the weights, this decay per step; 0 = off
-    #: The training loss: "mse" (squared error) or "mae" (absolute error, less pulled by the rare large
-    #: errors of a shifting series). Validation, early stopping and the reported scores are MSE either way.
+    #: The training loss: "mse" (squared error) or "mae" (absolute error: a large error weighs in
+    #: proportion, not squared). Validation, early stopping and the reported scores are MSE either way.
     loss: str = "mse"
 
     def __post_init__(self) -> None:
