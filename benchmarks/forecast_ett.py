@@ -158,7 +158,8 @@ def merge(parts: list[str], out: str) -> None:
     """One results file from runs that each did some horizons (run in parallel)."""
     loaded = [json.loads(Path(p).read_text()) for p in parts]
     results = {**loaded[0], "command": [r["command"] for r in loaded], "horizons": {},
-               "peak_rss_mib": max(r.get("peak_rss_mib", 0.0) for r in loaded)}  # of the largest process
+               "peak_rss_mib": max(r.get("peak_rss_mib", 0.0) for r in loaded),  # of the largest process
+               "peak_rss_mib_by_command": [r.get("peak_rss_mib") for r in loaded]}
     for r in loaded:
         results["horizons"].update(r["horizons"])
     results["horizons"] = dict(sorted(results["horizons"].items(), key=lambda kv: int(kv[0])))
