@@ -91,23 +91,25 @@ def train_dlinear(data, horizon: int, seed: int) -> dict:
     train, val, test = (data.windows(s, DLINEAR_INPUT_LEN, horizon) for s in ("train", "val", "test"))
     torch.manual_seed(seed)
     dlinear = DLinear(DLINEAR_INPUT_LEN, horizon, data.outputs)
-    cfg = TrainConfig(**{**DLINEAR_TRAIN, "seed": seed})
-    state, secs = timed(lambda: fit(dlinear, train, val, data.outputs, cfg, progress=False))
-    return {**evaluate(dlinear, test, data.outputs), "seconds": secs, "epochs": state.epoch,
-            "best_val_mse": state.best_val, "input_len": DLINEAR_INPUT_LEN,
-            "on_published_windows": published_windows(dlinear, test, data.outputs)}
+    row = fit_and_score(dlinear, TrainConfig(**{**DLINEAR_TRAIN, "seed": seed}), train, val, test, data.outputs)
+    return {**row, "input_len": DLINEAR_INPUT_LEN}
 
 
 def train_transformer(data, train, val, test, seq_len: int, horizon: int, seed: int, max_epochs: int) -> dict:
     """Train the encoder-decoder with one seed (early stopping on val), score it on test."""
-    outs = data.outputs
     torch.manual_seed(seed)
-    model = Forecaster(ForecastConfig(n_features=len(data.columns), outputs=outs, seq_len=seq_len, horizon=horizon,
-                                      **MODEL))
+    model = Forecaster(ForecastConfig(n_features=len(data.columns), outputs=data.outputs, seq_len=seq_len,
+                                      horizon=horizon, **MODEL))
     cfg = TrainConfig(**{**TRAIN, "max_epochs": max_epochs, "seed": seed})
+    return fit_and_score(model, cfg, train, val, test, data.outputs, history=True)
+
+
+def fit_and_score(model, cfg: TrainConfig, train, val, test, outs: list[int], history: bool = False) -> dict:
+    """Train with early stopping on val; test scores (every window and each anchor's) and training facts."""
     state, secs = timed(lambda: fit(model, train, val, outs, cfg, progress=False))
     return {**evaluate(model, test, outs), "seconds": secs, "epochs": state.epoch, "best_val_mse": state.best_val,
-            "history": state.history, "on_published_windows": published_windows(model, test, outs)}
+            **({"history": state.history} if history else {}),
+            "on_published_windows": published_windows(model, test, outs)}
 
 
 def seed_spread(runs: dict[int, dict]) -> dict:
