@@ -81,22 +81,38 @@ def child(args: argparse.Namespace) -> None:
     for i in range(args.steps):
         runner.step(batches[i % len(batches)])
     wall, after = time.perf_counter() - wall, resource.getrusage(resource.RUSAGE_SELF)
-    print(json.dumps({
-        "cpu_s_per_step": (after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime) / args.steps,
-        "sys_s_per_step": (after.ru_stime - before.ru_stime) / args.steps,
-        "minor_faults_per_step": (after.ru_minflt - before.ru_minflt) / args.steps,
-        "wall_s_per_step": wall / args.steps,
-        "peak_rss_mib": after.ru_maxrss / 1024,
-        "target_tokens_per_step": sum(int((b[2] != PAD_ID).sum()) for b in batches) / len(batches),
-        "kept_freed_memory": kept,
-        "environment": {key: os.environ[key] for key in sorted(ALL_VARIABLES) if key in os.environ},
-    }))
+    print(
+        json.dumps(
+            {
+                "cpu_s_per_step": (after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
+                / args.steps,
+                "sys_s_per_step": (after.ru_stime - before.ru_stime) / args.steps,
+                "minor_faults_per_step": (after.ru_minflt - before.ru_minflt) / args.steps,
+                "wall_s_per_step": wall / args.steps,
+                "peak_rss_mib": after.ru_maxrss / 1024,
+                "target_tokens_per_step": sum(int((b[2] != PAD_ID).sum()) for b in batches) / len(batches),
+                "kept_freed_memory": kept,
+                "environment": {key: os.environ[key] for key in sorted(ALL_VARIABLES) if key in os.environ},
+            }
+        )
+    )
 
 
 def run_child(args: argparse.Namespace, settings: dict[str, str]) -> dict:
     env = {key: value for key, value in os.environ.items() if key not in ALL_VARIABLES} | settings
-    argv = [sys.executable, __file__, "--child", "--shape", args.shape, "--steps", str(args.steps),
-            "--warmup", str(args.warmup), "--threads", str(args.threads)]
+    argv = [
+        sys.executable,
+        __file__,
+        "--child",
+        "--shape",
+        args.shape,
+        "--steps",
+        str(args.steps),
+        "--warmup",
+        str(args.warmup),
+        "--threads",
+        str(args.threads),
+    ]
     done = subprocess.run(argv, env=env, check=True, capture_output=True, text=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -109,27 +125,45 @@ def main() -> None:
 
     samples: dict[str, list[dict]] = {name: [] for name in SETTINGS}
     for round_ in range(args.rounds):
-        order = list(SETTINGS)[round_ % len(SETTINGS):] + list(SETTINGS)[:round_ % len(SETTINGS)]
+        order = list(SETTINGS)[round_ % len(SETTINGS) :] + list(SETTINGS)[: round_ % len(SETTINGS)]
         for name in order:
             samples[name].append(run_child(args, SETTINGS[name]))
             print(f"round {round_ + 1} {name}: {samples[name][-1]}", flush=True)
-    medians = {name: {key: statistics.median(s[key] for s in runs) for key in runs[0] if key not in ("environment", "kept_freed_memory")}
-               for name, runs in samples.items()}
+    medians = {
+        name: {
+            key: statistics.median(s[key] for s in runs)
+            for key in runs[0]
+            if key not in ("environment", "kept_freed_memory")
+        }
+        for name, runs in samples.items()
+    }
     base = medians["glibc default"]["cpu_s_per_step"]
     ratios = {name: base / m["cpu_s_per_step"] for name, m in medians.items() if name != "glibc default"}
     thp_mode = Path("/sys/kernel/mm/transparent_hugepage/enabled")
     results = {
-        "benchmark": "allocator", "command": command(), "versions": versions(), "machine": machine(),
+        "benchmark": "allocator",
+        "command": command(),
+        "versions": versions(),
+        "machine": machine(),
         "kernel_thp": thp_mode.read_text().strip() if thp_mode.exists() else None,
-        "shape": dict(zip(("d_model", "n_heads", "d_ff", "layers", "vocab", "batch", "max_len"), SHAPES[args.shape])),
-        "threads": args.threads, "rounds": args.rounds, "steps": args.steps,
-        "median": medians, "cpu_time_ratio_default_over_setting": ratios, "samples": samples,
+        "shape": dict(
+            zip(("d_model", "n_heads", "d_ff", "layers", "vocab", "batch", "max_len"), SHAPES[args.shape])
+        ),
+        "threads": args.threads,
+        "rounds": args.rounds,
+        "steps": args.steps,
+        "median": medians,
+        "cpu_time_ratio_default_over_setting": ratios,
+        "samples": samples,
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
     for name, m in medians.items():
-        print(f"{name:24s} cpu {m['cpu_s_per_step']:.3f} s/step  sys {m['sys_s_per_step']:.3f}  "
-              f"faults {m['minor_faults_per_step']:.0f}  wall {m['wall_s_per_step']:.3f}  rss {m['peak_rss_mib']:.0f} MiB")
+        print(
+            f"{name:24s} cpu {m['cpu_s_per_step']:.3f} s/step  sys {m['sys_s_per_step']:.3f}  "
+            f"faults {m['minor_faults_per_step']:.0f}  wall {m['wall_s_per_step']:.3f}  rss "
+            f"{m['peak_rss_mib']:.0f} MiB"
+        )
     for name, ratio in ratios.items():
         print(f"CPU time per step, default / {name}: {ratio:.2f}x")
     print(f"wrote {args.out}")

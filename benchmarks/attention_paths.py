@@ -5,7 +5,8 @@
 ``aiayn.model.attention.scaled_dot_product_attention`` has two paths: the formula written out (two
 batched matmuls around an fp32 softmax) and ``F.scaled_dot_product_attention`` (on CPU, a flash
 kernel); this benchmark calls each directly, with q/k/v in the dtype the model's projections give
-(bf16 under bf16 autocast), and reports which one ``formula_is_faster`` picks for those tensors. The flash kernel pays a fixed cost per (batch row, head), several times larger in its
+(bf16 under bf16 autocast), and reports which one ``formula_is_faster`` picks for those tensors.
+The flash kernel pays a fixed cost per (batch row, head), several times larger in its
 backward, so the formula wins on small score matrices; ``formula_is_faster`` picks the formula
 below ``SMALL_SCORES`` (T_q * T_k without gradients) and ``SMALL_SCORES_GRAD`` (with them). This
 benchmark measures both paths over (B, H, T, d_k) shapes, self-attention with a padding mask (about
@@ -33,7 +34,14 @@ import aiayn.model.attention as attention
 from common import command, machine, versions
 
 ROOT = Path(__file__).resolve().parents[1]
-SHAPES = [(256, 4, 16, 32), (64, 4, 24, 64), (128, 4, 32, 32), (32, 4, 64, 32), (16, 4, 128, 32), (8, 8, 256, 64)]
+SHAPES = [
+    (256, 4, 16, 32),
+    (64, 4, 24, 64),
+    (128, 4, 32, 32),
+    (32, 4, 64, 32),
+    (16, 4, 128, 32),
+    (8, 8, 256, 64),
+]
 
 
 def parse_args() -> argparse.Namespace:
@@ -70,7 +78,9 @@ def time_path(formula: bool, inputs, backward: bool, bf16: bool, reps: int) -> f
     return (time.perf_counter() - start) / reps
 
 
-def measure(shape: tuple[int, int, int, int], backward: bool, bf16: bool, causal: bool, args: argparse.Namespace) -> dict:
+def measure(
+    shape: tuple[int, int, int, int], backward: bool, bf16: bool, causal: bool, args: argparse.Namespace
+) -> dict:
     b, h, t, d = shape
     generator = torch.Generator().manual_seed(0)
     dtype = torch.bfloat16 if bf16 else torch.float32  # what the Q/K/V projections give under autocast
@@ -85,13 +95,21 @@ def measure(shape: tuple[int, int, int, int], backward: bool, bf16: bool, causal
     times: dict[str, list[float]] = {"formula": [], "fused": []}
     for i in range(args.rounds):
         for formula in (True, False) if i % 2 == 0 else (False, True):
-            times["formula" if formula else "fused"].append(time_path(formula, inputs, backward, bf16, args.reps))
+            times["formula" if formula else "fused"].append(
+                time_path(formula, inputs, backward, bf16, args.reps)
+            )
     paired = statistics.median(f / g for f, g in zip(times["fused"], times["formula"]))
     picks_formula = attention.formula_is_faster(q.detach().requires_grad_(backward), k)
-    return {"shape": list(shape), "backward": backward, "mask": "causal" if causal else "padding",
-            "precision": "bf16" if bf16 else "fp32",
-            "formula_ms": 1e3 * statistics.median(times["formula"]), "fused_ms": 1e3 * statistics.median(times["fused"]),
-            "paired_fused_over_formula": paired, "rule_picks_formula": picks_formula}
+    return {
+        "shape": list(shape),
+        "backward": backward,
+        "mask": "causal" if causal else "padding",
+        "precision": "bf16" if bf16 else "fp32",
+        "formula_ms": 1e3 * statistics.median(times["formula"]),
+        "fused_ms": 1e3 * statistics.median(times["fused"]),
+        "paired_fused_over_formula": paired,
+        "rule_picks_formula": picks_formula,
+    }
 
 
 def main() -> None:
@@ -104,14 +122,34 @@ def main() -> None:
             for bf16 in (False, True):
                 row = measure(shape, backward, bf16, causal, args)
                 rows.append(row)
-                print(f"{str(shape):22} {'fwd+bwd' if backward else 'fwd':8} {row['mask']:8} {row['precision']}  "
-                      f"{row['formula_ms']:10.2f} {row['fused_ms']:10.2f}   {row['paired_fused_over_formula']:12.2f}×"
-                      f"   {'formula' if row['rule_picks_formula'] else 'fused'}", flush=True)
-    Path(args.out).write_text(json.dumps({
-        "benchmark": "attention_paths", "command": command(), "versions": versions(), "machine": machine(),
-        "settings": {"rounds": args.rounds, "reps": args.reps, "threads": args.threads,
-                     "small_scores": attention.SMALL_SCORES, "small_scores_grad": attention.SMALL_SCORES_GRAD},
-        "rows": rows}, indent=1) + "\n")
+                print(
+                    f"{str(shape):22} {'fwd+bwd' if backward else 'fwd':8} {row['mask']:8} "
+                    f"{row['precision']}  "
+                    f"{row['formula_ms']:10.2f} {row['fused_ms']:10.2f}   "
+                    f"{row['paired_fused_over_formula']:12.2f}×"
+                    f"   {'formula' if row['rule_picks_formula'] else 'fused'}",
+                    flush=True,
+                )
+    Path(args.out).write_text(
+        json.dumps(
+            {
+                "benchmark": "attention_paths",
+                "command": command(),
+                "versions": versions(),
+                "machine": machine(),
+                "settings": {
+                    "rounds": args.rounds,
+                    "reps": args.reps,
+                    "threads": args.threads,
+                    "small_scores": attention.SMALL_SCORES,
+                    "small_scores_grad": attention.SMALL_SCORES_GRAD,
+                },
+                "rows": rows,
+            },
+            indent=1,
+        )
+        + "\n"
+    )
     print(f"wrote {args.out}")
 
 

@@ -31,11 +31,15 @@ def main() -> None:
     parser.add_argument("--data-dir", default=str(ROOT.parent / "shared" / "data" / "multi30k"))
     parser.add_argument("--p", type=float, default=0.1)
     parser.add_argument("--epochs", type=int, default=3)
-    parser.add_argument("--results", default=str(ROOT / "benchmarks" / "results" / "bpe_dropout_lengths.json"))
+    parser.add_argument(
+        "--results", default=str(ROOT / "benchmarks" / "results" / "bpe_dropout_lengths.json")
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
     pairs, _ = read_parallel(Path(args.data_dir), "train", "en", "de")
-    tokenizer = Tokenizer.train([s for pair in pairs for s in pair], vocab_size=8000, model_type="bpe", seed=1)
+    tokenizer = Tokenizer.train(
+        [s for pair in pairs for s in pair], vocab_size=8000, model_type="bpe", seed=1
+    )
     src = tokenizer.encode_batch([s for s, _ in pairs])
     tgt = tokenizer.encode_batch([t for _, t in pairs])
     resampler = EpochResampler(list(zip(src, tgt)), BpeDropout(tokenizer, args.p), seed=1)
@@ -49,12 +53,24 @@ def main() -> None:
         dropped["de"].append(statistics.mean(len(t) for _, t in examples))
     with_dropout = {lang: statistics.mean(v) for lang, v in dropped.items()}
     for lang in full:
-        print(f"{lang}: {full[lang]:.2f} pieces per sentence with all merges, {with_dropout[lang]:.2f} with "
-              f"p = {args.p} ({with_dropout[lang] / full[lang]:.2f}x)")
-    print(f"re-segmenting {len(pairs):,} pairs: median {statistics.median(seconds):.1f} s per epoch (1 thread)")
-    results = {"benchmark": "bpe_dropout_lengths", "command": command(), "versions": versions(), "machine": machine(),
-               "p": args.p, "pairs": len(pairs), "pieces_full": full, "pieces_dropout": with_dropout,
-               "seconds_per_epoch": seconds}
+        print(
+            f"{lang}: {full[lang]:.2f} pieces per sentence with all merges, {with_dropout[lang]:.2f} with "
+            f"p = {args.p} ({with_dropout[lang] / full[lang]:.2f}x)"
+        )
+    print(
+        f"re-segmenting {len(pairs):,} pairs: median {statistics.median(seconds):.1f} s per epoch (1 thread)"
+    )
+    results = {
+        "benchmark": "bpe_dropout_lengths",
+        "command": command(),
+        "versions": versions(),
+        "machine": machine(),
+        "p": args.p,
+        "pairs": len(pairs),
+        "pieces_full": full,
+        "pieces_dropout": with_dropout,
+        "seconds_per_epoch": seconds,
+    }
     Path(args.results).write_text(json.dumps(results, indent=2) + "\n")
     print(f"wrote {args.results}")
 

@@ -21,15 +21,22 @@ def command() -> str:
 def versions(**others: str) -> dict:
     import aiayn
 
-    return {"python": platform.python_version(), "torch": torch.__version__, "aiayn": aiayn.__version__,
-            "aiayn_git": STARTED_AT, **others}
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "aiayn": aiayn.__version__,
+        "aiayn_git": STARTED_AT,
+        **others,
+    }
 
 
 def git_revision() -> str | None:
     """The checkout's commit, with "+changes" when the tracked files differ from it; None outside git."""
     root = Path(__file__).resolve().parents[1]
     try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True)
+        head = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True
+        )
         dirty = subprocess.run(["git", "diff", "--quiet", "HEAD"], cwd=root).returncode != 0
     except (OSError, subprocess.CalledProcessError):
         return None
@@ -38,13 +45,24 @@ def git_revision() -> str | None:
 
 def machine() -> dict:
     cpuinfo = Path("/proc/cpuinfo")
-    names = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines()
-             if line.startswith("model name")] if cpuinfo.exists() else []
-    return {"platform": platform.platform(), "cpu_model": names[0] if names else platform.processor(),
-            "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-            "amx_tile": bool(torch.cpu._is_amx_tile_supported()),
-            "avx512_bf16": bool(torch.cpu._is_avx512_bf16_supported()),
-            "cuda": torch.cuda.get_device_name() if torch.cuda.is_available() else None}
+    names = (
+        [
+            line.split(":", 1)[1].strip()
+            for line in cpuinfo.read_text().splitlines()
+            if line.startswith("model name")
+        ]
+        if cpuinfo.exists()
+        else []
+    )
+    return {
+        "platform": platform.platform(),
+        "cpu_model": names[0] if names else platform.processor(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "amx_tile": bool(torch.cpu._is_amx_tile_supported()),
+        "avx512_bf16": bool(torch.cpu._is_avx512_bf16_supported()),
+        "cuda": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+    }
 
 
 def peak_rss_mib(children: bool = False) -> float:

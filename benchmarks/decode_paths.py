@@ -32,12 +32,9 @@ import json
 import statistics
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import torch
-
-from common import command, machine, peak_rss_mib, versions
 
 import aiayn.decode.search as search
 import aiayn.model.attention as attention
@@ -47,6 +44,7 @@ from aiayn.decode.translator import Translator
 from aiayn.malloc import keep_freed_memory
 from aiayn.model.transformer import DecoderCache
 from aiayn.train.checkpoint import load_translation_model
+from common import command, machine, peak_rss_mib, versions
 
 ROOT = Path(__file__).resolve().parents[1]
 SWITCHES = {  # name -> (module or class, attribute, value that turns the fast path off)
@@ -105,7 +103,7 @@ def measure(translator: Translator, lines: list[str], rounds: int, greedy: bool)
         for name in names:  # warm-up
             run(translator, batch, *cases[name])
         for r in range(rounds):
-            for name in names[r % len(names):] + names[: r % len(names)]:
+            for name in names[r % len(names) :] + names[: r % len(names)]:
                 start = time.perf_counter()
                 out = run(translator, batch, *cases[name])
                 seconds[name][r] += time.perf_counter() - start
@@ -114,11 +112,18 @@ def measure(translator: Translator, lines: list[str], rounds: int, greedy: bool)
     result = {}
     for name in names:
         ratios = [v / s for s, v in zip(seconds["shipped"], seconds[name])]  # variant time / shipped time
-        result[name] = {"off": sorted(cases[name][0]), "scores": cases[name][1],
-                        "seconds_per_round": seconds[name], "median_s": statistics.median(seconds[name]),
-                        "speedup_of_shipped": {"median": statistics.median(ratios), "min": min(ratios),
-                                               "max": max(ratios)},
-                        "same_output_as_shipped": outputs[name] == outputs["shipped"]}
+        result[name] = {
+            "off": sorted(cases[name][0]),
+            "scores": cases[name][1],
+            "seconds_per_round": seconds[name],
+            "median_s": statistics.median(seconds[name]),
+            "speedup_of_shipped": {
+                "median": statistics.median(ratios),
+                "min": min(ratios),
+                "max": max(ratios),
+            },
+            "same_output_as_shipped": outputs[name] == outputs["shipped"],
+        }
     return result
 
 
@@ -136,16 +141,33 @@ def main() -> None:
         figures[search_name] = measure(translator, lines, args.rounds, beam == 1)
         for name, f in figures[search_name].items():
             s = f["speedup_of_shipped"]
-            print(f"{search_name:7s} {name:24s} {f['median_s']:6.2f} s/round  shipped is {s['median']:.3f}x "
-                  f"[{s['min']:.3f}-{s['max']:.3f}]  same output: {f['same_output_as_shipped']}", flush=True)
-    results = {"benchmark": "decode_paths", "command": command(), "versions": versions(), "machine": machine(),
-               "settings": {"checkpoint": str(ckpt.path), "split": args.split, "sentences": len(lines),
-                            "rounds": args.rounds, "threads": args.threads, "alpha": args.alpha,
-                            "malloc_kept": malloc_kept},
-               "figures": figures, "peak_rss_mib": peak_rss_mib()}
+            print(
+                f"{search_name:7s} {name:24s} {f['median_s']:6.2f} s/round  shipped is {s['median']:.3f}x "
+                f"[{s['min']:.3f}-{s['max']:.3f}]  same output: {f['same_output_as_shipped']}",
+                flush=True,
+            )
+    results = {
+        "benchmark": "decode_paths",
+        "command": command(),
+        "versions": versions(),
+        "machine": machine(),
+        "settings": {
+            "checkpoint": str(ckpt.path),
+            "split": args.split,
+            "sentences": len(lines),
+            "rounds": args.rounds,
+            "threads": args.threads,
+            "alpha": args.alpha,
+            "malloc_kept": malloc_kept,
+        },
+        "figures": figures,
+        "peak_rss_mib": peak_rss_mib(),
+    }
     Path(args.results).write_text(json.dumps(results, indent=1) + "\n")
     print(f"wrote {args.results}")
-    if not all(f["same_output_as_shipped"] for search_figures in figures.values() for f in search_figures.values()):
+    if not all(
+        f["same_output_as_shipped"] for search_figures in figures.values() for f in search_figures.values()
+    ):
         sys.exit("decode_paths: a variant's output differs from the shipped path's")
 
 

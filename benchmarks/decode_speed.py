@@ -27,7 +27,8 @@ Checks before any timing, which stop the benchmark when they fail:
 
 1. Teacher-forced logits of Marian equal aiayn's to ``--logits-tol`` on one padded batch (the first
    ``--logits-batch`` sentences of the first, longest, batch; small so that its (B, T, V) logits do
-   not dominate the peak RSS), with aiayn's greedy outputs as targets; CTranslate2's per-token log-probs of the same targets
+   not dominate the peak RSS), with aiayn's greedy outputs as targets; CTranslate2's per-token
+   log-probs of the same targets
    (``score_batch``) are compared too (reported).
 2. HF greedy token ids equal aiayn's for every sentence; sentences where aiayn stopped at its length
    limit and the peer (whose limit is the batch's) went on with the same prefix are counted apart;
@@ -73,9 +74,6 @@ import torch
 import transformers
 from transformers import GenerationConfig
 
-from common import command, machine, peak_rss_mib, versions
-from hf_marian import check_positions, to_marian
-
 from aiayn.data.corpus import read_parallel
 from aiayn.decode.search import DecodeOptions, generate
 from aiayn.decode.step import max_output_lengths
@@ -83,6 +81,8 @@ from aiayn.decode.translator import Translator
 from aiayn.export import PAD_PIECE, SUPPRESS, export_ctranslate2
 from aiayn.malloc import keep_freed_memory
 from aiayn.train.checkpoint import load_translation_model
+from common import command, machine, peak_rss_mib, versions
+from hf_marian import check_positions, to_marian
 
 ROOT = Path(__file__).resolve().parents[1]
 SYSTEMS = ("aiayn", "transformers", "ctranslate2")
@@ -91,21 +91,30 @@ PEERS = SYSTEMS[1:]
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--checkpoint", default=str(ROOT / "runs" / "multi30k_en_de" / "averaged"),
-                        help="checkpoint or run directory (default runs/multi30k_en_de/averaged)")
+    parser.add_argument(
+        "--checkpoint",
+        default=str(ROOT / "runs" / "multi30k_en_de" / "averaged"),
+        help="checkpoint or run directory (default runs/multi30k_en_de/averaged)",
+    )
     parser.add_argument("--data-dir", default=str(ROOT.parent / "shared" / "data" / "multi30k"))
     parser.add_argument("--split", default="test2016")
     parser.add_argument("--src", help="source language (default: the checkpoint's run config)")
     parser.add_argument("--tgt", help="target language (default: the checkpoint's run config)")
     parser.add_argument("--limit", type=int, default=0, help="first N sentences only (default: all)")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved timed rounds")
-    parser.add_argument("--threads", type=int, default=2, help="torch.set_num_threads and CTranslate2 intra_threads")
+    parser.add_argument(
+        "--threads", type=int, default=2, help="torch.set_num_threads and CTranslate2 intra_threads"
+    )
     parser.add_argument("--beam", type=int, default=4, help="beam size of the beam-search runs")
     parser.add_argument("--alpha", type=float, default=0.6, help="length penalty (aiayn: GNMT's)")
     parser.add_argument("--batch-tokens", type=int, default=4096, help="padded source tokens per batch")
     parser.add_argument("--logits-tol", type=float, default=1e-4, help="max |logit difference| aiayn vs HF")
-    parser.add_argument("--logits-batch", type=int, default=16, help="sentences in the teacher-forced logits check")
-    parser.add_argument("--max-differ", type=float, default=0.01, help="fail above this fraction of greedy differences")
+    parser.add_argument(
+        "--logits-batch", type=int, default=16, help="sentences in the teacher-forced logits check"
+    )
+    parser.add_argument(
+        "--max-differ", type=float, default=0.01, help="fail above this fraction of greedy differences"
+    )
     parser.add_argument("--results", default=str(ROOT / "benchmarks" / "results" / "decode_speed.json"))
     return parser.parse_args()
 
@@ -123,14 +132,17 @@ def main() -> None:
     rss = {"after_loading_aiayn": peak_rss_mib()}
     aiayn = Aiayn(model, tokenizer, options, args.batch_tokens)
     batches, limits = aiayn.plan(lines)
-    log(f"{ckpt.path}: {src}->{tgt}, {len(lines)} sentences of {args.split} in {len(batches)} batches, "
-        f"{args.threads} thread(s)")
+    log(
+        f"{ckpt.path}: {src}->{tgt}, {len(lines)} sentences of {args.split} in {len(batches)} batches, "
+        f"{args.threads} thread(s)"
+    )
     peers = {"transformers": HuggingFace(to_marian(model), tokenizer, aiayn, batches, limits, options)}
     rss["after_building_marian"] = peak_rss_mib()
     with tempfile.TemporaryDirectory(prefix="aiayn-ct2-") as tmp:  # kept while CTranslate2 runs
         export_ctranslate2(ckpt.path, Path(tmp) / "model")
-        peers["ctranslate2"] = CTranslate2(Path(tmp) / "model", tokenizer, aiayn, batches, limits, options,
-                                           args.threads)
+        peers["ctranslate2"] = CTranslate2(
+            Path(tmp) / "model", tokenizer, aiayn, batches, limits, options, args.threads
+        )
         rss["after_loading_ctranslate2"] = peak_rss_mib()
         systems = {"aiayn": aiayn, **peers}
         outputs = warm_up_and_check(systems, lines, batches, limits, searches, args, rss)
@@ -139,12 +151,18 @@ def main() -> None:
         rss["at_end"] = peak_rss_mib()
     figures = summarise(seconds, outputs["ids"], texts, refs, len(lines))
     results = {
-        "benchmark": "decode_speed", "command": command(),
-        "versions": versions(transformers=transformers.__version__, ctranslate2=ctranslate2.__version__,
-                             sacrebleu=sacrebleu.__version__),
+        "benchmark": "decode_speed",
+        "command": command(),
+        "versions": versions(
+            transformers=transformers.__version__,
+            ctranslate2=ctranslate2.__version__,
+            sacrebleu=sacrebleu.__version__,
+        ),
         "machine": machine(),
         "settings": settings(args, ckpt, src, tgt, lines, batches, options, peers),
-        "checks": outputs["checks"], "figures": figures, "peak_rss_mib": rss,
+        "checks": outputs["checks"],
+        "figures": figures,
+        "peak_rss_mib": rss,
         "malloc_kept": malloc_kept,
     }
     path = Path(args.results)
@@ -179,8 +197,10 @@ class Aiayn:
 
     def __init__(self, model, tokenizer, options: dict[str, DecodeOptions], batch_tokens: int) -> None:
         self.model, self.tokenizer = model, tokenizer
-        self.translators = {name: Translator(model, tokenizer, batch_tokens=batch_tokens, options=o)
-                            for name, o in options.items()}
+        self.translators = {
+            name: Translator(model, tokenizer, batch_tokens=batch_tokens, options=o)
+            for name, o in options.items()
+        }
         self.first = next(iter(self.translators.values()))
 
     def encode(self, line: str) -> list[int]:
@@ -214,21 +234,37 @@ class Aiayn:
 class HuggingFace:
     """``MarianMTModel.generate`` over aiayn's batches."""
 
-    def __init__(self, hf, tokenizer, aiayn: Aiayn, batches, limits, options: dict[str, DecodeOptions]) -> None:
+    def __init__(
+        self, hf, tokenizer, aiayn: Aiayn, batches, limits, options: dict[str, DecodeOptions]
+    ) -> None:
         self.model, self.tokenizer, self.aiayn, self.batches = hf, tokenizer, aiayn, batches
         c = aiayn.model.config
         self.pad, self.eos = c.pad_id, c.eos_id
-        self.configs = {name: [self.generation_config(max(limits[i] for i in b) + 1, o, c) for b in batches]
-                        for name, o in options.items()}
+        self.configs = {
+            name: [self.generation_config(max(limits[i] for i in b) + 1, o, c) for b in batches]
+            for name, o in options.items()
+        }
 
     @staticmethod
     def generation_config(max_new_tokens: int, options: DecodeOptions, c) -> GenerationConfig:
-        beam = dict(num_beams=options.beam, length_penalty=options.alpha, early_stopping=False) \
-            if options.beam > 1 else dict(num_beams=1)
-        return GenerationConfig(max_new_tokens=max_new_tokens, do_sample=False, use_cache=True,
-                                num_return_sequences=1, pad_token_id=c.pad_id, eos_token_id=c.eos_id,
-                                bos_token_id=c.bos_id, decoder_start_token_id=c.bos_id, forced_eos_token_id=c.eos_id,
-                                suppress_tokens=[c.pad_id, c.bos_id], **beam)
+        beam = (
+            dict(num_beams=options.beam, length_penalty=options.alpha, early_stopping=False)
+            if options.beam > 1
+            else dict(num_beams=1)
+        )
+        return GenerationConfig(
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            use_cache=True,
+            num_return_sequences=1,
+            pad_token_id=c.pad_id,
+            eos_token_id=c.eos_id,
+            bos_token_id=c.bos_id,
+            decoder_start_token_id=c.bos_id,
+            forced_eos_token_id=c.eos_id,
+            suppress_tokens=[c.pad_id, c.bos_id],
+            **beam,
+        )
 
     def translate(self, lines: list[str], search: str) -> tuple[list[str], list[list[int]]]:
         out: list[list[int]] = [[] for _ in lines]
@@ -237,8 +273,9 @@ class HuggingFace:
             width = max(len(s) for s in sources)
             src = torch.tensor([s + [self.pad] * (width - len(s)) for s in sources])
             with torch.inference_mode():
-                sequences = self.model.generate(input_ids=src, attention_mask=(src != self.pad).long(),
-                                                generation_config=config)
+                sequences = self.model.generate(
+                    input_ids=src, attention_mask=(src != self.pad).long(), generation_config=config
+                )
             for i, row in zip(batch, sequences.tolist()):
                 out[i] = self.strip(row)
         return [self.tokenizer.decode(ids) for ids in out], out
@@ -246,18 +283,25 @@ class HuggingFace:
     def strip(self, row: list[int]) -> list[int]:
         """Drop the decoder start, cut at the first EOS (padding follows it)."""
         tokens = row[1:]
-        return tokens[:tokens.index(self.eos)] if self.eos in tokens else [t for t in tokens if t != self.pad]
+        return (
+            tokens[: tokens.index(self.eos)] if self.eos in tokens else [t for t in tokens if t != self.pad]
+        )
 
 
 class CTranslate2:
     """``ctranslate2.Translator.translate_batch`` over aiayn's batches (pieces in, pieces out)."""
 
-    def __init__(self, directory: Path, tokenizer, aiayn: Aiayn, batches, limits, options, threads: int) -> None:
-        self.translator = ctranslate2.Translator(str(directory), device="cpu", compute_type="float32",
-                                                 intra_threads=threads)
+    def __init__(
+        self, directory: Path, tokenizer, aiayn: Aiayn, batches, limits, options, threads: int
+    ) -> None:
+        self.translator = ctranslate2.Translator(
+            str(directory), device="cpu", compute_type="float32", intra_threads=threads
+        )
         self.tokenizer, self.aiayn, self.batches, self.options = tokenizer, aiayn, batches, options
         c = aiayn.model.config
-        self.pieces = [PAD_PIECE if i == c.pad_id else tokenizer.id_to_piece(i) for i in range(tokenizer.vocab_size)]
+        self.pieces = [
+            PAD_PIECE if i == c.pad_id else tokenizer.id_to_piece(i) for i in range(tokenizer.vocab_size)
+        ]
         self.ids = {piece: i for i, piece in enumerate(self.pieces)}
         self.max_lengths = [max(limits[i] for i in b) + 1 for b in batches]
 
@@ -270,8 +314,13 @@ class CTranslate2:
         out: list[list[int]] = [[] for _ in lines]
         for batch, max_length in zip(self.batches, self.max_lengths):
             results = self.translator.translate_batch(
-                [self.source_pieces(lines[i]) for i in batch], beam_size=o.beam, length_penalty=o.alpha,
-                max_decoding_length=max_length, max_input_length=0, suppress_sequences=SUPPRESS)
+                [self.source_pieces(lines[i]) for i in batch],
+                beam_size=o.beam,
+                length_penalty=o.alpha,
+                max_decoding_length=max_length,
+                max_input_length=0,
+                suppress_sequences=SUPPRESS,
+            )
             for i, result in zip(batch, results):
                 out[i] = [self.ids[p] for p in result.hypotheses[0]]
         return [self.tokenizer.decode(ids) for ids in out], out
@@ -280,32 +329,47 @@ class CTranslate2:
 # ----------------------------------------------------------------------------- checks
 
 
-def warm_up_and_check(systems: dict, lines, batches, limits, searches: dict[str, int], args, rss: dict) -> dict:
+def warm_up_and_check(
+    systems: dict, lines, batches, limits, searches: dict[str, int], args, rss: dict
+) -> dict:
     """One untimed run of every system and search (peak RSS after each system's runs into ``rss``);
     the equality checks; exit on a failed HF check."""
     aiayn = systems["aiayn"]
     ids: dict = {search: {} for search in searches}
     for name in SYSTEMS:
         for search in searches:
-            ids[search][name] = aiayn.token_ids(lines, search, batches) if name == "aiayn" \
+            ids[search][name] = (
+                aiayn.token_ids(lines, search, batches)
+                if name == "aiayn"
                 else systems[name].translate(lines, search)[1]
+            )
         rss[f"after_warmup_{name}"] = peak_rss_mib()
-    first = batches[0][:args.logits_batch]
+    first = batches[0][: args.logits_batch]
     checks = {"logits": logits_check(systems, lines, first, ids["greedy"]["aiayn"]), "outputs": {}}
     for search in searches:
         checks["outputs"][search] = {
-            name: compare(ids[search]["aiayn"], ids[search][name], limits,
-                          diagnose=aiayn if search == "greedy" else None, lines=lines)
-            for name in PEERS}
+            name: compare(
+                ids[search]["aiayn"],
+                ids[search][name],
+                limits,
+                diagnose=aiayn if search == "greedy" else None,
+                lines=lines,
+            )
+            for name in PEERS
+        }
     report_checks(checks)
     failures = []
     if checks["logits"]["transformers_max_abs_diff"] > args.logits_tol:
-        failures.append(f"Marian logits differ from aiayn's by {checks['logits']['transformers_max_abs_diff']:.2e} "
-                        f"> {args.logits_tol:g}")
+        failures.append(
+            f"Marian logits differ from aiayn's by {checks['logits']['transformers_max_abs_diff']:.2e} "
+            f"> {args.logits_tol:g}"
+        )
     greedy = checks["outputs"]["greedy"]
     if greedy["transformers"]["fraction_differ"] > args.max_differ:
-        failures.append(f"HF greedy outputs differ from aiayn's for {greedy['transformers']['fraction_differ']:.1%} "
-                        f"of sentences (> {args.max_differ:.0%})")
+        failures.append(
+            f"HF greedy outputs differ from aiayn's for {greedy['transformers']['fraction_differ']:.1%} "
+            f"of sentences (> {args.max_differ:.0%})"
+        )
     if greedy["ctranslate2"]["fraction_differ"] > args.max_differ:
         log(f"WARNING: CTranslate2 greedy outputs differ for {greedy['ctranslate2']['fraction_differ']:.1%}")
     if failures:
@@ -324,38 +388,69 @@ def logits_check(systems: dict, lines, batch: list[int], greedy: list[list[int]]
     real = tgt_in != c.pad_id  # right-padded: row r's first len(targets[r]) positions
     with torch.inference_mode():
         ours = aiayn.model(src, tgt_in)[real].float()  # (N, V), real positions only
-        theirs = hf.model(input_ids=src, attention_mask=(src != c.pad_id).long(), decoder_input_ids=tgt_in,
-                          decoder_attention_mask=real.long()).logits[real].float()
+        theirs = (
+            hf.model(
+                input_ids=src,
+                attention_mask=(src != c.pad_id).long(),
+                decoder_input_ids=tgt_in,
+                decoder_attention_mask=real.long(),
+            )
+            .logits[real]
+            .float()
+        )
         logits_diff, logits_max = float((ours - theirs).abs().max()), float(ours.abs().max())
-        chosen = ours.log_softmax(-1).gather(-1, torch.tensor([t for ts in targets for t in ts])[:, None])[:, 0]
+        chosen = ours.log_softmax(-1).gather(-1, torch.tensor([t for ts in targets for t in ts])[:, None])[
+            :, 0
+        ]
     check_positions(hf.model, aiayn.model)  # still aiayn's table after generate()
-    scored = ct2.translator.score_batch([ct2.source_pieces(lines[i]) for i in batch],
-                                        [[ct2.pieces[t] for t in target[:-1]] for target in targets],
-                                        max_input_length=0)
-    theirs_lp = torch.tensor([lp for target, r in zip(targets, scored) for lp in r.log_probs[:len(target)]])
+    scored = ct2.translator.score_batch(
+        [ct2.source_pieces(lines[i]) for i in batch],
+        [[ct2.pieces[t] for t in target[:-1]] for target in targets],
+        max_input_length=0,
+    )
+    theirs_lp = torch.tensor([lp for target, r in zip(targets, scored) for lp in r.log_probs[: len(target)]])
     if theirs_lp.numel() != chosen.numel():
-        sys.exit(f"decode_speed: CTranslate2 scored {theirs_lp.numel()} target positions, aiayn {chosen.numel()}")
-    return {"sentences": len(batch), "target_positions": int(real.sum()),
-            "transformers_max_abs_diff": logits_diff, "max_abs_logit": logits_max,
-            "ctranslate2_logprob_max_abs_diff": float((chosen - theirs_lp).abs().max())}
+        sys.exit(
+            f"decode_speed: CTranslate2 scored {theirs_lp.numel()} target positions, aiayn {chosen.numel()}"
+        )
+    return {
+        "sentences": len(batch),
+        "target_positions": int(real.sum()),
+        "transformers_max_abs_diff": logits_diff,
+        "max_abs_logit": logits_max,
+        "ctranslate2_logprob_max_abs_diff": float((chosen - theirs_lp).abs().max()),
+    }
 
 
-def compare(reference: list[list[int]], other: list[list[int]], limits: list[int], diagnose: Aiayn | None,
-            lines: list[str], show: int = 5) -> dict:
+def compare(
+    reference: list[list[int]],
+    other: list[list[int]],
+    limits: list[int],
+    diagnose: Aiayn | None,
+    lines: list[str],
+    show: int = 5,
+) -> dict:
     """Count equal outputs; aiayn hitting its own (per-sentence) length limit is counted apart."""
     equal, at_limit, differ = 0, [], []
     for i, (a, b) in enumerate(zip(reference, other)):
         if a == b:
             equal += 1
-        elif len(a) >= limits[i] and b[:len(a)] == a:
+        elif len(a) >= limits[i] and b[: len(a)] == a:
             at_limit.append(i)
         else:
             differ.append(i)
     n = len(reference)
-    out = {"sentences": n, "equal": equal, "differ_past_aiayn_length_limit": len(at_limit),
-           "differ": len(differ), "fraction_differ": (len(at_limit) + len(differ)) / max(n, 1)}
+    out = {
+        "sentences": n,
+        "equal": equal,
+        "differ_past_aiayn_length_limit": len(at_limit),
+        "differ": len(differ),
+        "fraction_differ": (len(at_limit) + len(differ)) / max(n, 1),
+    }
     if diagnose is not None:
-        out["first_differences"] = [divergence(diagnose, lines[i], reference[i], other[i], i) for i in differ[:show]]
+        out["first_differences"] = [
+            divergence(diagnose, lines[i], reference[i], other[i], i) for i in differ[:show]
+        ]
     return out
 
 
@@ -368,22 +463,35 @@ def divergence(aiayn: Aiayn, line: str, ours: list[int], theirs: list[int], inde
     prefix = torch.tensor([[aiayn.model.config.bos_id] + a[:k]])
     with torch.inference_mode():
         log_probs = aiayn.model(src, prefix)[0, -1].float().log_softmax(-1)
-    return {"sentence": index, "position": k, "aiayn_token": a[k], "peer_token": b[k],
-            "aiayn_logprob_gap": float(log_probs[a[k]] - log_probs[b[k]])}
+    return {
+        "sentence": index,
+        "position": k,
+        "aiayn_token": a[k],
+        "peer_token": b[k],
+        "aiayn_logprob_gap": float(log_probs[a[k]] - log_probs[b[k]]),
+    }
 
 
 def report_checks(checks: dict) -> None:
     lg = checks["logits"]
-    log(f"teacher-forced on {lg['sentences']} sentences ({lg['target_positions']} positions): Marian logits max "
+    log(
+        f"teacher-forced on {lg['sentences']} sentences ({lg['target_positions']} positions): Marian "
+        "logits max "
         f"|diff| {lg['transformers_max_abs_diff']:.2e} (max |logit| {lg['max_abs_logit']:.1f}); CTranslate2 "
-        f"log-probs max |diff| {lg['ctranslate2_logprob_max_abs_diff']:.2e}")
+        f"log-probs max |diff| {lg['ctranslate2_logprob_max_abs_diff']:.2e}"
+    )
     for search, per_peer in checks["outputs"].items():
         for name, c in per_peer.items():
-            log(f"{search} {name}: {c['equal']}/{c['sentences']} equal to aiayn's, "
-                f"{c['differ_past_aiayn_length_limit']} differ only past aiayn's length limit, {c['differ']} differ")
+            log(
+                f"{search} {name}: {c['equal']}/{c['sentences']} equal to aiayn's, "
+                f"{c['differ_past_aiayn_length_limit']} differ only past aiayn's length limit, "
+                f"{c['differ']} differ"
+            )
             for d in c.get("first_differences", []):
-                log(f"  sentence {d['sentence']}: position {d['position']}, aiayn {d['aiayn_token']} vs "
-                    f"{d['peer_token']}, aiayn log-prob gap {d['aiayn_logprob_gap']:.2e}")
+                log(
+                    f"  sentence {d['sentence']}: position {d['position']}, aiayn {d['aiayn_token']} vs "
+                    f"{d['peer_token']}, aiayn log-prob gap {d['aiayn_logprob_gap']:.2e}"
+                )
 
 
 # ----------------------------------------------------------------------------- timing
@@ -395,15 +503,17 @@ def time_rounds(systems: dict, lines, searches: dict[str, int], rounds: int) -> 
     texts: dict = {search: {} for search in searches}
     names = list(systems)
     for r in range(rounds):
-        order = names[r % len(names):] + names[:r % len(names)]
+        order = names[r % len(names) :] + names[: r % len(names)]
         for search in searches:
             for name in order:
                 started = time.perf_counter()
                 out, _ = systems[name].translate(lines, search)
                 seconds[search][name].append(time.perf_counter() - started)
                 texts[search].setdefault(name, out)
-            log(f"round {r + 1}/{rounds} {search}: " + "  ".join(
-                f"{n} {len(lines) / s[-1]:.1f} sent/s" for n, s in seconds[search].items()))
+            log(
+                f"round {r + 1}/{rounds} {search}: "
+                + "  ".join(f"{n} {len(lines) / s[-1]:.1f} sent/s" for n, s in seconds[search].items())
+            )
     return seconds, texts
 
 
@@ -413,48 +523,80 @@ def summarise(seconds: dict, ids: dict, texts: dict, refs: list[str], n: int) ->
         rows = {}
         for name, times in per_system.items():
             tokens = sum(len(t) + 1 for t in ids[search][name])  # output tokens + the EOS step
-            rows[name] = {"seconds": times, "median_seconds": statistics.median(times), "target_tokens": tokens,
-                          "target_tokens_per_s": tokens / statistics.median(times),
-                          "sentences_per_s": n / statistics.median(times),
-                          "bleu": sacrebleu.corpus_bleu(texts[search][name], [refs]).score}
+            rows[name] = {
+                "seconds": times,
+                "median_seconds": statistics.median(times),
+                "target_tokens": tokens,
+                "target_tokens_per_s": tokens / statistics.median(times),
+                "sentences_per_s": n / statistics.median(times),
+                "bleu": sacrebleu.corpus_bleu(texts[search][name], [refs]).score,
+            }
         for peer in PEERS:
-            rows[f"ratio_aiayn_over_{peer}"] = rows["aiayn"]["sentences_per_s"] / rows[peer]["sentences_per_s"]
+            rows[f"ratio_aiayn_over_{peer}"] = (
+                rows["aiayn"]["sentences_per_s"] / rows[peer]["sentences_per_s"]
+            )
             rows[f"paired_ratio_aiayn_over_{peer}"] = statistics.median(
-                p / a for a, p in zip(per_system["aiayn"], per_system[peer]))
+                p / a for a, p in zip(per_system["aiayn"], per_system[peer])
+            )
         figures[search] = rows
     return figures
 
 
 def settings(args, ckpt, src: str, tgt: str, lines, batches, options, peers) -> dict:
     hf = peers["transformers"].model
-    return {"checkpoint": str(ckpt.path), "model": ckpt.config["model"], "split": args.split,
-            "src": src, "tgt": tgt, "sentences": len(lines), "batches": len(batches),
-            "batch_sizes": [len(b) for b in batches], "batch_tokens": args.batch_tokens,
-            "threads": args.threads, "rounds": args.rounds, "precision": "fp32",
-            "aiayn_options": {name: asdict(o) for name, o in options.items()},
-            "aiayn_timed": "Translator.translate: text only, so scores=False (greedy skips the log-softmax)",
-            "transformers": {"attn_implementation": hf.config._attn_implementation,
-                             "generate": "num_beams 1|B, do_sample False, use_cache True, length_penalty alpha, "
-                                         "early_stopping False, suppress_tokens [PAD, BOS], forced_eos_token_id EOS, "
-                                         "max_new_tokens = batch's largest aiayn limit + 1"},
-            "ctranslate2": {"compute_type": "float32", "intra_threads": args.threads,
-                            "translate_batch": "beam_size 1|B, length_penalty alpha, suppress_sequences "
-                                               f"{SUPPRESS}, max_decoding_length = batch's largest aiayn limit + 1, "
-                                               "one call per aiayn batch"},
-            "tokens_counted": "output tokens + 1 (the EOS step) per sentence, from each system's own outputs"}
+    return {
+        "checkpoint": str(ckpt.path),
+        "model": ckpt.config["model"],
+        "split": args.split,
+        "src": src,
+        "tgt": tgt,
+        "sentences": len(lines),
+        "batches": len(batches),
+        "batch_sizes": [len(b) for b in batches],
+        "batch_tokens": args.batch_tokens,
+        "threads": args.threads,
+        "rounds": args.rounds,
+        "precision": "fp32",
+        "aiayn_options": {name: asdict(o) for name, o in options.items()},
+        "aiayn_timed": "Translator.translate: text only, so scores=False (greedy skips the log-softmax)",
+        "transformers": {
+            "attn_implementation": hf.config._attn_implementation,
+            "generate": "num_beams 1|B, do_sample False, use_cache True, length_penalty alpha, "
+            "early_stopping False, suppress_tokens [PAD, BOS], forced_eos_token_id EOS, "
+            "max_new_tokens = batch's largest aiayn limit + 1",
+        },
+        "ctranslate2": {
+            "compute_type": "float32",
+            "intra_threads": args.threads,
+            "translate_batch": "beam_size 1|B, length_penalty alpha, suppress_sequences "
+            f"{SUPPRESS}, max_decoding_length = batch's largest aiayn limit + 1, "
+            "one call per aiayn batch",
+        },
+        "tokens_counted": "output tokens + 1 (the EOS step) per sentence, from each system's own outputs",
+    }
 
 
 def print_table(figures: dict, rss: dict) -> None:
-    print(f"\n{'search':<8}{'system':<14}{'tok/s':>10}{'sent/s':>10}{'BLEU':>7}{'aiayn/peer':>12}{'paired':>8}")
+    print(
+        f"\n{'search':<8}{'system':<14}{'tok/s':>10}{'sent/s':>10}{'BLEU':>7}{'aiayn/peer':>12}{'paired':>8}"
+    )
     for search, rows in figures.items():
         for name in SYSTEMS:
             row = rows[name]
-            ratio = f"{rows[f'ratio_aiayn_over_{name}']:>12.2f}{rows[f'paired_ratio_aiayn_over_{name}']:>8.2f}" \
-                if name in PEERS else ""
-            print(f"{search:<8}{name:<14}{row['target_tokens_per_s']:>10,.0f}{row['sentences_per_s']:>10.1f}"
-                  f"{row['bleu']:>7.2f}{ratio}")
-    print("(medians; tokens = output tokens + EOS step; aiayn/peer = ratio of median sentences/s, paired = median "
-          "of per-round ratios)")
+            ratio = (
+                f"{rows[f'ratio_aiayn_over_{name}']:>12.2f}{rows[f'paired_ratio_aiayn_over_{name}']:>8.2f}"
+                if name in PEERS
+                else ""
+            )
+            print(
+                f"{search:<8}{name:<14}{row['target_tokens_per_s']:>10,.0f}{row['sentences_per_s']:>10.1f}"
+                f"{row['bleu']:>7.2f}{ratio}"
+            )
+    print(
+        "(medians; tokens = output tokens + EOS step; aiayn/peer = ratio of median sentences/s, paired "
+        "= median "
+        "of per-round ratios)"
+    )
     print("peak RSS MiB (whole process): " + ", ".join(f"{k} {v:,.0f}" for k, v in rss.items()))
 
 

@@ -59,10 +59,16 @@ def measure(shape: Shape, rounds: int, seed: int) -> dict:
     finally:
         aiayn_dropout.dropout = VARIANTS["aiayn"]
     ratios = [t / a for t, a in zip(seconds["F.dropout"], seconds["aiayn"])]
-    return {"shape": asdict(shape), "seconds_per_step": seconds,
-            "median_s_per_step": {name: statistics.median(s) for name, s in seconds.items()},
-            "speedup_aiayn_over_F_dropout": {"median": statistics.median(ratios), "min": min(ratios),
-                                             "max": max(ratios)}}
+    return {
+        "shape": asdict(shape),
+        "seconds_per_step": seconds,
+        "median_s_per_step": {name: statistics.median(s) for name, s in seconds.items()},
+        "speedup_aiayn_over_F_dropout": {
+            "median": statistics.median(ratios),
+            "min": min(ratios),
+            "max": max(ratios),
+        },
+    }
 
 
 def main() -> None:
@@ -79,11 +85,20 @@ def main() -> None:
         figures[name] = measure(SHAPES[name], args.rounds, args.seed)
         s = figures[name]["speedup_aiayn_over_F_dropout"]
         m = figures[name]["median_s_per_step"]
-        print(f"shape {name}: F.dropout {m['F.dropout']:.3f} s/step, aiayn {m['aiayn']:.3f} s/step, "
-              f"aiayn {s['median']:.3f}x [{s['min']:.3f}-{s['max']:.3f}]", flush=True)
-    results = {"benchmark": "dropout", "command": command(), "versions": versions(), "machine": machine(),
-               "settings": {"rounds": args.rounds, "threads": args.threads, "seed": args.seed, "precision": "fp32"},
-               "figures": figures, "peak_rss_mib": peak_rss_mib()}
+        print(
+            f"shape {name}: F.dropout {m['F.dropout']:.3f} s/step, aiayn {m['aiayn']:.3f} s/step, "
+            f"aiayn {s['median']:.3f}x [{s['min']:.3f}-{s['max']:.3f}]",
+            flush=True,
+        )
+    results = {
+        "benchmark": "dropout",
+        "command": command(),
+        "versions": versions(),
+        "machine": machine(),
+        "settings": {"rounds": args.rounds, "threads": args.threads, "seed": args.seed, "precision": "fp32"},
+        "figures": figures,
+        "peak_rss_mib": peak_rss_mib(),
+    }
     Path(args.out).write_text(json.dumps(results, indent=1) + "\n")
     print(f"wrote {args.out}")
 

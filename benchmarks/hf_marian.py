@@ -41,14 +41,29 @@ def marian_config(config) -> MarianConfig:
         raise ValueError("norm_first: Marian is post-norm only; a pre-norm aiayn model has no Marian twin")
     tie = config.tie_embeddings
     return MarianConfig(
-        vocab_size=config.src_vocab_size, decoder_vocab_size=config.tgt_vocab_size, d_model=config.d_model,
-        encoder_layers=config.n_encoder_layers, decoder_layers=config.n_decoder_layers,
-        encoder_attention_heads=config.n_heads, decoder_attention_heads=config.n_heads,
-        encoder_ffn_dim=config.d_ff, decoder_ffn_dim=config.d_ff, activation_function=config.activation,
-        max_position_embeddings=config.max_len, dropout=0.0, attention_dropout=0.0, activation_dropout=0.0,
-        scale_embedding=True, pad_token_id=config.pad_id, eos_token_id=config.eos_id, bos_token_id=config.bos_id,
-        decoder_start_token_id=config.bos_id, forced_eos_token_id=None,
-        share_encoder_decoder_embeddings=tie == "all", tie_word_embeddings=tie in ("decoder", "all"))
+        vocab_size=config.src_vocab_size,
+        decoder_vocab_size=config.tgt_vocab_size,
+        d_model=config.d_model,
+        encoder_layers=config.n_encoder_layers,
+        decoder_layers=config.n_decoder_layers,
+        encoder_attention_heads=config.n_heads,
+        decoder_attention_heads=config.n_heads,
+        encoder_ffn_dim=config.d_ff,
+        decoder_ffn_dim=config.d_ff,
+        activation_function=config.activation,
+        max_position_embeddings=config.max_len,
+        dropout=0.0,
+        attention_dropout=0.0,
+        activation_dropout=0.0,
+        scale_embedding=True,
+        pad_token_id=config.pad_id,
+        eos_token_id=config.eos_id,
+        bos_token_id=config.bos_id,
+        decoder_start_token_id=config.bos_id,
+        forced_eos_token_id=None,
+        share_encoder_decoder_embeddings=tie == "all",
+        tie_word_embeddings=tie in ("decoder", "all"),
+    )
 
 
 def marian_state_dict(model: nn.Module) -> dict[str, Tensor]:
@@ -92,16 +107,20 @@ def _attention(prefix: str, attention: nn.Module) -> dict[str, Tensor]:
     weight, bias = attention.in_proj.weight, attention.in_proj.bias  # rows Q, K, V
     out = {}
     for j, name in enumerate(("q_proj", "k_proj", "v_proj")):
-        out[f"{prefix}.{name}.weight"] = weight[j * d:(j + 1) * d]
-        out[f"{prefix}.{name}.bias"] = bias[j * d:(j + 1) * d]
+        out[f"{prefix}.{name}.weight"] = weight[j * d : (j + 1) * d]
+        out[f"{prefix}.{name}.bias"] = bias[j * d : (j + 1) * d]
     out[f"{prefix}.out_proj.weight"] = attention.out_proj.weight
     out[f"{prefix}.out_proj.bias"] = attention.out_proj.bias
     return out
 
 
 def _ffn(prefix: str, feed_forward: nn.Module) -> dict[str, Tensor]:
-    return {f"{prefix}.fc1.weight": feed_forward.w_1.weight, f"{prefix}.fc1.bias": feed_forward.w_1.bias,
-            f"{prefix}.fc2.weight": feed_forward.w_2.weight, f"{prefix}.fc2.bias": feed_forward.w_2.bias}
+    return {
+        f"{prefix}.fc1.weight": feed_forward.w_1.weight,
+        f"{prefix}.fc1.bias": feed_forward.w_1.bias,
+        f"{prefix}.fc2.weight": feed_forward.w_2.weight,
+        f"{prefix}.fc2.bias": feed_forward.w_2.bias,
+    }
 
 
 def _norm(prefix: str, norm: nn.LayerNorm) -> dict[str, Tensor]:
@@ -115,8 +134,10 @@ def to_marian(model: nn.Module) -> MarianMTModel:
     weights = marian_state_dict(model)
     expected = set(hf.state_dict())
     if set(weights) != expected:
-        raise RuntimeError(f"weight names differ: missing {sorted(expected - set(weights))[:5]}, "
-                           f"extra {sorted(set(weights) - expected)[:5]}")
+        raise RuntimeError(
+            f"weight names differ: missing {sorted(expected - set(weights))[:5]}, "
+            f"extra {sorted(set(weights) - expected)[:5]}"
+        )
     with torch.no_grad():
         for name, tensor in hf.state_dict(keep_vars=True).items():
             tensor.copy_(weights[name])  # tied names alias one tensor: the same values are copied again

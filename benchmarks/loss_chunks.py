@@ -1,4 +1,5 @@
-"""The label-smoothed loss on CPU: blocks of rows against the whole (N, V) logits at once (before), same process.
+"""The label-smoothed loss on CPU: blocks of rows against the whole (N, V) logits at once (before),
+in the same process.
 
     .venv/bin/python benchmarks/loss_chunks.py                     # shape (a)'s loss: 1,536 x 8,000
 
@@ -36,8 +37,13 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tokens", type=int, default=64 * 24, help="rows N (real target tokens per batch)")
     parser.add_argument("--vocab", type=int, default=8000)
-    parser.add_argument("--chunks", type=int, nargs="+", default=[1 << 16, 1 << 18, 1 << 20],
-                        help="CHUNK_ELEMENTS values to compare with the implementation before blocks")
+    parser.add_argument(
+        "--chunks",
+        type=int,
+        nargs="+",
+        default=[1 << 16, 1 << 18, 1 << 20],
+        help="CHUNK_ELEMENTS values to compare with the implementation before blocks",
+    )
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
@@ -103,7 +109,9 @@ def measure(dtype: torch.dtype, args: argparse.Namespace) -> dict:
     before = BEFORE
     settings = [before, *args.chunks]
     reference = forward_backward(logits, target, before).float()
-    max_diff = {c: (forward_backward(logits, target, c).float() - reference).abs().max().item() for c in args.chunks}
+    max_diff = {
+        c: (forward_backward(logits, target, c).float() - reference).abs().max().item() for c in args.chunks
+    }
     times: dict[int, list[float]] = {c: [] for c in settings}
     for i in range(args.rounds):
         shift = i % len(settings)
@@ -111,12 +119,22 @@ def measure(dtype: torch.dtype, args: argparse.Namespace) -> dict:
             times[c].append(time_setting(logits, target, c, args.reps))
     rows = []
     for c in args.chunks:
-        rows.append({"chunk_elements": c, "rows_per_block": max(1, c // args.vocab),
-                     "ms": 1e3 * statistics.median(times[c]),
-                     "paired_before_over_blocks": statistics.median(w / b for w, b in zip(times[before], times[c])),
-                     "grad_max_abs_diff_vs_before": max_diff[c]})
-    return {"dtype": str(dtype).removeprefix("torch."), "before_ms": 1e3 * statistics.median(times[before]),
-            "blocks": rows}
+        rows.append(
+            {
+                "chunk_elements": c,
+                "rows_per_block": max(1, c // args.vocab),
+                "ms": 1e3 * statistics.median(times[c]),
+                "paired_before_over_blocks": statistics.median(
+                    w / b for w, b in zip(times[before], times[c])
+                ),
+                "grad_max_abs_diff_vs_before": max_diff[c],
+            }
+        )
+    return {
+        "dtype": str(dtype).removeprefix("torch."),
+        "before_ms": 1e3 * statistics.median(times[before]),
+        "blocks": rows,
+    }
 
 
 def main() -> None:
@@ -130,14 +148,36 @@ def main() -> None:
         results.append(result)
         print(f"{result['dtype']:9} before (whole logits) {result['before_ms']:7.1f} ms")
         for row in result["blocks"]:
-            print(f"{'':9} blocks of {row['chunk_elements']:>8} ({row['rows_per_block']:>4} rows) {row['ms']:7.1f} ms"
-                  f"   before/blocks {row['paired_before_over_blocks']:.2f}x   grad max diff {row['grad_max_abs_diff_vs_before']:.2g}"
-                  + ("   (shipped)" if row["chunk_elements"] == shipped else ""), flush=True)
-    Path(args.out).write_text(json.dumps({
-        "benchmark": "loss_chunks", "command": command(), "versions": versions(), "machine": machine(),
-        "settings": {"tokens": args.tokens, "vocab": args.vocab, "rounds": args.rounds, "reps": args.reps,
-                     "threads": args.threads, "shipped_chunk_elements": shipped},
-        "results": results, "peak_rss_mib": peak_rss_mib()}, indent=1) + "\n")
+            print(
+                f"{'':9} blocks of {row['chunk_elements']:>8} ({row['rows_per_block']:>4} rows) "
+                f"{row['ms']:7.1f} ms"
+                f"   before/blocks {row['paired_before_over_blocks']:.2f}x   grad max diff "
+                f"{row['grad_max_abs_diff_vs_before']:.2g}"
+                + ("   (shipped)" if row["chunk_elements"] == shipped else ""),
+                flush=True,
+            )
+    Path(args.out).write_text(
+        json.dumps(
+            {
+                "benchmark": "loss_chunks",
+                "command": command(),
+                "versions": versions(),
+                "machine": machine(),
+                "settings": {
+                    "tokens": args.tokens,
+                    "vocab": args.vocab,
+                    "rounds": args.rounds,
+                    "reps": args.reps,
+                    "threads": args.threads,
+                    "shipped_chunk_elements": shipped,
+                },
+                "results": results,
+                "peak_rss_mib": peak_rss_mib(),
+            },
+            indent=1,
+        )
+        + "\n"
+    )
     print(f"wrote {args.out}")
 
 

@@ -47,7 +47,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("steps", type=int)
     parser.add_argument("--onednn-caches", choices=("bounded", "default"), default="bounded")
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--out", help="results file (default: benchmarks/results/memory_shapes_{precision}_{caches}.json)")
+    parser.add_argument(
+        "--out", help="results file (default: benchmarks/results/memory_shapes_{precision}_{caches}.json)"
+    )
     return parser.parse_args()
 
 
@@ -57,13 +59,24 @@ def main() -> None:
     if args.onednn_caches == "default":
         os.environ.update({name: "1024" for name in ONEDNN_CACHES})
     bound = bound_onednn_caches() if args.precision == "bf16" else {}  # as the trainer: bf16 on a CPU only
-    print(f"{args.precision}, {args.steps} steps, freed memory kept: {kept}, oneDNN caches: {args.onednn_caches}",
-          flush=True)
+    print(
+        f"{args.precision}, {args.steps} steps, freed memory kept: {kept}, oneDNN caches: "
+        f"{args.onednn_caches}",
+        flush=True,
+    )
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     random.seed(0)
-    config = TransformerConfig(src_vocab_size=8000, tgt_vocab_size=8000, d_model=128, n_heads=4,
-                               n_encoder_layers=2, n_decoder_layers=2, d_ff=512, dropout=0.1)
+    config = TransformerConfig(
+        src_vocab_size=8000,
+        tgt_vocab_size=8000,
+        d_model=128,
+        n_heads=4,
+        n_encoder_layers=2,
+        n_decoder_layers=2,
+        d_ff=512,
+        dropout=0.1,
+    )
     objective = Seq2SeqObjective(build_model(config), 0.1, 0)
     optimizer = torch.optim.Adam(objective.parameters(), fused=True)
     start, series = time.time(), []
@@ -78,14 +91,36 @@ def main() -> None:
         optimizer.zero_grad(set_to_none=True)
         if i % max(1, args.steps // 16) == 0 or i == args.steps - 1:
             series.append({"step": i, "rss_mib": rss_mib(), "seconds": time.time() - start})
-            print(f"step {i}: {series[-1]['rss_mib']:.0f} MiB after {series[-1]['seconds']:.0f} s", flush=True)
-    out = Path(args.out or ROOT / "benchmarks" / "results" / f"memory_shapes_{args.precision}_{args.onednn_caches}.json")
-    out.write_text(json.dumps({
-        "benchmark": "memory_shapes", "command": command(), "versions": versions(), "machine": machine(),
-        "settings": {"precision": args.precision, "steps": args.steps, "threads": args.threads,
-                     "freed_memory_kept": kept, "onednn_caches": args.onednn_caches, "set_by_bound": bound,
-                     "cache_variables": {name: os.environ.get(name) for name in ONEDNN_CACHES}},
-        "rss": series, "peak_rss_mib": peak_rss_mib()}, indent=1) + "\n")
+            print(
+                f"step {i}: {series[-1]['rss_mib']:.0f} MiB after {series[-1]['seconds']:.0f} s", flush=True
+            )
+    out = Path(
+        args.out
+        or ROOT / "benchmarks" / "results" / f"memory_shapes_{args.precision}_{args.onednn_caches}.json"
+    )
+    out.write_text(
+        json.dumps(
+            {
+                "benchmark": "memory_shapes",
+                "command": command(),
+                "versions": versions(),
+                "machine": machine(),
+                "settings": {
+                    "precision": args.precision,
+                    "steps": args.steps,
+                    "threads": args.threads,
+                    "freed_memory_kept": kept,
+                    "onednn_caches": args.onednn_caches,
+                    "set_by_bound": bound,
+                    "cache_variables": {name: os.environ.get(name) for name in ONEDNN_CACHES},
+                },
+                "rss": series,
+                "peak_rss_mib": peak_rss_mib(),
+            },
+            indent=1,
+        )
+        + "\n"
+    )
     print(f"wrote {out}")
 
 

@@ -63,8 +63,11 @@ def main() -> None:
     log(f"averaged {[p.name for p in inputs]}")
     data = Path(args.data_dir)
     candidates = {"averaged": averaged, "last": inputs[-1], "best": out / "best"}
-    grid = {name: {alpha: decode_and_score(path, data, "val", src, tgt, args.beam, alpha) for alpha in args.alpha}
-            for name, path in candidates.items() if path.exists()}
+    grid = {
+        name: {alpha: decode_and_score(path, data, "val", src, tgt, args.beam, alpha) for alpha in args.alpha}
+        for name, path in candidates.items()
+        if path.exists()
+    }
     val = {name: best_alpha(scores) for name, scores in grid.items()}
     selected = select(val, args.select)
     alpha = val[selected]["alpha"]
@@ -72,22 +75,31 @@ def main() -> None:
     test = decode_and_score(candidates[selected], data, "test2016", src, tgt, args.beam, alpha)
     state = load_checkpoint(inputs[-1]).train_state["trainer"]
     results = {
-        "benchmark": "multi30k", "direction": f"{src}-{tgt}",
-        "command": command(), "config": str(config.relative_to(ROOT)),
-        "versions": versions(sacrebleu=sacrebleu.__version__), "machine": machine(),
-        "run_config": yaml.safe_load((out / RUN_CONFIG_FILE).read_text()),  # the config as trained, overrides applied
+        "benchmark": "multi30k",
+        "direction": f"{src}-{tgt}",
+        "command": command(),
+        "config": str(config.relative_to(ROOT)),
+        "versions": versions(sacrebleu=sacrebleu.__version__),
+        "machine": machine(),
+        "run_config": yaml.safe_load(
+            (out / RUN_CONFIG_FILE).read_text()
+        ),  # the config as trained, overrides applied
         "training": {**training, "steps": state["step"], "hours": state["hours"]},
         "validation_curve": validation_curve(out / METRICS_FILE),
         "averaged_checkpoints": [p.name for p in inputs],
         "decoding": {"beam": args.beam, "alphas_tried_on_val": args.alpha, "alpha": alpha},
-        "selection": args.select, "test2016_model": selected,
-        "val": val, "val_by_alpha": {name: {str(a): s for a, s in scores.items()} for name, scores in grid.items()},
+        "selection": args.select,
+        "test2016_model": selected,
+        "val": val,
+        "val_by_alpha": {name: {str(a): s for a, s in scores.items()} for name, scores in grid.items()},
         "test2016": test,
     }
     results_path.parent.mkdir(parents=True, exist_ok=True)
     results_path.write_text(json.dumps(results, indent=2) + "\n")
-    log(f"test2016 {src}->{tgt}: sacreBLEU {test['bleu']:.2f}, tokenized lowercased BLEU "
-        f"{test['tokenized_lowercased_bleu']:.2f}, chrF {test['chrf']:.2f}; wrote {results_path}")
+    log(
+        f"test2016 {src}->{tgt}: sacreBLEU {test['bleu']:.2f}, tokenized lowercased BLEU "
+        f"{test['tokenized_lowercased_bleu']:.2f}, chrF {test['chrf']:.2f}; wrote {results_path}"
+    )
 
 
 def parse_args() -> argparse.Namespace:
@@ -95,17 +107,33 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--direction", choices=["en-de", "de-en"], default="en-de")
     parser.add_argument("--data-dir", default=str(ROOT.parent / "shared" / "data" / "multi30k"))
     parser.add_argument("--out", help="run directory (default runs/multi30k_{src}_{tgt})")
-    parser.add_argument("--results", help="results JSON (default benchmarks/results/multi30k_{src}_{tgt}.json)")
-    parser.add_argument("--max-hours", type=float, default=0.0, help="training time budget (0 = the config's)")
+    parser.add_argument(
+        "--results", help="results JSON (default benchmarks/results/multi30k_{src}_{tgt}.json)"
+    )
+    parser.add_argument(
+        "--max-hours", type=float, default=0.0, help="training time budget (0 = the config's)"
+    )
     parser.add_argument("--average", type=int, default=5, help="average the last N checkpoints")
     parser.add_argument("--beam", type=int, default=4)
-    parser.add_argument("--alpha", type=float, nargs="+", default=[0.6, 1.0, 1.5, 2.0],
-                        help="length penalties (GNMT's; the paper's is 0.6) tried on val; the best is used on test2016")
-    parser.add_argument("--decode-only", action="store_true",
-                        help="skip training: average, choose on val and decode test2016 for a finished run")
+    parser.add_argument(
+        "--alpha",
+        type=float,
+        nargs="+",
+        default=[0.6, 1.0, 1.5, 2.0],
+        help="length penalties (GNMT's; the paper's is 0.6) tried on val; the best is used on test2016",
+    )
+    parser.add_argument(
+        "--decode-only",
+        action="store_true",
+        help="skip training: average, choose on val and decode test2016 for a finished run",
+    )
     parser.add_argument("--set", action="append", default=[], help="config override passed to aiayn train")
-    parser.add_argument("--select", choices=["val", "averaged"], default="val",
-                        help="model decoded on test2016: the best of averaged/last/best on val BLEU, or always the average")
+    parser.add_argument(
+        "--select",
+        choices=["val", "averaged"],
+        default="val",
+        help="model decoded on test2016: the best of averaged/last/best on val BLEU, or always the average",
+    )
     return parser.parse_args()
 
 
@@ -117,17 +145,17 @@ def select(val: dict, rule: str) -> str:
 
 
 def best_alpha(scores: dict[float, dict]) -> dict:
-    """The val scores of the length penalty with the highest BLEU (a tie keeps the smaller), with its ``alpha``."""
+    """The val scores of the length penalty with the highest BLEU (a tie keeps the smaller), with its
+    ``alpha``."""
     alpha = max(scores, key=lambda a: (scores[a]["bleu"], -a))
     return {**scores[alpha], "alpha": alpha}
 
 
 def earlier_training(results_path: Path, out: Path, direction: str) -> dict:
     """``--decode-only``: the training figures of the results file being replaced, if it is this run's."""
+    from aiayn.errors import UserError
     from aiayn.train.average import last_checkpoints
     from aiayn.train.checkpoint import load_checkpoint
-
-    from aiayn.errors import UserError
 
     try:
         state = load_checkpoint(last_checkpoints(out, 1)[-1]).train_state["trainer"]
@@ -135,27 +163,48 @@ def earlier_training(results_path: Path, out: Path, direction: str) -> dict:
         raise SystemExit(f"--decode-only: {err}; train the run with this script first") from None
     if results_path.exists():
         earlier = json.loads(results_path.read_text())
-        if earlier.get("direction") == direction and earlier.get("training", {}).get("steps") == state["step"]:
+        if (
+            earlier.get("direction") == direction
+            and earlier.get("training", {}).get("steps") == state["step"]
+        ):
             kept = {key: value for key, value in earlier["training"].items() if key not in ("steps", "hours")}
             return {**kept, "figures_from": f"{results_path.name} of the training invocation (--decode-only)"}
-    raise SystemExit(f"--decode-only: {results_path} does not describe the run in {out} (step {state['step']}); "
-                     "train it with this script first")
+    raise SystemExit(
+        f"--decode-only: {results_path} does not describe the run in {out} (step {state['step']}); "
+        "train it with this script first"
+    )
 
 
 def train(config: Path, out: Path, args: argparse.Namespace) -> dict:
-    argv = [sys.executable, "-m", "aiayn", "train", "--config", str(config), "--data-dir", args.data_dir,
-               "--out", str(out), "--no-progress"]
+    argv = [
+        sys.executable,
+        "-m",
+        "aiayn",
+        "train",
+        "--config",
+        str(config),
+        "--data-dir",
+        args.data_dir,
+        "--out",
+        str(out),
+        "--no-progress",
+    ]
     if args.max_hours:
         argv += ["--max-hours", str(args.max_hours)]
     for override in args.set:
         argv += ["--set", override]
     started = time.perf_counter()
     subprocess.run(argv, check=True)
-    return {"command": " ".join(argv[1:]), "wall_s_this_invocation": time.perf_counter() - started,
-            "peak_rss_mib": peak_rss_mib(children=True)}
+    return {
+        "command": " ".join(argv[1:]),
+        "wall_s_this_invocation": time.perf_counter() - started,
+        "peak_rss_mib": peak_rss_mib(children=True),
+    }
 
 
-def decode_and_score(checkpoint: Path, data: Path, split: str, src: str, tgt: str, beam: int, alpha: float) -> dict:
+def decode_and_score(
+    checkpoint: Path, data: Path, split: str, src: str, tgt: str, beam: int, alpha: float
+) -> dict:
     from aiayn.data.corpus import read_parallel
     from aiayn.decode.translator import Translator
     from aiayn.evaluate import sacrebleu_scores, tokenized_bleu
@@ -169,19 +218,28 @@ def decode_and_score(checkpoint: Path, data: Path, split: str, src: str, tgt: st
     with torch.inference_mode():
         hypotheses = translator.translate(sources)
     seconds = time.perf_counter() - started
-    scores = sacrebleu_scores(hypotheses, references, lowercase=tokenizer.lowercases)  # case:lc for a lowercasing model
+    scores = sacrebleu_scores(
+        hypotheses, references, lowercase=tokenizer.lowercases
+    )  # case:lc for a lowercasing model
     scores["tokenized_lowercased_bleu"] = tokenized_bleu(hypotheses, references, tgt)
     scores["decode_s"] = seconds
     scores["sentences_per_s"] = len(sources) / seconds
-    log(f"{checkpoint.name} {split} (beam {beam}, alpha {alpha}): BLEU {scores['bleu']:.2f} (tokenized lowercased "
-        f"{scores['tokenized_lowercased_bleu']:.2f}) chrF {scores['chrf']:.2f} in {seconds:.0f} s")
+    log(
+        f"{checkpoint.name} {split} (beam {beam}, alpha {alpha}): BLEU {scores['bleu']:.2f} (tokenized "
+        "lowercased "
+        f"{scores['tokenized_lowercased_bleu']:.2f}) chrF {scores['chrf']:.2f} in {seconds:.0f} s"
+    )
     return scores
 
 
 def validation_curve(metrics: Path) -> list[dict]:
     """The run's validations (step, loss, greedy BLEU, chrF) from its metrics.jsonl."""
     records = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
-    return [{k: r[k] for k in ("step", "loss", "bleu", "chrf") if k in r} for r in records if r["split"] == "valid"]
+    return [
+        {k: r[k] for k in ("step", "loss", "bleu", "chrf") if k in r}
+        for r in records
+        if r["split"] == "valid"
+    ]
 
 
 def log(message: str) -> None:

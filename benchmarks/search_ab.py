@@ -40,8 +40,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def module_at(rev: str, path: str, name: str, workdir: Path):
     """The file ``src/<path>`` at git revision ``rev``, imported as module ``name``."""
-    source = subprocess.run(["git", "show", f"{rev}:src/{path}"], cwd=ROOT, check=True, capture_output=True,
-                            text=True).stdout
+    source = subprocess.run(
+        ["git", "show", f"{rev}:src/{path}"], cwd=ROOT, check=True, capture_output=True, text=True
+    ).stdout
     file = workdir / f"{name}.py"
     file.write_text(source)
     spec = importlib.util.spec_from_file_location(name, file)
@@ -71,8 +72,10 @@ def main() -> None:
         old_attention = module_at(args.rev, "aiayn/model/attention.py", "old_attention", Path(tmp))
     if not hasattr(old_attention.KVCache, "group"):  # read by this tree's MultiHeadAttention
         old_attention.KVCache.group = 1
-    variants = {args.rev: (old_search.generate, old_attention.KVCache),
-                "this tree": (current_search.generate, attention.KVCache)}
+    variants = {
+        args.rev: (old_search.generate, old_attention.KVCache),
+        "this tree": (current_search.generate, attention.KVCache),
+    }
     translator = Translator(model, tokenizer, beam=args.beam)
     outputs, seconds = {}, {name: [] for name in variants}
 
@@ -86,18 +89,36 @@ def main() -> None:
     for name in names:  # untimed warm-up: first-call costs fall on neither side
         run(name)
     for r in range(args.rounds):
-        for name in names[r % 2:] + names[: r % 2]:  # alternating order
+        for name in names[r % 2 :] + names[: r % 2]:  # alternating order
             seconds[name].append(run(name))
     ratios = [old / new for old, new in zip(seconds[args.rev], seconds["this tree"])]
     for name, times in seconds.items():
-        print(f"{name:>10}: " + " ".join(f"{t:.2f}" for t in times) + f" s CPU (median {statistics.median(times):.2f})")
+        print(
+            f"{name:>10}: "
+            + " ".join(f"{t:.2f}" for t in times)
+            + f" s CPU (median {statistics.median(times):.2f})"
+        )
     identical = outputs[args.rev] == outputs["this tree"]
-    print(f"beam {args.beam}, {len(lines)} sentences, {args.threads} thread(s): {statistics.median(ratios):.2f}x "
-          f"(median of per-round ratios; {min(ratios):.2f}-{max(ratios):.2f}); outputs identical: {identical}")
-    results = {"benchmark": "search_ab", "command": command(), "versions": versions(), "machine": machine(),
-               "rev": args.rev, "beam": args.beam, "sentences": len(lines), "threads": args.threads,
-               "cpu_seconds": seconds, "speedup_median": statistics.median(ratios), "speedup_min": min(ratios),
-               "speedup_max": max(ratios), "outputs_identical": identical}
+    print(
+        f"beam {args.beam}, {len(lines)} sentences, {args.threads} thread(s): "
+        f"{statistics.median(ratios):.2f}x "
+        f"(median of per-round ratios; {min(ratios):.2f}-{max(ratios):.2f}); outputs identical: {identical}"
+    )
+    results = {
+        "benchmark": "search_ab",
+        "command": command(),
+        "versions": versions(),
+        "machine": machine(),
+        "rev": args.rev,
+        "beam": args.beam,
+        "sentences": len(lines),
+        "threads": args.threads,
+        "cpu_seconds": seconds,
+        "speedup_median": statistics.median(ratios),
+        "speedup_min": min(ratios),
+        "speedup_max": max(ratios),
+        "outputs_identical": identical,
+    }
     Path(args.results).parent.mkdir(parents=True, exist_ok=True)
     Path(args.results).write_text(json.dumps(results, indent=2) + "\n")
     print(f"wrote {args.results}")

@@ -26,7 +26,8 @@ The three steps, as each library's users write them:
   same dimensions, the same cross-entropy on its logits.
 
 All: dropout 0.1 on embeddings and sub-layer outputs, in training mode; no weight tying;
-``torch.optim.Adam(betas=(0.9, 0.98), eps=1e-9, fused=True)`` (the optimizer is not what is compared); bf16 through
+``torch.optim.Adam(betas=(0.9, 0.98), eps=1e-9, fused=True)`` (the optimizer is not what is
+compared); bf16 through
 ``torch.autocast`` (aiayn's own autocast helper for aiayn).
 The process keeps freed memory in glibc's heap as the ``aiayn`` command does (:mod:`aiayn.malloc`);
 the setting is process-wide, so it applies to every model. The bound on oneDNN's per-shape caches
@@ -90,17 +91,31 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shapes", nargs="+", choices=sorted(SHAPES), default=["a", "b"])
     parser.add_argument("--precisions", nargs="+", choices=("fp32", "bf16"), default=["fp32", "bf16"])
-    parser.add_argument("--peers", nargs="+", choices=("nn.Transformer", "Marian"), default=["nn.Transformer", "Marian"])
+    parser.add_argument(
+        "--peers", nargs="+", choices=("nn.Transformer", "Marian"), default=["nn.Transformer", "Marian"]
+    )
     parser.add_argument("--compile", action="store_true", help="also time aiayn under torch.compile")
     parser.add_argument("--rounds", type=int, default=7, help="interleaved timing rounds")
     parser.add_argument("--steps", type=int, default=2, help="timed steps per model per round")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps per model before timing")
     # Emulated bf16 (no AMX / AVX512-BF16) runs tens of times slower than fp32: fewer repetitions there.
-    parser.add_argument("--emulated-bf16-reps", type=int, nargs=3, default=[3, 1, 1], metavar=("ROUNDS", "STEPS", "WARMUP"),
-                        help="rounds, steps and warm-up steps for bf16 where it is emulated")
-    parser.add_argument("--force-bf16", action="store_true", help="run bf16 shape b even where bf16 is emulated")
-    parser.add_argument("--onednn-caches", choices=("default", "bounded"), default="default",
-                        help="bounded: as aiayn's trainer sets them for bf16 on a CPU (aiayn.malloc.bound_onednn_caches)")
+    parser.add_argument(
+        "--emulated-bf16-reps",
+        type=int,
+        nargs=3,
+        default=[3, 1, 1],
+        metavar=("ROUNDS", "STEPS", "WARMUP"),
+        help="rounds, steps and warm-up steps for bf16 where it is emulated",
+    )
+    parser.add_argument(
+        "--force-bf16", action="store_true", help="run bf16 shape b even where bf16 is emulated"
+    )
+    parser.add_argument(
+        "--onednn-caches",
+        choices=("default", "bounded"),
+        default="default",
+        help="bounded: as aiayn's trainer sets them for bf16 on a CPU (aiayn.malloc.bound_onednn_caches)",
+    )
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "train_throughput.json"))
@@ -118,7 +133,9 @@ def make_batches(shape: Shape, n: int, generator: torch.Generator) -> list[Batch
         src_len = torch.randint(t // 2, t + 1, (b,), generator=generator)
         tgt_len = torch.randint(t // 2, t + 1, (b,), generator=generator)  # incl. BOS / EOS
         positions = torch.arange(t)[None, :]
-        src = torch.randint(4, v, (b, t), generator=generator).masked_fill(positions >= src_len[:, None], PAD_ID)
+        src = torch.randint(4, v, (b, t), generator=generator).masked_fill(
+            positions >= src_len[:, None], PAD_ID
+        )
         words = torch.randint(4, v, (b, t), generator=generator)
         tgt_in = torch.where(positions < tgt_len[:, None], torch.roll(words, 1, dims=1), PAD_ID)
         tgt_in[:, 0] = BOS_ID
@@ -135,7 +152,9 @@ def model_flops(shape: Shape, batch: Batch) -> float:
     src_len, tgt_len = (src != PAD_ID).sum(1).double(), (tgt_out != PAD_ID).sum(1).double()  # (B,)
     # per source token: the encoder layers, and the decoder's cross-attention K/V projections (2d²)
     encoder = (6 * n * (4 * d * d + 2 * d * f + 2 * d * d) + 12 * n * d * src_len) * src_len
-    decoder = (6 * n * (6 * d * d + 2 * d * f) + 12 * n * d * (tgt_len / 2 + src_len) + 6 * d * shape.vocab) * tgt_len
+    decoder = (
+        6 * n * (6 * d * d + 2 * d * f) + 12 * n * d * (tgt_len / 2 + src_len) + 6 * d * shape.vocab
+    ) * tgt_len
     return float((encoder + decoder).sum())
 
 
@@ -148,12 +167,21 @@ class PeerTransformer(nn.Module):
     def __init__(self, shape: Shape) -> None:
         super().__init__()
         d, v = shape.d_model, shape.vocab
-        self.src_embed, self.tgt_embed = nn.Embedding(v, d, padding_idx=PAD_ID), nn.Embedding(v, d, padding_idx=PAD_ID)
+        self.src_embed, self.tgt_embed = (
+            nn.Embedding(v, d, padding_idx=PAD_ID),
+            nn.Embedding(v, d, padding_idx=PAD_ID),
+        )
         self.register_buffer("pe", positional_encoding(shape.max_len, d), persistent=False)
         self.dropout = nn.Dropout(DROPOUT)
-        self.transformer = nn.Transformer(d_model=d, nhead=shape.n_heads, num_encoder_layers=shape.layers,
-                                          num_decoder_layers=shape.layers, dim_feedforward=shape.d_ff,
-                                          dropout=DROPOUT, batch_first=True)
+        self.transformer = nn.Transformer(
+            d_model=d,
+            nhead=shape.n_heads,
+            num_encoder_layers=shape.layers,
+            num_decoder_layers=shape.layers,
+            dim_feedforward=shape.d_ff,
+            dropout=DROPOUT,
+            batch_first=True,
+        )
         self.generator = nn.Linear(d, v, bias=False)
         self.scale = math.sqrt(d)
         for layer in [*self.transformer.encoder.layers, *self.transformer.decoder.layers]:
@@ -169,30 +197,51 @@ class PeerTransformer(nn.Module):
         """Logits ``(B, T, V)``; torch masks: True = may NOT attend."""
         src_pad, tgt_pad = src == PAD_ID, tgt_in == PAD_ID  # (B, S), (B, T)
         causal = nn.Transformer.generate_square_subsequent_mask(tgt_in.size(1), dtype=torch.bool)
-        hidden = self.transformer(self.embed(self.src_embed, src), self.embed(self.tgt_embed, tgt_in),
-                                  tgt_mask=causal, src_key_padding_mask=src_pad, tgt_key_padding_mask=tgt_pad,
-                                  memory_key_padding_mask=src_pad, tgt_is_causal=True)
+        hidden = self.transformer(
+            self.embed(self.src_embed, src),
+            self.embed(self.tgt_embed, tgt_in),
+            tgt_mask=causal,
+            src_key_padding_mask=src_pad,
+            tgt_key_padding_mask=tgt_pad,
+            memory_key_padding_mask=src_pad,
+            tgt_is_causal=True,
+        )
         return self.generator(hidden)
 
 
 def marian(shape: Shape) -> nn.Module:
     from transformers import MarianConfig, MarianMTModel
 
-    config = MarianConfig(vocab_size=shape.vocab, decoder_vocab_size=shape.vocab, d_model=shape.d_model,
-                          encoder_layers=shape.layers, decoder_layers=shape.layers,
-                          encoder_attention_heads=shape.n_heads, decoder_attention_heads=shape.n_heads,
-                          encoder_ffn_dim=shape.d_ff, decoder_ffn_dim=shape.d_ff, activation_function="relu",
-                          dropout=DROPOUT, attention_dropout=0.0, activation_dropout=0.0,
-                          max_position_embeddings=max(shape.max_len, 64), scale_embedding=True,
-                          share_encoder_decoder_embeddings=False, tie_word_embeddings=False,
-                          pad_token_id=PAD_ID, eos_token_id=EOS_ID, decoder_start_token_id=BOS_ID)
+    config = MarianConfig(
+        vocab_size=shape.vocab,
+        decoder_vocab_size=shape.vocab,
+        d_model=shape.d_model,
+        encoder_layers=shape.layers,
+        decoder_layers=shape.layers,
+        encoder_attention_heads=shape.n_heads,
+        decoder_attention_heads=shape.n_heads,
+        encoder_ffn_dim=shape.d_ff,
+        decoder_ffn_dim=shape.d_ff,
+        activation_function="relu",
+        dropout=DROPOUT,
+        attention_dropout=0.0,
+        activation_dropout=0.0,
+        max_position_embeddings=max(shape.max_len, 64),
+        scale_embedding=True,
+        share_encoder_decoder_embeddings=False,
+        tie_word_embeddings=False,
+        pad_token_id=PAD_ID,
+        eos_token_id=EOS_ID,
+        decoder_start_token_id=BOS_ID,
+    )
     return MarianMTModel(config)
 
 
 def cross_entropy(logits: Tensor, tgt_out: Tensor) -> Tensor:
     """The peers' loss: label-smoothed cross-entropy in fp32 over all positions, pad ignored."""
-    return F.cross_entropy(logits.float().flatten(0, 1), tgt_out.flatten(), ignore_index=PAD_ID,
-                           label_smoothing=SMOOTHING)
+    return F.cross_entropy(
+        logits.float().flatten(0, 1), tgt_out.flatten(), ignore_index=PAD_ID, label_smoothing=SMOOTHING
+    )
 
 
 class Runner:
@@ -201,7 +250,9 @@ class Runner:
     def __init__(self, name: str, model: nn.Module, loss_fn: Callable[..., Tensor], precision: str) -> None:
         self.name, self.model, self.loss_fn, self.precision = name, model.train(), loss_fn, precision
         # fused Adam for every model: aiayn's trainer uses it, and any user of a peer can ask for it
-        self.optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, fused=True)
+        self.optimizer = torch.optim.Adam(
+            model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, fused=True
+        )
 
     def step(self, batch: Batch) -> float:
         self.optimizer.zero_grad(set_to_none=True)
@@ -216,9 +267,16 @@ def make_runners(shape: Shape, precision: str, args: argparse.Namespace) -> list
     runners = []
     for compiled in (False, True) if args.compile else (False,):
         torch.manual_seed(args.seed)
-        config = TransformerConfig(src_vocab_size=shape.vocab, tgt_vocab_size=shape.vocab, d_model=shape.d_model,
-                                   n_heads=shape.n_heads, n_encoder_layers=shape.layers,
-                                   n_decoder_layers=shape.layers, d_ff=shape.d_ff, dropout=DROPOUT)
+        config = TransformerConfig(
+            src_vocab_size=shape.vocab,
+            tgt_vocab_size=shape.vocab,
+            d_model=shape.d_model,
+            n_heads=shape.n_heads,
+            n_encoder_layers=shape.layers,
+            n_decoder_layers=shape.layers,
+            d_ff=shape.d_ff,
+            dropout=DROPOUT,
+        )
         objective = Seq2SeqObjective(build_model(config), SMOOTHING, pad_id=PAD_ID)
         if compiled:
             objective.compile(dynamic=False)
@@ -231,15 +289,21 @@ def make_runners(shape: Shape, precision: str, args: argparse.Namespace) -> list
     if "nn.Transformer" in args.peers:
         torch.manual_seed(args.seed)
         peer = PeerTransformer(shape)
-        runners.append(Runner("nn.Transformer", peer, lambda s, ti, to: cross_entropy(peer(s, ti), to),
-                              precision))
+        runners.append(
+            Runner("nn.Transformer", peer, lambda s, ti, to: cross_entropy(peer(s, ti), to), precision)
+        )
     if "Marian" in args.peers:
         torch.manual_seed(args.seed)
         hf = marian(shape)
 
         def hf_loss(src: Tensor, tgt_in: Tensor, tgt_out: Tensor) -> Tensor:
-            out = hf(input_ids=src, attention_mask=src != PAD_ID, decoder_input_ids=tgt_in,
-                     decoder_attention_mask=tgt_in != PAD_ID, use_cache=False)
+            out = hf(
+                input_ids=src,
+                attention_mask=src != PAD_ID,
+                decoder_input_ids=tgt_in,
+                decoder_attention_mask=tgt_in != PAD_ID,
+                use_cache=False,
+            )
             return cross_entropy(out.logits, tgt_out)
 
         runners.append(Runner("Marian", hf, hf_loss, precision))
@@ -261,8 +325,14 @@ def matmul_peak(dtype: torch.dtype, n: int) -> float:
     return 2 * n**3 / best
 
 
-def bench(shape: Shape, precision: str, args: argparse.Namespace, batches: list[Batch], peak: float | None,
-          reps: tuple[int, int, int]) -> dict:
+def bench(
+    shape: Shape,
+    precision: str,
+    args: argparse.Namespace,
+    batches: list[Batch],
+    peak: float | None,
+    reps: tuple[int, int, int],
+) -> dict:
     rounds, steps, warmup = reps
     runners = make_runners(shape, precision, args)
     cursor = {r.name: 0 for r in runners}
@@ -287,18 +357,29 @@ def bench(shape: Shape, precision: str, args: argparse.Namespace, batches: list[
             tokens, flops, seconds, last_loss[runner.name] = run(runner, steps)
             samples[runner.name].append(tokens / seconds)
             flop_rates[runner.name].append(flops / seconds)
-        print(f"  {precision} round {i + 1}/{rounds}: "
-              + "  ".join(f"{n} {s[-1]:,.0f}" for n, s in samples.items()) + " tok/s", flush=True)
-    return {"rounds": rounds, "steps_per_round": steps, "warmup_steps": warmup,
-            **summarise(runners, samples, flop_rates, peak, last_loss)}
+        print(
+            f"  {precision} round {i + 1}/{rounds}: "
+            + "  ".join(f"{n} {s[-1]:,.0f}" for n, s in samples.items())
+            + " tok/s",
+            flush=True,
+        )
+    return {
+        "rounds": rounds,
+        "steps_per_round": steps,
+        "warmup_steps": warmup,
+        **summarise(runners, samples, flop_rates, peak, last_loss),
+    }
 
 
-def summarise(runners: list[Runner], samples: dict, flop_rates: dict, peak: float | None, last_loss: dict) -> dict:
+def summarise(
+    runners: list[Runner], samples: dict, flop_rates: dict, peak: float | None, last_loss: dict
+) -> dict:
     medians = {n: statistics.median(s) for n, s in samples.items()}
     peers = [n for n in medians if not n.startswith("aiayn")]
     result = {
-        "target_tokens_per_s": {n: {"median": medians[n], "min": min(s), "max": max(s), "samples": s}
-                                for n, s in samples.items()},
+        "target_tokens_per_s": {
+            n: {"median": medians[n], "min": min(s), "max": max(s), "samples": s} for n, s in samples.items()
+        },
         "mfu": {n: statistics.median(r) / peak if peak else None for n, r in flop_rates.items()},
         "model_tflops_per_s": {n: statistics.median(r) / 1e12 for n, r in flop_rates.items()},
         "last_loss": last_loss,
@@ -311,36 +392,58 @@ def summarise(runners: list[Runner], samples: dict, flop_rates: dict, peak: floa
         result["ratio_aiayn_over_faster_peer"] = medians["aiayn"] / medians[faster]
         # per-round ratios pair samples taken seconds apart: more robust to load from other work
         result["paired_ratio_aiayn_over_faster_peer"] = statistics.median(
-            a / p for a, p in zip(samples["aiayn"], samples[faster]))
+            a / p for a, p in zip(samples["aiayn"], samples[faster])
+        )
     return result
 
 
 def main() -> None:
     args = parse_args()
     # process-wide settings, made before the first tensor (see the module docstring)
-    process = {"freed_memory_kept": keep_freed_memory(), "onednn_caches": args.onednn_caches,
-               "onednn_caches_set": bound_onednn_caches() if args.onednn_caches == "bounded" else {}}
+    process = {
+        "freed_memory_kept": keep_freed_memory(),
+        "onednn_caches": args.onednn_caches,
+        "onednn_caches_set": bound_onednn_caches() if args.onednn_caches == "bounded" else {},
+    }
     torch.set_num_threads(args.threads)
     info = machine()
     native = native_bf16(CPU)
-    print(f"{info['cpu_model']}, {info['cpu_count']} cores, {args.threads} threads, native bf16: {native}", flush=True)
+    print(
+        f"{info['cpu_model']}, {info['cpu_count']} cores, {args.threads} threads, native bf16: {native}",
+        flush=True,
+    )
     # Emulated bf16 has no meaningful peak (its matmul speed depends on the shape's code path, and a
     # model step ran faster per FLOP than a square matmul): no MFU there.
-    peaks = {"fp32": matmul_peak(torch.float32, 2048),
-             "bf16": matmul_peak(torch.bfloat16, 2048) if native and "bf16" in args.precisions else None}
-    print("matmul peak: " + ", ".join(f"{k} {v / 1e9:,.1f} GFLOP/s" for k, v in peaks.items() if v), flush=True)
-    results = {"benchmark": "train_throughput", "command": command(),
-               "versions": versions(**peer_versions()), "machine": {**info, "native_bf16": native}, "process": process,
-               "matmul_peak_flops": peaks, "settings": {"dropout": DROPOUT, "label_smoothing": SMOOTHING, "seed": args.seed}, "shapes": {}}
+    peaks = {
+        "fp32": matmul_peak(torch.float32, 2048),
+        "bf16": matmul_peak(torch.bfloat16, 2048) if native and "bf16" in args.precisions else None,
+    }
+    print(
+        "matmul peak: " + ", ".join(f"{k} {v / 1e9:,.1f} GFLOP/s" for k, v in peaks.items() if v), flush=True
+    )
+    results = {
+        "benchmark": "train_throughput",
+        "command": command(),
+        "versions": versions(**peer_versions()),
+        "machine": {**info, "native_bf16": native},
+        "process": process,
+        "matmul_peak_flops": peaks,
+        "settings": {"dropout": DROPOUT, "label_smoothing": SMOOTHING, "seed": args.seed},
+        "shapes": {},
+    }
     for name in args.shapes:
         shape = SHAPES[name]
         batches = make_batches(shape, 4, torch.Generator().manual_seed(args.seed))
-        entry = results["shapes"][name] = {"shape": asdict(shape), "precisions": {},
-                                           "real_target_tokens_per_batch": [int((b[2] != PAD_ID).sum()) for b in batches]}
+        entry = results["shapes"][name] = {
+            "shape": asdict(shape),
+            "precisions": {},
+            "real_target_tokens_per_batch": [int((b[2] != PAD_ID).sum()) for b in batches],
+        }
         for precision in args.precisions:
             if precision == "bf16" and name == "b" and not native and not args.force_bf16:
-                entry["precisions"][precision] = {"skipped": "bf16 is emulated on this CPU (no AMX / AVX512-BF16); "
-                                                  "--force-bf16 runs it"}
+                entry["precisions"][precision] = {
+                    "skipped": "bf16 is emulated on this CPU (no AMX / AVX512-BF16); --force-bf16 runs it"
+                }
                 continue
             print(f"shape {name} {asdict(shape)}, {precision}", flush=True)
             emulated = precision == "bf16" and not native
@@ -372,13 +475,17 @@ def print_table(results: dict) -> None:
             for system, tps in row["target_tokens_per_s"].items():
                 ratio = ""
                 if system == "aiayn" and "faster_peer" in row:
-                    ratio = (f"{row['ratio_aiayn_over_faster_peer']:.2f}x {row['faster_peer']} "
-                             f"(paired {row['paired_ratio_aiayn_over_faster_peer']:.2f}x)")
+                    ratio = (
+                        f"{row['ratio_aiayn_over_faster_peer']:.2f}x {row['faster_peer']} "
+                        f"(paired {row['paired_ratio_aiayn_over_faster_peer']:.2f}x)"
+                    )
                 mfu = row["mfu"][system]
                 mfu_text = f"{mfu:.1%}" if mfu is not None else "n/a"
                 print(f"{name:<6}{precision:<6}{system:<16}{tps['median']:>10,.0f}{mfu_text:>8}  {ratio}")
-    print("(median real target tokens/s; MFU = useful model FLOP/s / the same-dtype matmul peak of this run;\n"
-          " n/a where bf16 is emulated)")
+    print(
+        "(median real target tokens/s; MFU = useful model FLOP/s / the same-dtype matmul peak of this run;\n"
+        " n/a where bf16 is emulated)"
+    )
 
 
 if __name__ == "__main__":

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import random
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -80,10 +79,16 @@ def test_the_sampler_batches_each_epochs_resampled_examples(examples) -> None:
         assert len(sampler.batches(epoch)) > 1.2 * len(plain.batches(epoch))  # longer sequences, more batches
 
 
-@pytest.mark.parametrize("values, message", [
-    ({"bpe_dropout": 1.0}, r"data\.bpe_dropout is a probability below 1; got 1\.0"),
-    ({"bpe_dropout": 0.1, "tokenizer": "unigram"}, r"data\.bpe_dropout needs data\.tokenizer bpe \(got 'unigram'\)"),
-])
+@pytest.mark.parametrize(
+    "values, message",
+    [
+        ({"bpe_dropout": 1.0}, r"data\.bpe_dropout is a probability below 1; got 1\.0"),
+        (
+            {"bpe_dropout": 0.1, "tokenizer": "unigram"},
+            r"data\.bpe_dropout needs data\.tokenizer bpe \(got 'unigram'\)",
+        ),
+    ],
+)
 def test_config_refuses_bad_bpe_dropout(values, message) -> None:
     with pytest.raises(UserError, match=message):
         run_config_from_dict({"data": values})

@@ -16,14 +16,33 @@ import torch
 from aiayn import TransformerConfig, build_model
 from aiayn.errors import UserError
 from aiayn.train.checkpoint import (
-    ABANDONED_AFTER_S, MODEL_FILE, STATE_JSON, latest_checkpoint, list_checkpoints, load_checkpoint, load_weights,
-    load_translation_model, pack_state, prune_checkpoints, save_checkpoint, temporary_path, unpack_state,
+    ABANDONED_AFTER_S,
+    MODEL_FILE,
+    STATE_JSON,
+    latest_checkpoint,
+    list_checkpoints,
+    load_checkpoint,
+    load_translation_model,
+    load_weights,
+    pack_state,
+    prune_checkpoints,
+    save_checkpoint,
+    temporary_path,
+    unpack_state,
 )
 
 
 def _model(tie: str = "all"):
-    config = TransformerConfig(src_vocab_size=40, tgt_vocab_size=40, d_model=16, n_heads=2, n_encoder_layers=1,
-                               n_decoder_layers=1, d_ff=32, tie_embeddings=tie)
+    config = TransformerConfig(
+        src_vocab_size=40,
+        tgt_vocab_size=40,
+        d_model=16,
+        n_heads=2,
+        n_encoder_layers=1,
+        n_decoder_layers=1,
+        d_ff=32,
+        tie_embeddings=tie,
+    )
     return build_model(config), config
 
 
@@ -34,8 +53,13 @@ def test_round_trip_with_tied_weights_and_train_state(tmp_path) -> None:
     optimizer.step()
     rng = torch.get_rng_state()
     state = {"optimizer": optimizer.state_dict(), "step": 7, "rng": rng, "none": None}
-    path = save_checkpoint(tmp_path / "ck", model, {"kind": "translation", "model": config.to_dict()},
-                           tokenizer_bytes=b"spm", train_state=state)
+    path = save_checkpoint(
+        tmp_path / "ck",
+        model,
+        {"kind": "translation", "model": config.to_dict()},
+        tokenizer_bytes=b"spm",
+        train_state=state,
+    )
     ckpt = load_checkpoint(path)
     assert ckpt.tokenizer_bytes == b"spm" and ckpt.kind == "translation"
     assert ckpt.config["model"] == config.to_dict()
@@ -49,7 +73,9 @@ def test_round_trip_with_tied_weights_and_train_state(tmp_path) -> None:
     new_optimizer.load_state_dict(ckpt.train_state["optimizer"])
     assert ckpt.train_state["step"] == 7 and torch.equal(ckpt.train_state["rng"], rng)
     exp_avg = [s["exp_avg"] for s in optimizer.state_dict()["state"].values()]
-    assert all(torch.equal(a, s["exp_avg"]) for a, s in zip(exp_avg, new_optimizer.state_dict()["state"].values()))
+    assert all(
+        torch.equal(a, s["exp_avg"]) for a, s in zip(exp_avg, new_optimizer.state_dict()["state"].values())
+    )
 
 
 def test_pack_state_keeps_int_keys_and_rejects_objects() -> None:
@@ -65,8 +91,12 @@ def test_pack_state_keeps_int_keys_and_rejects_objects() -> None:
 def test_missing_and_corrupt_checkpoints_name_the_file(tmp_path) -> None:
     model, config = _model()
     run = tmp_path / "run"
-    first = save_checkpoint(run / "checkpoints" / "step-00000001", model, {"kind": "translation"}, train_state={"a": 1})
-    second = save_checkpoint(run / "checkpoints" / "step-00000002", model, {"kind": "translation"}, train_state={"a": 2})
+    first = save_checkpoint(
+        run / "checkpoints" / "step-00000001", model, {"kind": "translation"}, train_state={"a": 1}
+    )
+    second = save_checkpoint(
+        run / "checkpoints" / "step-00000002", model, {"kind": "translation"}, train_state={"a": 2}
+    )
     assert latest_checkpoint(run) == second
     (second / MODEL_FILE).write_bytes((second / MODEL_FILE).read_bytes()[:100])  # truncated
     with pytest.raises(UserError, match=f"corrupt checkpoint file {second / MODEL_FILE}"):
@@ -85,7 +115,9 @@ def test_overwrite_is_atomic_and_prune_keeps_newest(tmp_path) -> None:
     model, _ = _model()
     run = tmp_path / "run"
     for step in range(1, 5):
-        save_checkpoint(run / "checkpoints" / f"step-{step:08d}", model, {"kind": "translation", "step": step})
+        save_checkpoint(
+            run / "checkpoints" / f"step-{step:08d}", model, {"kind": "translation", "step": step}
+        )
     save_checkpoint(run / "checkpoints" / "step-00000004", model, {"kind": "translation", "step": 44})
     assert load_checkpoint(run / "checkpoints" / "step-00000004").config["step"] == 44
     prune_checkpoints(run, keep=2)
@@ -119,8 +151,15 @@ def test_a_write_removes_what_dead_writers_on_this_host_left_only(tmp_path) -> N
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     host, old = socket.gethostname(), time.time() - 2 * ABANDONED_AFTER_S
-    left = {name: run / f".tmp-step-00000001@{name}" for name in
-            (f"{host}+{dead.pid}", f"{host}+{os.getpid()}", f"other-host+{dead.pid}", f"{host}+{10**30}")}
+    left = {
+        name: run / f".tmp-step-00000001@{name}"
+        for name in (
+            f"{host}+{dead.pid}",
+            f"{host}+{os.getpid()}",
+            f"other-host+{dead.pid}",
+            f"{host}+{10**30}",
+        )
+    }
     for directory in left.values():
         directory.mkdir(parents=True)
         (directory / MODEL_FILE).write_bytes(b"half")
@@ -135,8 +174,17 @@ def test_a_write_removes_what_dead_writers_on_this_host_left_only(tmp_path) -> N
 
 def test_weights_of_another_model_are_refused(tmp_path) -> None:
     model, _ = _model()
-    other = build_model(TransformerConfig(src_vocab_size=40, tgt_vocab_size=40, d_model=16, n_heads=2,
-                                          n_encoder_layers=2, n_decoder_layers=1, d_ff=32))
+    other = build_model(
+        TransformerConfig(
+            src_vocab_size=40,
+            tgt_vocab_size=40,
+            d_model=16,
+            n_heads=2,
+            n_encoder_layers=2,
+            n_decoder_layers=1,
+            d_ff=32,
+        )
+    )
     path = save_checkpoint(tmp_path / "ck", other, {"kind": "translation"})
     with pytest.raises(UserError, match="do not fit"):
         load_weights(model, load_checkpoint(path).weights, path)
@@ -144,8 +192,17 @@ def test_weights_of_another_model_are_refused(tmp_path) -> None:
 
 def test_weights_of_another_shape_are_a_user_error_naming_the_file(tmp_path) -> None:
     model, _ = _model()
-    other = build_model(TransformerConfig(src_vocab_size=40, tgt_vocab_size=40, d_model=16, n_heads=2,
-                                          n_encoder_layers=1, n_decoder_layers=1, d_ff=64))
+    other = build_model(
+        TransformerConfig(
+            src_vocab_size=40,
+            tgt_vocab_size=40,
+            d_model=16,
+            n_heads=2,
+            n_encoder_layers=1,
+            n_decoder_layers=1,
+            d_ff=64,
+        )
+    )
     path = save_checkpoint(tmp_path / "ck", other, {"kind": "translation"})
     expected = rf"{re.escape(str(path / MODEL_FILE))}: .*wrong shape.*w_1.weight \[64, 16\]"
     with pytest.raises(UserError, match=expected):

@@ -48,8 +48,19 @@ def test_missing_language_lists_what_exists(tmp_path: Path, capsys) -> None:
     corpus = _corpus(tmp_path / "corpus", b"ein\n", b"one\n")
     config = tmp_path / "run.yaml"
     config.write_text(CONFIG)
-    code = main(["train", "--config", str(config), "--data-dir", str(corpus), "--tgt-lang", "fr",
-                 "--out", str(tmp_path / "run")])
+    code = main(
+        [
+            "train",
+            "--config",
+            str(config),
+            "--data-dir",
+            str(corpus),
+            "--tgt-lang",
+            "fr",
+            "--out",
+            str(tmp_path / "run"),
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and "train.fr" in err and "en" in err and "Traceback" not in err
 
@@ -57,5 +68,7 @@ def test_missing_language_lists_what_exists(tmp_path: Path, capsys) -> None:
 def test_missing_data_directory(tmp_path: Path, capsys) -> None:
     config = tmp_path / "run.yaml"
     config.write_text(CONFIG)
-    code = main(["train", "--config", str(config), "--data-dir", str(tmp_path / "nope"), "--out", str(tmp_path / "r")])
+    code = main(
+        ["train", "--config", str(config), "--data-dir", str(tmp_path / "nope"), "--out", str(tmp_path / "r")]
+    )
     assert code == 2 and "data directory not found" in capsys.readouterr().err

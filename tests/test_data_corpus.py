@@ -29,7 +29,9 @@ def test_train_quirks_survive_reading():
     pairs, stats = read_parallel(MULTI30K, "train", "de", "en")
     assert stats.n_kept == 29000
     assert "einer \tWasserfontäne" in pairs[7365][0]  # the TAB inside line 7366 is kept
-    assert pairs[5908][0] == "Ein junger Mann springt mitten in der Luft auf einem Trampolin."  # trailing space stripped
+    assert (
+        pairs[5908][0] == "Ein junger Mann springt mitten in der Luft auf einem Trampolin."
+    )  # trailing space stripped
     assert sum("\u00a0" in s for s, _ in pairs) > 0  # inner no-break spaces are kept
 
 
@@ -106,9 +108,13 @@ def test_filter_by_length_counts_each_reason():
     tgt = [ids(6), ids(5), ids(120), ids(9), ids(3), ids(4), ids(100)]
     stats = CorpusStats("X", n_read=7)
     keep = filter_by_length(src, tgt, stats, max_tokens=100, max_ratio=3.0, ratio_min_tokens=10)
-    # 30 vs 9 and 13 vs 4 (12 vs 4 would be exactly 3.0: kept) exceed the ratio; 1 vs 3 is short, so its ratio is not checked
+    # 30 vs 9 and 13 vs 4 (12 vs 4 would be exactly 3.0: kept) exceed the ratio;
+    # 1 vs 3 is short, so its ratio is not checked
     assert keep == [0, 4, 6]
-    assert stats.summary() == "read 7 pairs from X: 0 empty, 2 too long (>100 tokens), 2 length ratio > 3.0, kept 3"
+    assert (
+        stats.summary()
+        == "read 7 pairs from X: 0 empty, 2 too long (>100 tokens), 2 length ratio > 3.0, kept 3"
+    )
 
 
 def test_filter_to_nothing_is_an_error():

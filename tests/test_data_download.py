@@ -84,7 +84,9 @@ def test_good_download_equals_originals_and_is_not_repeated(tmp_path, url, serve
     assert all(p.read_bytes() == (MULTI30K / p.name).read_bytes() for p in paths)
     umask = os.umask(0)
     os.umask(umask)
-    assert {p.stat().st_mode & 0o777 for p in paths} == {0o666 & ~umask}  # as a plain new file, not mkstemp's 0600
+    assert {p.stat().st_mode & 0o777 for p in paths} == {
+        0o666 & ~umask
+    }  # as a plain new file, not mkstemp's 0600
     assert leftovers(out) == sorted(p.name for p in paths)
     assert len(server.requests) == 4
     download_multi30k(out, base_url=url, **SUBSET)
@@ -97,7 +99,10 @@ def test_corrupt_file_fails_and_leaves_nothing(tmp_path, url, server):
     (server.root / "val.de.gz").rename(server.root / "val.de.gz.orig")
     try:
         (server.root / "val.de.gz").write_bytes(gzip.compress(bytes(data)))
-        with pytest.raises(UserError, match=r"val\.de: checksum mismatch for http://127\.0\.0\.1:\d+/data/task1/raw/val\.de\.gz"):
+        with pytest.raises(
+            UserError,
+            match=r"val\.de: checksum mismatch for http://127\.0\.0\.1:\d+/data/task1/raw/val\.de\.gz",
+        ):
             download_multi30k(tmp_path, base_url=url, **SUBSET)
     finally:
         (server.root / "val.de.gz.orig").replace(server.root / "val.de.gz")
@@ -145,7 +150,11 @@ def test_unknown_language_or_split(tmp_path):
 
 
 def test_checksum_table_matches_the_shared_copy():
-    sums = dict(line.split()[::-1] for line in (MULTI30K.parent / "SHA256SUMS").read_text().splitlines() if "multi30k/" in line and "README" not in line)
+    sums = dict(
+        line.split()[::-1]
+        for line in (MULTI30K.parent / "SHA256SUMS").read_text().splitlines()
+        if "multi30k/" in line and "README" not in line
+    )
     assert {f"multi30k/{name}": digest for name, digest in download.SHA256.items()} == sums
 
 
@@ -161,12 +170,14 @@ def parser() -> argparse.ArgumentParser:
 def test_cli_multi30k(tmp_path, url, capsys):
     args = parser().parse_args(["data", "multi30k", "--out", str(tmp_path), "--url", url, "--langs", "en,de"])
     assert args.func(args) == 0
-    assert leftovers(tmp_path) == sorted(f"{s}.{l}" for s in SPLITS for l in ("de", "en"))
+    assert leftovers(tmp_path) == sorted(f"{s}.{line}" for s in SPLITS for line in ("de", "en"))
     assert "wrote 6 verified files" in capsys.readouterr().out
 
 
 def test_cli_synthetic(tmp_path, capsys):
-    args = parser().parse_args(["data", "synthetic", "--out", str(tmp_path), "--seed", "3", "--n-train", "200"])
+    args = parser().parse_args(
+        ["data", "synthetic", "--out", str(tmp_path), "--seed", "3", "--n-train", "200"]
+    )
     assert args.func(args) == 0
     assert (tmp_path / "train.digits").read_text().count("\n") == 200
     assert "train 200, val 1000, test 1000" in capsys.readouterr().out
@@ -174,10 +185,15 @@ def test_cli_synthetic(tmp_path, capsys):
 
 def test_cli_unwritable_out_is_one_line(tmp_path, capsys):
     (tmp_path / "afile").write_text("")
-    for args in (["data", "synthetic", "--out", str(tmp_path / "afile" / "x")], ["data", "multi30k", "--out", str(tmp_path / "afile")]):
+    for args in (
+        ["data", "synthetic", "--out", str(tmp_path / "afile" / "x")],
+        ["data", "multi30k", "--out", str(tmp_path / "afile")],
+    ):
         assert main(args) == 2
         err = capsys.readouterr().err
-        assert err.startswith("aiayn: error: ") and err.count("\n") == 1 and str(tmp_path / "afile") in err, err
+        assert err.startswith("aiayn: error: ") and err.count("\n") == 1 and str(tmp_path / "afile") in err, (
+            err
+        )
 
 
 def test_cli_bad_input_raises_user_error(tmp_path):

@@ -50,9 +50,15 @@ def test_task_is_deterministic_disjoint_and_correct():
     assert task != make_task(seed=1, n_train=2000, n_valid=300, n_test=300)
     numbers = {split: {int(src) for src, _ in pairs} for split, pairs in task.items()}
     assert [len(numbers[s]) for s in ("train", "val", "test")] == [2000, 300, 300]
-    assert not (numbers["train"] & numbers["val"] or numbers["train"] & numbers["test"] or numbers["val"] & numbers["test"])
+    assert not (
+        numbers["train"] & numbers["val"]
+        or numbers["train"] & numbers["test"]
+        or numbers["val"] & numbers["test"]
+    )
     assert set(range(100)) <= numbers["train"] and min(numbers["val"] | numbers["test"]) >= 100
-    assert all(words == number_to_words(int(src)) and src == str(int(src)) for p in task.values() for src, words in p)
+    assert all(
+        words == number_to_words(int(src)) and src == str(int(src)) for p in task.values() for src, words in p
+    )
 
 
 def test_digit_lengths_share_equally_where_possible():
@@ -72,7 +78,9 @@ def test_bad_sizes():
 def test_written_task_reads_as_a_corpus_and_digits_are_tokens(tmp_path):
     counts = write_task(tmp_path, seed=0, n_train=1000, n_valid=100, n_test=100)
     assert counts == {"train": 1000, "val": 100, "test": 100}
-    assert sorted(p.name for p in tmp_path.iterdir()) == [f"{s}.{l}" for s in ("test", "train", "val") for l in ("digits", "words")]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        f"{s}.{line}" for s in ("test", "train", "val") for line in ("digits", "words")
+    ]
     pairs, stats = read_parallel(tmp_path, "train", "digits", "words")
     assert stats.n_kept == 1000
     tok = Tokenizer.train([s for pair in pairs for s in pair], vocab_size=8000)

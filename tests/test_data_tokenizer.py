@@ -111,7 +111,11 @@ def test_bad_training_arguments():
 
 def test_save_load_and_bytes(tok, tmp_path):
     path = tok.save(tmp_path / "sub" / "spm.model")
-    for other in (Tokenizer.load(path), Tokenizer.load(tmp_path / "sub"), Tokenizer.from_bytes(tok.to_bytes())):
+    for other in (
+        Tokenizer.load(path),
+        Tokenizer.load(tmp_path / "sub"),
+        Tokenizer.from_bytes(tok.to_bytes()),
+    ):
         assert other.vocab_size == tok.vocab_size
         assert other.encode("Zwei Hunde spielen.") == tok.encode("Zwei Hunde spielen.")
 

@@ -27,7 +27,6 @@ MAX_LEN = 24
 FAST = ["--max-len-b", "4"]
 
 
-
 @pytest.fixture(scope="module")
 def sentences(multi30k_dir: Path) -> list[str]:
     en = (multi30k_dir / "val.en").read_text(encoding="utf-8").splitlines()[:200]
@@ -38,13 +37,25 @@ def sentences(multi30k_dir: Path) -> list[str]:
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory, sentences) -> Path:
     tokenizer = Tokenizer.train(sentences, vocab_size=400)
-    config = TransformerConfig.from_dict(dict(
-        src_vocab_size=tokenizer.vocab_size, tgt_vocab_size=tokenizer.vocab_size, d_model=32, n_heads=2,
-        n_encoder_layers=1, n_decoder_layers=2, d_ff=64, dropout=0.0, max_len=MAX_LEN))
+    config = TransformerConfig.from_dict(
+        dict(
+            src_vocab_size=tokenizer.vocab_size,
+            tgt_vocab_size=tokenizer.vocab_size,
+            d_model=32,
+            n_heads=2,
+            n_encoder_layers=1,
+            n_decoder_layers=2,
+            d_ff=64,
+            dropout=0.0,
+            max_len=MAX_LEN,
+        )
+    )
     torch.manual_seed(0)
     model = build_model(config)
     path = tmp_path_factory.mktemp("ckpt") / "model"
-    return save_checkpoint(path, model, {"kind": "translation", "model": config.to_dict()}, tokenizer.to_bytes())
+    return save_checkpoint(
+        path, model, {"kind": "translation", "model": config.to_dict()}, tokenizer.to_bytes()
+    )
 
 
 def feed_stdin(monkeypatch, data: bytes) -> None:
@@ -65,6 +76,7 @@ LINES = ["A man rides a bike.", "", "Two dogs play in the snow near a red house.
 
 
 # --- translate ---------------------------------------------------------------------------------
+
 
 def test_translate_stdin_to_stdout_keeps_one_line_per_line(checkpoint, monkeypatch, capsys) -> None:
     feed_stdin(monkeypatch, "\n".join(LINES).encode() + b"\n")
@@ -115,24 +127,30 @@ def test_stdin_blocks_are_capped_and_count_lines_across_blocks() -> None:
 
 
 def test_a_piped_file_comes_in_whole_blocks(tmp_path) -> None:
-    lines = [f"line {i} " + "x" * (i % 97) for i in range(8000)]  # ~440 KB: many reads, none on a line boundary
+    lines = [
+        f"line {i} " + "x" * (i % 97) for i in range(8000)
+    ]  # ~440 KB: many reads, none on a line boundary
     data = "".join(line + "\n" for line in lines).encode()
     fd = os.open(write(tmp_path / "in", lines), os.O_RDONLY)  # `< file`: a regular file as stdin
     try:
         from_file = list(stdin_blocks(2000, fd=fd))
     finally:
         os.close(fd)
-    assert [len(b) for b in from_file] == [2000] * 4 and [l for b in from_file for l in b] == lines
+    assert [len(b) for b in from_file] == [2000] * 4 and [line for b in from_file for line in b] == lines
     piped = blocks_of(data, 2000)  # a pipe: what is waiting when a block is taken, so timing decides
-    assert max(len(b) for b in piped) == 2000 and [l for b in piped for l in b] == lines
+    assert max(len(b) for b in piped) == 2000 and [line for b in piped for line in b] == lines
     assert blocks_of(b"y" * 300_000, 5) == [["y" * 300_000]]  # one long line, read in many chunks
 
 
 def test_translate_answers_each_line_before_stdin_ends(checkpoint) -> None:
     # An interactive user (or a program holding a pipe open) gets each translation as its line goes in.
-    process = subprocess.Popen([sys.executable, "-m", "aiayn", "translate", "--checkpoint", str(checkpoint), *FAST],
-                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               env={**os.environ, "OMP_NUM_THREADS": "1"})
+    process = subprocess.Popen(
+        [sys.executable, "-m", "aiayn", "translate", "--checkpoint", str(checkpoint), *FAST],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     answers: list[str] = []
     reader = threading.Thread(target=lambda: answers.append(process.stdout.readline().decode()), daemon=True)
     reader.start()
@@ -140,7 +158,9 @@ def test_translate_answers_each_line_before_stdin_ends(checkpoint) -> None:
     process.stdin.flush()
     reader.join(timeout=120)
     try:
-        assert answers and answers[0].endswith("\n"), process.stderr.read1().decode() if not reader.is_alive() else ""
+        assert answers and answers[0].endswith("\n"), (
+            process.stderr.read1().decode() if not reader.is_alive() else ""
+        )
         model, tokenizer, _ = load_translation_model(checkpoint)
         expected = Translator(model, tokenizer, max_len_b=4).translate(["A man rides a bike."])
         assert answers[0] == expected[0] + "\n"
@@ -149,12 +169,16 @@ def test_translate_answers_each_line_before_stdin_ends(checkpoint) -> None:
         assert process.wait(timeout=60) == 0
 
 
-def test_translate_stdin_in_small_blocks_or_without_a_descriptor_is_the_same(checkpoint, monkeypatch, capsys) -> None:
+def test_translate_stdin_in_small_blocks_or_without_a_descriptor_is_the_same(
+    checkpoint, monkeypatch, capsys
+) -> None:
     lines = LINES * 3
     feed_stdin(monkeypatch, "\n".join(lines).encode() + b"\n")
     assert main(["translate", "--checkpoint", str(checkpoint), *FAST, "--buffer-size", "2"]) == 0
     streamed = capsys.readouterr().out
-    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO("\n".join(lines).encode()), encoding="utf-8"))
+    monkeypatch.setattr(
+        sys, "stdin", io.TextIOWrapper(io.BytesIO("\n".join(lines).encode()), encoding="utf-8")
+    )
     assert main(["translate", "--checkpoint", str(checkpoint), *FAST]) == 0  # no fileno(): read whole
     assert capsys.readouterr().out == streamed and len(streamed.splitlines()) == len(lines)
     monkeypatch.setattr(sys, "stdin", io.StringIO("\n".join(lines)))  # not even a byte buffer
@@ -170,7 +194,15 @@ def test_translate_stdin_in_small_blocks_or_without_a_descriptor_is_the_same(che
 def test_translate_files_match_the_translator_and_no_cache(checkpoint, tmp_path, capsys) -> None:
     src = write(tmp_path / "in.txt", LINES)
     for name, extra in (("cached.txt", []), ("uncached.txt", ["--no-cache"])):
-        args = ["translate", "--checkpoint", str(checkpoint), "--input", str(src), "--output", str(tmp_path / name)]
+        args = [
+            "translate",
+            "--checkpoint",
+            str(checkpoint),
+            "--input",
+            str(src),
+            "--output",
+            str(tmp_path / name),
+        ]
         assert main([*args, *FAST, *extra]) == 0
     cached = (tmp_path / "cached.txt").read_text(encoding="utf-8")
     assert cached == (tmp_path / "uncached.txt").read_text(encoding="utf-8")
@@ -187,8 +219,14 @@ def test_unwritable_output_fails_before_any_decoding(checkpoint, tmp_path, monke
 
     monkeypatch.setattr(checkpoint_module, "load_translation_model", never)
     src = write(tmp_path / "in.txt", LINES)
-    for out, reason in ((tmp_path / "no" / "such" / "dir.txt", "No such file or directory"), (tmp_path, "Is a directory")):
-        for command in (["translate", "--input", str(src)], ["evaluate", "--src", str(src), "--ref", str(src)]):
+    for out, reason in (
+        (tmp_path / "no" / "such" / "dir.txt", "No such file or directory"),
+        (tmp_path, "Is a directory"),
+    ):
+        for command in (
+            ["translate", "--input", str(src)],
+            ["evaluate", "--src", str(src), "--ref", str(src)],
+        ):
             assert main([*command, "--checkpoint", str(checkpoint), "--output", str(out)]) == 2
             err = capsys.readouterr().err
             assert err.count("\n") == 1 and f"cannot write {out}: {reason}" in err, err
@@ -205,14 +243,19 @@ def test_output_through_a_symlink_or_to_a_device(checkpoint, tmp_path, capsys) -
     assert main([*args, "--output", "/dev/null"]) == 0 and Path("/dev/null").is_char_device()
 
 
-def test_a_failed_translation_leaves_the_existing_output_as_it_was(checkpoint, tmp_path, monkeypatch, capsys) -> None:
+def test_a_failed_translation_leaves_the_existing_output_as_it_was(
+    checkpoint, tmp_path, monkeypatch, capsys
+) -> None:
     src, out = write(tmp_path / "in.txt", LINES), write(tmp_path / "out.txt", ["an earlier translation"])
 
     def interrupted(self, lines):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(Translator, "translate", interrupted)
-    assert main(["translate", "--checkpoint", str(checkpoint), "--input", str(src), "--output", str(out), *FAST]) == 130
+    assert (
+        main(["translate", "--checkpoint", str(checkpoint), "--input", str(src), "--output", str(out), *FAST])
+        == 130
+    )
     assert "interrupted" in capsys.readouterr().err
     assert out.read_text() == "an earlier translation\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "out.txt"]  # no temporary left behind
@@ -259,6 +302,7 @@ def test_too_long_line_is_truncated_with_a_warning_naming_the_line(checkpoint, t
 
 
 # --- bad input: one line, non-zero exit, no traceback ------------------------------------------
+
 
 def assert_user_error(capsys, *needles: str) -> None:
     err = capsys.readouterr().err
@@ -324,13 +368,17 @@ def corrupt(path: Path, how: str, sentences: list[str]) -> str:
 
 
 @pytest.mark.parametrize("how", ["shapes", "not-an-object", "tokenizer"])
-def test_corrupt_checkpoint_is_one_line_in_translate_evaluate_and_plot(checkpoint, sentences, tmp_path, capsys,
-                                                                       how) -> None:
+def test_corrupt_checkpoint_is_one_line_in_translate_evaluate_and_plot(
+    checkpoint, sentences, tmp_path, capsys, how
+) -> None:
     broken = copy_checkpoint(checkpoint, tmp_path / "broken")
     needle = corrupt(broken, how, sentences)
     src, ref = write(tmp_path / "s.en", ["A dog runs."]), write(tmp_path / "r.de", ["Ein Hund rennt."])
-    commands = [["translate", "--input", str(src), *FAST], ["evaluate", "--src", str(src), "--ref", str(ref), *FAST],
-                ["plot", "attention", "--src", "A dog runs.", "--out", str(tmp_path / "a.png")]]
+    commands = [
+        ["translate", "--input", str(src), *FAST],
+        ["evaluate", "--src", str(src), "--ref", str(ref), *FAST],
+        ["plot", "attention", "--src", "A dog runs.", "--out", str(tmp_path / "a.png")],
+    ]
     for command in commands:
         assert main([*command, "--checkpoint", str(broken)]) == 2, command
         assert_user_error(capsys, str(broken), needle)
@@ -342,7 +390,10 @@ def test_sampling_options_need_sample(checkpoint, monkeypatch, capsys) -> None:
         assert main(["translate", "--checkpoint", str(checkpoint), *FAST, flag, value]) == 2
         assert_user_error(capsys, f"{flag} needs --sample")
     feed_stdin(monkeypatch, b"A dog.\n")
-    assert main(["translate", "--checkpoint", str(checkpoint), *FAST, "--sample", "--top-k", "5", "--seed", "3"]) == 0
+    assert (
+        main(["translate", "--checkpoint", str(checkpoint), *FAST, "--sample", "--top-k", "5", "--seed", "3"])
+        == 0
+    )
 
 
 def test_device_names_and_indices_are_checked(checkpoint, monkeypatch, capsys) -> None:
@@ -374,6 +425,7 @@ def test_device_names_and_indices_are_checked(checkpoint, monkeypatch, capsys) -
 
 # --- evaluate ------------------------------------------------------------------------------------
 
+
 def test_evaluate_prints_signatures_and_the_labelled_tokenized_bleu(checkpoint, tmp_path, capsys) -> None:
     src = write(tmp_path / "test.en", ["A dog runs.", "A man sits."])
     ref = write(tmp_path / "test.de", ["Ein Hund rennt.", "Ein Mann sitzt."])
@@ -396,16 +448,21 @@ def test_evaluate_line_count_mismatch(checkpoint, tmp_path, capsys) -> None:
     assert_user_error(capsys, "a.en", "3 lines", "b.de", "2")
 
 
-@pytest.mark.parametrize("src_lines, ref_lines, named", [([], [], "a.en"), (["", " "], ["x", "y"], "a.en"),
-                                                       (["x", "y"], ["", "\t"], "b.de")],
-                         ids=["empty", "blank-src", "blank-ref"])
+@pytest.mark.parametrize(
+    "src_lines, ref_lines, named",
+    [([], [], "a.en"), (["", " "], ["x", "y"], "a.en"), (["x", "y"], ["", "\t"], "b.de")],
+    ids=["empty", "blank-src", "blank-ref"],
+)
 def test_evaluate_empty_or_blank_inputs(checkpoint, tmp_path, capsys, src_lines, ref_lines, named) -> None:
     src, ref = write(tmp_path / "a.en", src_lines), write(tmp_path / "b.de", ref_lines)
-    assert main(["evaluate", "--checkpoint", str(checkpoint), "--src", str(src), "--ref", str(ref), *FAST]) == 2
+    assert (
+        main(["evaluate", "--checkpoint", str(checkpoint), "--src", str(src), "--ref", str(ref), *FAST]) == 2
+    )
     assert_user_error(capsys, named, "nothing to evaluate")
 
 
 # --- plot ------------------------------------------------------------------------------------------
+
 
 def test_plot_attention_with_and_without_target(checkpoint, tmp_path, capsys) -> None:
     base = ["plot", "attention", "--checkpoint", str(checkpoint), "--src", "A dog runs in the park."]

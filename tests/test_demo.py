@@ -25,7 +25,9 @@ def test_demo_trains_reports_draws_and_reuses(tmp_path: Path, capsys) -> None:
     assert re.search(r"exact match on 1000 held-out test numbers: \d+/1000", first)
     assert first.count(" -> ") == 8  # the sample translations
     for name in ("attention.png", "positional_encoding.png", "curves.png"):
-        assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and (tmp_path / name).stat().st_size > 10_000
+        assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and (
+            tmp_path / name
+        ).stat().st_size > 10_000
     assert main(args) == 0
     second = capsys.readouterr().out
     assert "reusing the trained model" in second and "trained a joint" not in second

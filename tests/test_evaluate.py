@@ -11,7 +11,11 @@ from aiayn.errors import UserError
 from aiayn.evaluate import TOKENIZED_LABEL, moses_lowercase, sacrebleu_scores, tokenized_bleu
 
 HYPS = ["The cat sat on the mat.", "A man is riding a bicycle down the street!", "Two dogs play in the snow."]
-REFS = ["The cat is sitting on the mat.", "A man rides a bike down the street.", "Two dogs are playing in snow."]
+REFS = [
+    "The cat is sitting on the mat.",
+    "A man rides a bike down the street.",
+    "Two dogs are playing in snow.",
+]
 
 
 def test_identical_hypotheses_score_100() -> None:
@@ -36,7 +40,9 @@ def test_lowercase_scores_case_insensitively_like_sacrebleu_lc() -> None:
     upper = [h.upper() for h in HYPS]
     scores = sacrebleu_scores(upper, REFS, lowercase=True)
     assert scores["bleu"] == pytest.approx(sacrebleu.corpus_bleu(upper, [REFS], lowercase=True).score)
-    assert scores["chrf"] == pytest.approx(sacrebleu.metrics.CHRF(lowercase=True).corpus_score(upper, [REFS]).score)
+    assert scores["chrf"] == pytest.approx(
+        sacrebleu.metrics.CHRF(lowercase=True).corpus_score(upper, [REFS]).score
+    )
     # HYPS and REFS capitalise the same words, so case-insensitive scores of the upper-cased
     # hypotheses equal the case-sensitive scores of the originals.
     assert scores["bleu"] == pytest.approx(sacrebleu_scores(HYPS, REFS)["bleu"])
@@ -61,8 +67,9 @@ def test_tokenized_bleu_lowercases_and_moses_tokenizes() -> None:
     hyps, refs = ["A DOG RUNS, FAST."], ["a dog runs, fast."]
     assert tokenized_bleu(hyps, refs, "en") == pytest.approx(100.0)
     assert sacrebleu_scores(hyps, refs)["bleu"] < 100
-    expected = sacrebleu.corpus_bleu(moses_lowercase(HYPS, "en"), [moses_lowercase(REFS, "en")],
-                                     tokenize="none", force=True).score
+    expected = sacrebleu.corpus_bleu(
+        moses_lowercase(HYPS, "en"), [moses_lowercase(REFS, "en")], tokenize="none", force=True
+    ).score
     assert tokenized_bleu(HYPS, REFS, "en") == pytest.approx(expected)
     assert "not comparable to sacreBLEU" in TOKENIZED_LABEL
 

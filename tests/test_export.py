@@ -39,16 +39,30 @@ def tokenizer(multi30k_dir: Path) -> Tokenizer:
 @pytest.fixture(scope="module")
 def val(multi30k_dir: Path) -> tuple[list[str], list[str]]:
     """(English sources, German references): the first val sentences."""
-    read = lambda lang: (multi30k_dir / f"val.{lang}").read_text(encoding="utf-8").splitlines()[:N_SENTENCES]
+
+    def read(lang: str) -> list[str]:
+        return (multi30k_dir / f"val.{lang}").read_text(encoding="utf-8").splitlines()[:N_SENTENCES]
+
     return read("en"), read("de")
 
 
 def random_model(tokenizer: Tokenizer, **overrides):
     """A tiny model whose every weight matters: matrices x3 (sharper attention), biases and
     LayerNorm parameters perturbed (they start at 0 and 1, where a missing one would go unseen)."""
-    config = TransformerConfig.from_dict(dict(
-        src_vocab_size=tokenizer.vocab_size, tgt_vocab_size=tokenizer.vocab_size, d_model=64, n_heads=4,
-        n_encoder_layers=2, n_decoder_layers=2, d_ff=128, dropout=0.0, max_len=64, **overrides))
+    config = TransformerConfig.from_dict(
+        dict(
+            src_vocab_size=tokenizer.vocab_size,
+            tgt_vocab_size=tokenizer.vocab_size,
+            d_model=64,
+            n_heads=4,
+            n_encoder_layers=2,
+            n_decoder_layers=2,
+            d_ff=128,
+            dropout=0.0,
+            max_len=64,
+            **overrides,
+        )
+    )
     torch.manual_seed(0)
     model = build_model(config).eval()
     with torch.no_grad():
@@ -61,10 +75,16 @@ def random_model(tokenizer: Tokenizer, **overrides):
 
 
 def export(tmp_path: Path, model, config, tokenizer, *extra: str) -> Path:
-    checkpoint = save_checkpoint(tmp_path / "ckpt", model, {"kind": "translation", "model": config.to_dict()},
-                                 tokenizer.to_bytes())
+    checkpoint = save_checkpoint(
+        tmp_path / "ckpt", model, {"kind": "translation", "model": config.to_dict()}, tokenizer.to_bytes()
+    )
     out = tmp_path / "ct2"
-    assert main(["export", "--checkpoint", str(checkpoint), "--format", "ctranslate2", "--out", str(out), *extra]) == 0
+    assert (
+        main(
+            ["export", "--checkpoint", str(checkpoint), "--format", "ctranslate2", "--out", str(out), *extra]
+        )
+        == 0
+    )
     return out
 
 
@@ -103,9 +123,15 @@ def test_ctranslate2_matches_aiayn(tmp_path, tokenizer, val, overrides) -> None:
 
     # greedy search, token for token, and the detokenized strings
     ours = Translator(model, tokenizer, beam=1, alpha=0.0, max_len_a=0.0, max_len_b=MAX_OUT)
-    expected = [generate(model, torch.tensor([ours.encode_source(s)]), ours.options)[0][0].tokens for s in sources]
-    results = translator.translate_batch([pieces(tokenizer, s) for s in sources], beam_size=1,
-                                         max_decoding_length=MAX_OUT, suppress_sequences=SUPPRESS)
+    expected = [
+        generate(model, torch.tensor([ours.encode_source(s)]), ours.options)[0][0].tokens for s in sources
+    ]
+    results = translator.translate_batch(
+        [pieces(tokenizer, s) for s in sources],
+        beam_size=1,
+        max_decoding_length=MAX_OUT,
+        suppress_sequences=SUPPRESS,
+    )
     got = [piece_ids(tokenizer, r.hypotheses[0]) for r in results]
     assert got == expected
     # (the Translator turns line breaks that byte-fallback pieces can spell into spaces)
@@ -113,8 +139,9 @@ def test_ctranslate2_matches_aiayn(tmp_path, tokenizer, val, overrides) -> None:
     assert len({tuple(ids) for ids in expected}) > 1  # the outputs depend on the input
 
     # every position of the reference translations: same log-probabilities
-    scored = translator.score_batch([pieces(tokenizer, s) for s in sources],
-                                    [pieces(tokenizer, r) for r in references])
+    scored = translator.score_batch(
+        [pieces(tokenizer, s) for s in sources], [pieces(tokenizer, r) for r in references]
+    )
     for source, reference, result in zip(sources, references, scored):
         want = aiayn_log_probs(model, tokenizer, source, reference)
         assert result.tokens == pieces(tokenizer, reference) + ["</s>"]
@@ -129,20 +156,24 @@ def test_export_files_and_int8(tmp_path, tokenizer, val) -> None:
     assert info["quantization"] == "int8" and info["model"] == config.to_dict()
     assert "translate_batch" in (out / "README.md").read_text()
     results = ctranslate2.Translator(str(out), device="cpu").translate_batch(
-        [pieces(tokenizer, val[0][0])], beam_size=1, max_decoding_length=5, suppress_sequences=SUPPRESS)
+        [pieces(tokenizer, val[0][0])], beam_size=1, max_decoding_length=5, suppress_sequences=SUPPRESS
+    )
     assert 1 <= len(results[0].hypotheses[0]) <= 5
 
 
 def test_missing_checkpoint_is_one_line_exit_2(tmp_path, capsys) -> None:
     code = main(["export", "--checkpoint", str(tmp_path / "nope"), "--out", str(tmp_path / "out")])
     err = capsys.readouterr().err
-    assert code == 2 and err.count("\n") == 1 and "checkpoint not found" in err and str(tmp_path / "nope") in err
+    assert (
+        code == 2 and err.count("\n") == 1 and "checkpoint not found" in err and str(tmp_path / "nope") in err
+    )
 
 
 def test_non_empty_out_needs_force(tmp_path, tokenizer, capsys) -> None:
     model, config = random_model(tokenizer)
-    checkpoint = save_checkpoint(tmp_path / "ckpt", model, {"kind": "translation", "model": config.to_dict()},
-                                 tokenizer.to_bytes())
+    checkpoint = save_checkpoint(
+        tmp_path / "ckpt", model, {"kind": "translation", "model": config.to_dict()}, tokenizer.to_bytes()
+    )
     args = ["export", "--checkpoint", str(checkpoint), "--out", str(tmp_path / "ct2")]
     assert main(args) == 0
     (tmp_path / "ct2" / "stale.txt").write_text("x")
@@ -153,8 +184,9 @@ def test_non_empty_out_needs_force(tmp_path, tokenizer, capsys) -> None:
 
 def test_without_ctranslate2_says_how_to_install(tmp_path, tokenizer, monkeypatch, capsys) -> None:
     model, config = random_model(tokenizer)
-    checkpoint = save_checkpoint(tmp_path / "ckpt", model, {"kind": "translation", "model": config.to_dict()},
-                                 tokenizer.to_bytes())
+    checkpoint = save_checkpoint(
+        tmp_path / "ckpt", model, {"kind": "translation", "model": config.to_dict()}, tokenizer.to_bytes()
+    )
     monkeypatch.setitem(__import__("sys").modules, "ctranslate2", None)  # import ctranslate2 -> ImportError
     assert main(["export", "--checkpoint", str(checkpoint), "--out", str(tmp_path / "ct2")]) == 2
     assert "pip install ctranslate2" in capsys.readouterr().err
@@ -164,14 +196,18 @@ def test_without_ctranslate2_says_how_to_install(tmp_path, tokenizer, monkeypatc
 def test_out_overlapping_the_checkpoint_is_refused_and_deletes_nothing(tmp_path, tokenizer, capsys) -> None:
     model, config = random_model(tokenizer)
     run = tmp_path / "run"
-    best = save_checkpoint(run / "best", model, {"kind": "translation", "model": config.to_dict()},
-                           tokenizer.to_bytes())
+    best = save_checkpoint(
+        run / "best", model, {"kind": "translation", "model": config.to_dict()}, tokenizer.to_bytes()
+    )
     (run / "metrics.jsonl").write_text("{}\n")
     before = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
     # out = an ancestor of the checkpoint, the checkpoint itself, inside it (the run directory given or not)
     cases = [(best, run), (best, best), (best, best / "ct2"), (run, run), (run, best), (run, tmp_path)]
     for checkpoint, out in cases:
-        assert main(["export", "--checkpoint", str(checkpoint), "--out", str(out), "--force"]) == 2, (checkpoint, out)
+        assert main(["export", "--checkpoint", str(checkpoint), "--out", str(out), "--force"]) == 2, (
+            checkpoint,
+            out,
+        )
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "overlaps the checkpoint" in err, err
     # --force replaces an earlier export only, never another directory (here: the run's metrics)
@@ -185,8 +221,9 @@ def test_out_overlapping_the_checkpoint_is_refused_and_deletes_nothing(tmp_path,
 
 def test_checkpoint_config_disagreeing_with_its_weights_is_one_line(tmp_path, tokenizer, capsys) -> None:
     model, config = random_model(tokenizer)
-    checkpoint = save_checkpoint(tmp_path / "ckpt", model, {"kind": "translation", "model": config.to_dict()},
-                                 tokenizer.to_bytes())
+    checkpoint = save_checkpoint(
+        tmp_path / "ckpt", model, {"kind": "translation", "model": config.to_dict()}, tokenizer.to_bytes()
+    )
     stored = json.loads((checkpoint / "config.json").read_text())
     stored["model"]["d_ff"] = 64
     (checkpoint / "config.json").write_text(json.dumps(stored))

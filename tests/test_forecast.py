@@ -15,19 +15,30 @@ from aiayn.forecast.model import ForecastConfig, Forecaster, InstanceNorm
 from aiayn.forecast.train import TrainConfig, WeightAverage, evaluate, fit, loss_on_batch
 
 
-
 @pytest.fixture(scope="module")
 def etth1(data_dir: Path) -> Path:
     return data_dir / "ett" / "ETTh1.csv"
 
 
 def tiny(**overrides) -> ForecastConfig:
-    values = dict(n_features=3, outputs=[0, 1, 2], seq_len=32, label_len=8, horizon=16, d_model=16, n_heads=2,
-                  n_encoder_layers=1, n_decoder_layers=1, d_ff=32, dropout=0.0)
+    values = dict(
+        n_features=3,
+        outputs=[0, 1, 2],
+        seq_len=32,
+        label_len=8,
+        horizon=16,
+        d_model=16,
+        n_heads=2,
+        n_encoder_layers=1,
+        n_decoder_layers=1,
+        d_ff=32,
+        dropout=0.0,
+    )
     return ForecastConfig(**{**values, **overrides})
 
 
 # --- data ---------------------------------------------------------------------------------------
+
 
 def test_etth1_split_borders_and_train_only_scaler(etth1: Path) -> None:
     data = prepare(etth1, "M", "OT", 96, 24)
@@ -36,7 +47,9 @@ def test_etth1_split_borders_and_train_only_scaler(etth1: Path) -> None:
     raw = read_series(etth1).values
     np.testing.assert_allclose(data.scaler.mean, raw[:8640].mean(axis=0))
     np.testing.assert_allclose(data.scaler.std, raw[:8640].std(axis=0))
-    assert abs(data.scaled[:8640].mean()) < 1e-9 and not np.allclose(data.scaled[8640:14400].mean(axis=0), 0, atol=0.05)
+    assert abs(data.scaled[:8640].mean()) < 1e-9 and not np.allclose(
+        data.scaled[8640:14400].mean(axis=0), 0, atol=0.05
+    )
     assert data.scaled.shape == (14400, 7)
 
 
@@ -65,6 +78,7 @@ def test_ratio_split_for_other_files(tmp_path: Path, etth1: Path) -> None:
 
 # --- model --------------------------------------------------------------------------------------
 
+
 def test_instance_norm_round_trip() -> None:
     x = torch.randn(4, 32, 3) * 5 + 7
     norm = InstanceNorm()
@@ -88,8 +102,9 @@ def test_overlapping_patches() -> None:
         tiny(patch_len=8, patch_stride=5)  # (32 - 8) is not a multiple of 5
 
 
-@pytest.mark.parametrize("options", [{}, {"patch_len": 4}, {"channel_independent": True},
-                                     {"patch_len": 4, "patch_stride": 2}])
+@pytest.mark.parametrize(
+    "options", [{}, {"patch_len": 4}, {"channel_independent": True}, {"patch_len": 4, "patch_stride": 2}]
+)
 def test_one_pass_decoding_is_causal(options: dict) -> None:
     model = Forecaster(tiny(**options)).eval()
     x = torch.randn(2, 32, 3)
@@ -109,7 +124,7 @@ def test_last_patch_placeholders_repeat_the_last_known_patch() -> None:
     torch.testing.assert_close(repeated[:, :8], zeros[:, :8])  # the known steps are untouched
     assert not zeros[:, 8:].any()
     for start in range(8, 24, 4):  # each 4-step placeholder token is x's last 4 steps
-        torch.testing.assert_close(repeated[:, start:start + 4], x[:, 28:])
+        torch.testing.assert_close(repeated[:, start : start + 4], x[:, 28:])
     with pytest.raises(ValueError, match="placeholders"):
         tiny(placeholders="mean")
     with pytest.raises(ValueError, match="placeholders: 'last_patch' applies to one-pass decoding only"):
@@ -126,7 +141,7 @@ def test_autoregressive_option_runs_and_matches_teacher_forcing() -> None:
     x = torch.randn(2, 32, 3)
     generated = model(x)  # fed back token by token
     assert generated.shape == (2, 16, 3) and torch.isfinite(generated).all()
-    model.train()  # teacher forcing on its own output must give the same values  # dropout is 0: train mode = teacher forcing
+    model.train()  # dropout is 0: teacher forcing on its own output must give the same values
     forced = model(x, target=generated)
     assert torch.allclose(forced, generated, atol=1e-4)
 
@@ -156,6 +171,7 @@ def test_few_training_steps_lower_the_loss(etth1: Path) -> None:
 
 
 # --- baselines ----------------------------------------------------------------------------------
+
 
 def _periodic(length: int, period: int = 24) -> torch.Tensor:
     t = torch.arange(length, dtype=torch.float32)
@@ -199,7 +215,9 @@ def test_evaluate_limit_scores_the_first_windows_only(etth1: Path) -> None:
     expected = torch.mean((model(test.inputs(idx)) - test.targets(idx)[..., data.outputs]) ** 2).item()
     assert evaluate(model, test, data.outputs, batch_size=100, limit=kept)["mse"] == pytest.approx(expected)
     assert evaluate(model, test, data.outputs, limit=10**9) == evaluate(model, test, data.outputs)
-    assert evaluate(model, test, data.outputs, limit=kept)["mse"] != pytest.approx(evaluate(model, test, data.outputs)["mse"])
+    assert evaluate(model, test, data.outputs, limit=kept)["mse"] != pytest.approx(
+        evaluate(model, test, data.outputs)["mse"]
+    )
     with pytest.raises(ValueError, match="limit must be >= 1"):
         evaluate(model, test, data.outputs, limit=0)
 
@@ -223,7 +241,9 @@ def test_evaluate_and_fit_with_early_stopping(etth1: Path) -> None:
     data = prepare(etth1, "S", "OT", 48, 24)
     train, val = data.windows("train", 48, 24), data.windows("val", 48, 24)
     model = DLinear(48, 24, data.outputs)
-    state = fit(model, train, val, data.outputs, TrainConfig(batch_size=256, lr=1e-2, max_epochs=2), progress=False)
+    state = fit(
+        model, train, val, data.outputs, TrainConfig(batch_size=256, lr=1e-2, max_epochs=2), progress=False
+    )
     assert state.epoch == 2 and state.best_val == min(h["val_mse"] for h in state.history)
     assert evaluate(model, val, data.outputs)["mse"] == pytest.approx(state.best_val)
     assert evaluate(RepeatLast(24, [0]), val, [0])["mse"] > state.best_val

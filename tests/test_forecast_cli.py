@@ -59,7 +59,9 @@ def _mutated(src: Path, dst: Path, line: int, change) -> Path:
 
 
 def _train(config: Path, data: Path, out: Path, *extra: str) -> int:
-    return cli.main(["forecast", "train", "--config", str(config), "--data", str(data), "--out", str(out), *extra])
+    return cli.main(
+        ["forecast", "train", "--config", str(config), "--data", str(data), "--out", str(out), *extra]
+    )
 
 
 def _one_line_error(capsys: pytest.CaptureFixture, *needles: str) -> str:
@@ -70,12 +72,25 @@ def _one_line_error(capsys: pytest.CaptureFixture, *needles: str) -> str:
     return err
 
 
-@pytest.mark.parametrize("case, change, line, needles", [
-    ("non_numeric", lambda s: s.replace(s.split(",")[3], "abc", 1), 7, ["small.csv:7", "'MUFL'", "abc"]),
-    ("empty_cell", lambda s: s.rsplit(",", 1)[0] + ",", 9, ["small.csv:9", "'OT'"]),
-    ("missing_time", lambda s: "," + s.split(",", 1)[1], 5, ["small.csv:5", "missing timestamp", "'date'"]),
-    ("unsorted", lambda s: "2016-06-30 00:00:00," + s.split(",", 1)[1], 11, ["small.csv:11", "not sorted"]),
-])
+@pytest.mark.parametrize(
+    "case, change, line, needles",
+    [
+        ("non_numeric", lambda s: s.replace(s.split(",")[3], "abc", 1), 7, ["small.csv:7", "'MUFL'", "abc"]),
+        ("empty_cell", lambda s: s.rsplit(",", 1)[0] + ",", 9, ["small.csv:9", "'OT'"]),
+        (
+            "missing_time",
+            lambda s: "," + s.split(",", 1)[1],
+            5,
+            ["small.csv:5", "missing timestamp", "'date'"],
+        ),
+        (
+            "unsorted",
+            lambda s: "2016-06-30 00:00:00," + s.split(",", 1)[1],
+            11,
+            ["small.csv:11", "not sorted"],
+        ),
+    ],
+)
 def test_bad_cells_exit_2_with_line(case, change, line, needles, tmp_path, small_csv, config, capsys) -> None:
     bad = _mutated(small_csv, tmp_path / "small.csv", line, change)
     assert _train(config, bad, tmp_path / "run") == 2
@@ -107,15 +122,18 @@ def test_bom_and_trailing_blank_lines_are_accepted(tmp_path) -> None:
         read_series(tmp_path / "middle.csv")
 
 
-@pytest.mark.parametrize("section, needles", [
-    ("data: {horizn: 24}", ["data: unknown field(s) horizn", "valid: path, target, features, input_len"]),
-    ("data: {input_len: '16'}", ["data: input_len: must be an integer, got '16'"]),
-    ("data: {target: [OT]}", ["data: target: must be a string"]),
-    ("data: 5", ["data: must be a mapping"]),
-    (SHORT + "train: {lr: abc}", ["train: lr: must be a number, got 'abc'"]),
-    (SHORT + "train: {max_epochs: '2'}", ["train: max_epochs: must be an integer, got '2'"]),
-    (SHORT + "model: {dropout: true}", ["model: dropout: must be a number, got True"]),
-])
+@pytest.mark.parametrize(
+    "section, needles",
+    [
+        ("data: {horizn: 24}", ["data: unknown field(s) horizn", "valid: path, target, features, input_len"]),
+        ("data: {input_len: '16'}", ["data: input_len: must be an integer, got '16'"]),
+        ("data: {target: [OT]}", ["data: target: must be a string"]),
+        ("data: 5", ["data: must be a mapping"]),
+        (SHORT + "train: {lr: abc}", ["train: lr: must be a number, got 'abc'"]),
+        (SHORT + "train: {max_epochs: '2'}", ["train: max_epochs: must be an integer, got '2'"]),
+        (SHORT + "model: {dropout: true}", ["model: dropout: must be a number, got True"]),
+    ],
+)
 def test_bad_config_fields_exit_2_naming_the_field(section, needles, tmp_path, small_csv, capsys) -> None:
     (tmp_path / "bad.yaml").write_text(section + "\n")
     assert _train(tmp_path / "bad.yaml", small_csv, tmp_path / "run") == 2
@@ -162,26 +180,40 @@ def _with_columns(src: Path, dst: Path, order: list[str], extra: bool = False) -
     return dst
 
 
-def test_other_data_file_matched_to_the_checkpoint_columns_by_name(tmp_path, small_csv, config, capsys) -> None:
+def test_other_data_file_matched_to_the_checkpoint_columns_by_name(
+    tmp_path, small_csv, config, capsys
+) -> None:
     """evaluate/predict --data: columns picked by name (order free, extras ignored), a missing one exits 2."""
     run = tmp_path / "run"
     assert _train(config, small_csv, run) == 0
     names = ["HUFL", "HULL", "MUFL", "MULL", "LUFL", "LULL", "OT"]
     order = ["OT", "date", *reversed(names[:-1])]
-    files = {"same": small_csv, "reordered": _with_columns(small_csv, tmp_path / "reordered.csv", order),
-             "extra": _with_columns(small_csv, tmp_path / "extra.csv", order, extra=True)}
+    files = {
+        "same": small_csv,
+        "reordered": _with_columns(small_csv, tmp_path / "reordered.csv", order),
+        "extra": _with_columns(small_csv, tmp_path / "extra.csv", order, extra=True),
+    }
     results = {}
     for name, path in files.items():
         capsys.readouterr()
         assert cli.main(["forecast", "evaluate", "--checkpoint", str(run), "--data", str(path)]) == 0
         pred = tmp_path / f"{name}.pred.csv"
-        assert cli.main(["forecast", "predict", "--checkpoint", str(run), "--data", str(path), "--out", str(pred)]) == 0
+        assert (
+            cli.main(
+                ["forecast", "predict", "--checkpoint", str(run), "--data", str(path), "--out", str(pred)]
+            )
+            == 0
+        )
         results[name] = (capsys.readouterr().out.splitlines()[0], pred.read_text())
     assert results["reordered"] == results["extra"] == results["same"]
     assert results["same"][1].startswith("date," + ",".join(names))
 
     missing = _with_columns(small_csv, tmp_path / "missing.csv", ["date", *names[:5], "OT"])
-    for command in (["evaluate"], ["predict", "--out", str(tmp_path / "x.csv")], ["plot", "--out", str(tmp_path / "x.png")]):
+    for command in (
+        ["evaluate"],
+        ["predict", "--out", str(tmp_path / "x.csv")],
+        ["plot", "--out", str(tmp_path / "x.png")],
+    ):
         assert cli.main(["forecast", *command, "--checkpoint", str(run), "--data", str(missing)]) == 2
         _one_line_error(capsys, "missing.csv", "'LULL' not found")
 
@@ -214,11 +246,17 @@ def test_train_evaluate_predict_plot_and_resume(tmp_path, small_csv, config, cap
     out = capsys.readouterr().out
     assert "test: MSE" in out and "MAE" in out
 
-    assert cli.main(["forecast", "predict", "--checkpoint", str(run), "--out", str(tmp_path / "pred.csv")]) == 0
+    assert (
+        cli.main(["forecast", "predict", "--checkpoint", str(run), "--out", str(tmp_path / "pred.csv")]) == 0
+    )
     rows = list(csv.reader((tmp_path / "pred.csv").open()))
     assert rows[0] == ["date", "HUFL", "HULL", "MUFL", "MULL", "LUFL", "LULL", "OT"] and len(rows) == 17
     last = small_csv.read_text().splitlines()[-1].split(",")[0]  # 2016-07-25 23:00:00
-    assert last == "2016-07-25 23:00:00" and rows[1][0] == "2016-07-26 00:00:00" and rows[16][0] == "2016-07-26 15:00:00"
+    assert (
+        last == "2016-07-25 23:00:00"
+        and rows[1][0] == "2016-07-26 00:00:00"
+        and rows[16][0] == "2016-07-26 15:00:00"
+    )
     ot = np.array([float(r[7]) for r in rows[1:]])
     assert np.all(np.isfinite(ot)) and 0 < ot.mean() < 60  # original units (degrees), not standardised
 
@@ -252,7 +290,11 @@ def test_resume_is_exact(tmp_path, small_csv, config, ema) -> None:
     Dropout is on, so the weights only match if the RNG state is saved and restored."""
     from safetensors.torch import load_file
 
-    text = config.read_text().replace("seed: 0}", f"seed: 0, ema: {ema}}}").replace("dropout: 0.0", "dropout: 0.1")
+    text = (
+        config.read_text()
+        .replace("seed: 0}", f"seed: 0, ema: {ema}}}")
+        .replace("dropout: 0.0", "dropout: 0.1")
+    )
     assert "dropout: 0.1" in text
     config.write_text(text)
     assert _train(config, small_csv, tmp_path / "a", "--max-epochs", "2") == 0
@@ -262,5 +304,7 @@ def test_resume_is_exact(tmp_path, small_csv, config, ema) -> None:
         wa, wb = (load_file(str(tmp_path / run / kind / "model.safetensors")) for run in ("a", "b"))
         assert wa.keys() == wb.keys() and all((wa[k] == wb[k]).all() for k in wa)
     if ema:  # best/ holds the average, which differs from the trained weights
-        best, last = (load_file(str(tmp_path / "a" / kind / "model.safetensors")) for kind in ("best", "last"))
+        best, last = (
+            load_file(str(tmp_path / "a" / kind / "model.safetensors")) for kind in ("best", "last")
+        )
         assert any(not torch.equal(best[k], last[k]) for k in best)

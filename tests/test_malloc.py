@@ -33,8 +33,10 @@ warm_up = [faults_of_one_block() for _ in range({ROUNDS})]
 print(json.dumps({{"applied": applied, "faults": sum(faults_of_one_block() for _ in range({ROUNDS}))}}))
 """
 
-needs_glibc = pytest.mark.skipif(platform.libc_ver()[0] != "glibc" or not sys.platform.startswith("linux"),
-                                 reason="the setting is glibc's (Linux)")
+needs_glibc = pytest.mark.skipif(
+    platform.libc_ver()[0] != "glibc" or not sys.platform.startswith("linux"),
+    reason="the setting is glibc's (Linux)",
+)
 
 
 # Variables that change which allocator runs, or how: the probes run without them.
@@ -42,10 +44,14 @@ ALLOCATOR_VARIABLES = ("AIAYN_MALLOC", "LD_PRELOAD", "GLIBC_TUNABLES")
 
 
 def probe(mode: str, **env: str) -> dict:
-    environ = {key: value for key, value in os.environ.items()
-               if key not in ALLOCATOR_VARIABLES and not key.startswith("MALLOC_")} | env
-    done = subprocess.run([sys.executable, "-c", PROBE, mode], env=environ, check=True,
-                          capture_output=True, text=True)
+    environ = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in ALLOCATOR_VARIABLES and not key.startswith("MALLOC_")
+    } | env
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, mode], env=environ, check=True, capture_output=True, text=True
+    )
     return json.loads(done.stdout)
 
 
@@ -73,8 +79,10 @@ def test_a_preloaded_allocator_is_left_alone(tmp_path):
     """Under another malloc (jemalloc, tcmalloc via LD_PRELOAD) mallopt succeeds and does nothing:
     the setting must say it was not applied. The stand-in defines ``malloc`` and forwards to glibc's."""
     source = tmp_path / "stand_in.c"
-    source.write_text("#include <stddef.h>\nextern void *__libc_malloc(size_t);\n"
-                      "void *malloc(size_t n) { return __libc_malloc(n); }\n")
+    source.write_text(
+        "#include <stddef.h>\nextern void *__libc_malloc(size_t);\n"
+        "void *malloc(size_t n) { return __libc_malloc(n); }\n"
+    )
     library = tmp_path / "libstandin.so"
     subprocess.run(["cc", "-shared", "-fPIC", "-o", str(library), str(source)], check=True)
     assert probe("keep", LD_PRELOAD=str(library))["applied"] is False
@@ -92,8 +100,13 @@ from aiayn.malloc import bound_onednn_caches, keep_freed_memory
 keep_freed_memory()
 applied = bound_onednn_caches() if sys.argv[1] == "bound" else {}
 class MallInfo2(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_size_t) for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
-                                                     "fsmblks", "uordblks", "fordblks", "keepcost")]
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in (
+            "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
+            "keepcost",
+        )
+    ]
 libc = ctypes.CDLL(None)
 libc.mallinfo2.restype = MallInfo2
 def held_mib():
@@ -132,7 +145,9 @@ def has_mallinfo2() -> bool:
 
 
 @needs_glibc
-@pytest.mark.skipif(not native_bf16(torch.device("cpu")), reason="oneDNN computes bf16 matmuls only where bf16 is native")
+@pytest.mark.skipif(
+    not native_bf16(torch.device("cpu")), reason="oneDNN computes bf16 matmuls only where bf16 is native"
+)
 @pytest.mark.skipif(not has_mallinfo2(), reason="needs glibc's mallinfo2 (2.33 or later)")
 def test_new_matmul_shapes_do_not_grow_memory_once_the_caches_are_bounded():
     """Here (AMD EPYC with AVX512-BF16) the control's cache entries held 80 MiB more after the 150
@@ -142,10 +157,23 @@ def test_new_matmul_shapes_do_not_grow_memory_once_the_caches_are_bounded():
     bound's by 3-18 MiB. So the control is checked on what malloc holds, which is deterministic, and
     the bound on both. Other CPUs' kernels may keep entries of other sizes, so the control must
     grow in both halves (as a cache without a bound does), with a floor of 8 MiB (0.1 MiB a shape)."""
-    environ = {key: value for key, value in os.environ.items()
-               if key not in (*ALLOCATOR_VARIABLES, *ONEDNN_CACHES) and not key.startswith("MALLOC_")}
-    runs = {mode: json.loads(subprocess.run([sys.executable, "-c", SHAPES_PROBE, mode], env=environ, check=True,
-                                            capture_output=True, text=True).stdout) for mode in ("bound", "none")}
+    environ = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in (*ALLOCATOR_VARIABLES, *ONEDNN_CACHES) and not key.startswith("MALLOC_")
+    }
+    runs = {
+        mode: json.loads(
+            subprocess.run(
+                [sys.executable, "-c", SHAPES_PROBE, mode],
+                env=environ,
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout
+        )
+        for mode in ("bound", "none")
+    }
     assert runs["bound"]["applied"] == ONEDNN_CACHES
     assert runs["bound"]["rss_growth_mib"] < 100, runs
     assert sum(runs["bound"]["held_growth_mib"]) < 4, runs

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 import aiayn
-from aiayn import TransformerConfig, build_model, positional_encoding
 import aiayn.model.attention as attention_module
+from aiayn import TransformerConfig, build_model, positional_encoding
 from aiayn.model.attention import KVCache, MultiHeadAttention, attention_weights, scaled_dot_product_attention
 from aiayn.model.masks import causal_mask, padding_mask
 
@@ -18,8 +18,17 @@ PAD = 0
 
 
 def tiny_config(**overrides) -> TransformerConfig:
-    values = dict(src_vocab_size=50, tgt_vocab_size=60, d_model=32, n_heads=4, n_encoder_layers=2,
-                  n_decoder_layers=2, d_ff=64, dropout=0.0, max_len=64)
+    values = dict(
+        src_vocab_size=50,
+        tgt_vocab_size=60,
+        d_model=32,
+        n_heads=4,
+        n_encoder_layers=2,
+        n_decoder_layers=2,
+        d_ff=64,
+        dropout=0.0,
+        max_len=64,
+    )
     return TransformerConfig.from_dict({**values, **overrides})
 
 
@@ -29,7 +38,8 @@ def tiny_model(**overrides):
 
 @pytest.fixture(params=[True, False], ids=["formula", "fused kernel"])
 def attention_path(request, monkeypatch) -> bool:
-    """Run a model test on both attention paths (small test shapes would otherwise always take the formula)."""
+    """Run a model test on both attention paths (small test shapes would otherwise always take the
+    formula)."""
     monkeypatch.setattr(attention_module, "PREFER_FORMULA", request.param)
     return request.param
 
@@ -42,6 +52,7 @@ def tokens(lengths: list[int], total: int, vocab: int = 50) -> torch.Tensor:
 
 
 # --- the build_transformer write-up's shape walkthrough ---------------------------------------
+
 
 def test_base_shape_walkthrough() -> None:
     config = TransformerConfig.preset("base", src_vocab_size=10000, tgt_vocab_size=10000)
@@ -57,15 +68,19 @@ def test_base_shape_walkthrough() -> None:
 
 
 def test_base_parameter_count_with_shared_vocabulary() -> None:
-    config = TransformerConfig.preset("base", src_vocab_size=37000, tgt_vocab_size=37000, tie_embeddings="all")
+    config = TransformerConfig.preset(
+        "base", src_vocab_size=37000, tgt_vocab_size=37000, tie_embeddings="all"
+    )
     count = aiayn.count_parameters(build_model(config))
     assert count == 63_082_496  # the paper reports 65M; README states this figure
-    untied = aiayn.count_parameters(build_model(TransformerConfig.preset("base", src_vocab_size=37000,
-                                                                        tgt_vocab_size=37000)))
+    untied = aiayn.count_parameters(
+        build_model(TransformerConfig.preset("base", src_vocab_size=37000, tgt_vocab_size=37000))
+    )
     assert untied == count + 2 * 37000 * 512
 
 
 # --- positional encoding and attention --------------------------------------------------------
+
 
 def test_positional_encoding_equals_formula() -> None:
     table = positional_encoding(50, 16)
@@ -103,11 +118,14 @@ def test_fast_and_reference_attention_agree(monkeypatch) -> None:
 
 
 def test_attention_path_follows_the_shape_dtype_and_gradients() -> None:
-    """The formula for small score matrices and decoding steps; with gradients for larger ones, in bf16 only."""
+    """The formula for small score matrices and decoding steps; with gradients for larger ones, in bf16
+    only."""
     faster = attention_module.formula_is_faster
 
     def qk(t_q: int, t_k: int, grad: bool = False, dtype=torch.bfloat16) -> tuple[torch.Tensor, torch.Tensor]:
-        return torch.zeros(1, 1, t_q, 4, dtype=dtype, requires_grad=grad), torch.zeros(1, 1, t_k, 4, dtype=dtype)
+        return torch.zeros(1, 1, t_q, 4, dtype=dtype, requires_grad=grad), torch.zeros(
+            1, 1, t_k, 4, dtype=dtype
+        )
 
     assert faster(*qk(24, 24)) and not faster(*qk(24, 25)) and not faster(*qk(64, 64))
     assert faster(*qk(24, 24, dtype=torch.float32)) and faster(*qk(1, 900, dtype=torch.float32))
@@ -144,8 +162,9 @@ def test_formula_and_fused_kernel_give_the_same_gradients(dtype: torch.dtype, mo
 @pytest.mark.parametrize("prefer_formula", [True, False], ids=["formula", "fused kernel"])
 @pytest.mark.parametrize("need_weights", [False, True])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_fully_padded_row_gives_zeros_not_nan(need_weights: bool, dtype: torch.dtype, prefer_formula: bool,
-                                             monkeypatch) -> None:
+def test_fully_padded_row_gives_zeros_not_nan(
+    need_weights: bool, dtype: torch.dtype, prefer_formula: bool, monkeypatch
+) -> None:
     monkeypatch.setattr(attention_module, "PREFER_FORMULA", prefer_formula)
     q, k, v = torch.randn(2, 2, 3, 8), torch.randn(2, 2, 4, 8), torch.randn(2, 2, 4, 8)
     mask = torch.ones(2, 1, 1, 4, dtype=torch.bool)
@@ -180,6 +199,7 @@ def test_attention_maps_rows_sum_to_one_and_zero_on_masked_keys() -> None:
 
 
 # --- causality, padding invariance, cache -------------------------------------------------------
+
 
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_decoder_is_causal(norm_first: bool) -> None:
@@ -266,8 +286,9 @@ def test_cache_reorder_copies_only_what_changes() -> None:
 
 @pytest.mark.parametrize("prefer_formula", [True, False], ids=["formula", "fused kernel"])
 @pytest.mark.parametrize("need_weights", [False, True])
-def test_grouped_cross_attention_equals_one_memory_row_per_query_row(need_weights: bool, prefer_formula: bool,
-                                                                    monkeypatch) -> None:
+def test_grouped_cross_attention_equals_one_memory_row_per_query_row(
+    need_weights: bool, prefer_formula: bool, monkeypatch
+) -> None:
     """A static cache with group g (rows i*g .. i*g+g-1 read cached row i) gives what copying the
     memory for every row gives, outputs and weights, with a padded source; on both decoding paths."""
     monkeypatch.setattr(attention_module, "PREFER_FORMULA", prefer_formula)
@@ -281,7 +302,9 @@ def test_grouped_cross_attention_equals_one_memory_row_per_query_row(need_weight
         grouped.group = 3
         out, weights = attention(query, memory, mask, cache=grouped, need_weights=need_weights)
         rows = torch.tensor([0, 0, 0, 1, 1, 1])
-        expected, expected_weights = attention(query, memory[rows], mask[rows], cache=copied, need_weights=True)
+        expected, expected_weights = attention(
+            query, memory[rows], mask[rows], cache=copied, need_weights=True
+        )
     torch.testing.assert_close(out, expected, atol=1e-6, rtol=1e-5)
     if need_weights:
         torch.testing.assert_close(weights, expected_weights, atol=1e-6, rtol=1e-5)
@@ -299,7 +322,9 @@ def test_attention_weights_stay_fp32_under_autocast(monkeypatch) -> None:
     assert weights.dtype == torch.float32
     torch.testing.assert_close(weights, attention_weights(q, k, mask), atol=0, rtol=0)
     # the product with V is autocast's bf16 matmul, as the fused kernel's would be
-    torch.testing.assert_close(out.float(), scaled_dot_product_attention(q, k, k, mask)[0], atol=2e-2, rtol=2e-2)
+    torch.testing.assert_close(
+        out.float(), scaled_dot_product_attention(q, k, k, mask)[0], atol=2e-2, rtol=2e-2
+    )
 
 
 def test_cache_reorder_into_unequal_groups() -> None:
@@ -327,6 +352,7 @@ def test_cache_reorder_into_unequal_groups() -> None:
 
 # --- precision and gradients --------------------------------------------------------------------
 
+
 def test_bf16_autocast_is_close_to_fp32(attention_path: bool) -> None:
     model = tiny_model()
     src, tgt = tokens([7, 5], 7), tokens([6, 4], 6, 60)
@@ -349,7 +375,9 @@ def test_gradients_reach_every_parameter(tie: str) -> None:
 
 
 def test_weight_tying() -> None:
-    none, decoder, full = (tiny_model(src_vocab_size=60, tie_embeddings=t) for t in ("none", "decoder", "all"))
+    none, decoder, full = (
+        tiny_model(src_vocab_size=60, tie_embeddings=t) for t in ("none", "decoder", "all")
+    )
     assert none.generator.proj.weight is not none.tgt_embed.weight
     assert decoder.generator.proj.weight is decoder.tgt_embed.weight
     assert decoder.src_embed.weight is not decoder.tgt_embed.weight
@@ -381,6 +409,7 @@ def test_position_past_max_len_is_a_clear_error() -> None:
 
 
 # --- config ---------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize(
     "overrides, field",
@@ -416,7 +445,13 @@ def test_config_json_round_trip_and_unknown_keys() -> None:
 
 def test_presets() -> None:
     base = TransformerConfig.preset("base")
-    assert (base.n_encoder_layers, base.d_model, base.n_heads, base.d_ff, base.dropout) == (6, 512, 8, 2048, 0.1)
+    assert (base.n_encoder_layers, base.d_model, base.n_heads, base.d_ff, base.dropout) == (
+        6,
+        512,
+        8,
+        2048,
+        0.1,
+    )
     assert base.d_k == 64 and not base.norm_first and base.positional == "sinusoidal"
     big = TransformerConfig.preset("big", src_vocab_size=100, tgt_vocab_size=100)
     assert (big.n_decoder_layers, big.d_model, big.n_heads, big.d_ff, big.dropout) == (6, 1024, 16, 4096, 0.3)

@@ -94,8 +94,12 @@ def test_decoder_layer_matches_torch(norm_first: bool) -> None:
     x, memory = torch.randn(3, 6, D), torch.randn(3, 8, D)
     src_mask = padding_mask(_lengths_tokens([8, 5, 2], 8), 0)
     tgt_mask = causal_mask(6)
-    ref = theirs(x, memory, tgt_mask=to_torch_mha_mask(tgt_mask[0, 0]),
-                 memory_key_padding_mask=to_torch_mha_mask(src_mask[:, 0, 0]))
+    ref = theirs(
+        x,
+        memory,
+        tgt_mask=to_torch_mha_mask(tgt_mask[0, 0]),
+        memory_key_padding_mask=to_torch_mha_mask(src_mask[:, 0, 0]),
+    )
     out = ours(x, memory, src_mask, tgt_mask)
     torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
 

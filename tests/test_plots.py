@@ -27,14 +27,25 @@ def png_size(path: Path) -> tuple[int, int]:
 
 
 def test_attention_plot_of_a_real_forward_pass(tmp_path: Path) -> None:
-    config = TransformerConfig.from_dict(dict(src_vocab_size=20, tgt_vocab_size=20, d_model=16, n_heads=2,
-                                              n_encoder_layers=2, n_decoder_layers=1, d_ff=32, dropout=0.0))
+    config = TransformerConfig.from_dict(
+        dict(
+            src_vocab_size=20,
+            tgt_vocab_size=20,
+            d_model=16,
+            n_heads=2,
+            n_encoder_layers=2,
+            n_decoder_layers=1,
+            d_ff=32,
+            dropout=0.0,
+        )
+    )
     model = build_model(config).eval()
     src, tgt = torch.tensor([[5, 6, 7, 8, 3]]), torch.tensor([[2, 9, 10, 11]])
     with torch.no_grad():
         _, maps = model(src, tgt, return_attention=True)
-    out = plot_attention(maps, ["▁Ein", "▁Hund", "▁läuft", ".", "</s>"], ["<s>", "▁A", "▁dog", "▁runs"],
-                         tmp_path / "att.png")
+    out = plot_attention(
+        maps, ["▁Ein", "▁Hund", "▁läuft", ".", "</s>"], ["<s>", "▁A", "▁dog", "▁runs"], tmp_path / "att.png"
+    )
     assert_png(out)
     width, height = png_size(out)
     assert height > width  # 2 + 1 + 1 = 4 rows of panels, 2 head columns
@@ -61,10 +72,13 @@ def write_log(run_dir: Path, records: list[dict]) -> Path:
 
 
 def test_curves_plot(tmp_path: Path) -> None:
-    records = [{"step": s, "split": "train", "loss": 5.0 / s, "lr": 1e-4 * s, "tokens_per_s": 1000.0}
-               for s in range(1, 30)]
-    records += [{"step": s, "split": "valid", "loss": 6.0 / s, "ppl": 2.0, "bleu": 3.0 * s ** 0.5}
-                for s in (10, 20, 29)]
+    records = [
+        {"step": s, "split": "train", "loss": 5.0 / s, "lr": 1e-4 * s, "tokens_per_s": 1000.0}
+        for s in range(1, 30)
+    ]
+    records += [
+        {"step": s, "split": "valid", "loss": 6.0 / s, "ppl": 2.0, "bleu": 3.0 * s**0.5} for s in (10, 20, 29)
+    ]
     assert_png(plot_curves(write_log(tmp_path / "run", records), tmp_path / "curves.png"))
     # loss only (no lr, no bleu) still plots
     assert_png(plot_curves(write_log(tmp_path / "run2", records[:3]), tmp_path / "c2.png"), 5_000)
@@ -78,7 +92,9 @@ def test_curves_bad_input_is_a_user_error(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="empty"):
         plot_curves(tmp_path / "empty", tmp_path / "c.png")
     (tmp_path / "broken").mkdir()
-    (tmp_path / "broken" / "metrics.jsonl").write_text('{"step": 1, "split": "train", "loss": 2}\n{"step": 2,\n')
+    (tmp_path / "broken" / "metrics.jsonl").write_text(
+        '{"step": 1, "split": "train", "loss": 2}\n{"step": 2,\n'
+    )
     with pytest.raises(UserError, match="line 2: not JSON"):
         read_metrics(tmp_path / "broken")
     write_log(tmp_path / "nosplit", [{"step": 1, "loss": 1.0}])

@@ -8,17 +8,24 @@ import math
 import pytest
 import torch
 
-from aiayn import TransformerConfig, build_model
 import aiayn.decode.search as search_module
-from aiayn.decode import (DecodeOptions, ModelStep, beam_search, generate, greedy_search, length_penalty,
-                          max_output_lengths, sample_search)
+from aiayn import TransformerConfig, build_model
+from aiayn.decode import (
+    DecodeOptions,
+    ModelStep,
+    beam_search,
+    generate,
+    greedy_search,
+    length_penalty,
+    max_output_lengths,
+    sample_search,
+)
 from aiayn.decode.search import BLOCK, MIN_BLOCKS, _blocks, first_argmax, stable_topk
 from aiayn.decode.step import source_lengths
 from aiayn.errors import UserError
 
 PAD, UNK, BOS, EOS, A, B = range(6)
 V = 6
-
 
 
 def dist(eos: float = 0.0, a: float = 0.0, b: float = 0.0, bos: float = 0.0) -> list[float]:
@@ -59,9 +66,17 @@ class FakeStep:
 
 
 # Sentence 0: both beams end at step 2.
-TABLE_0 = {(): dist(eos=0.1, a=0.6, b=0.3), (A,): dist(eos=0.5, a=0.3, b=0.2), (B,): dist(eos=0.9, a=0.05, b=0.05)}
+TABLE_0 = {
+    (): dist(eos=0.1, a=0.6, b=0.3),
+    (A,): dist(eos=0.5, a=0.3, b=0.2),
+    (B,): dist(eos=0.9, a=0.05, b=0.05),
+}
 # Sentence 1: the empty output ends at step 1, "a" at step 2 with a lower log-prob.
-TABLE_1 = {(): dist(eos=0.4, a=0.5, b=0.1), (A,): dist(eos=0.7, a=0.2, b=0.1), (B,): dist(eos=0.6, a=0.2, b=0.2)}
+TABLE_1 = {
+    (): dist(eos=0.4, a=0.5, b=0.1),
+    (A,): dist(eos=0.7, a=0.2, b=0.1),
+    (B,): dist(eos=0.6, a=0.2, b=0.2),
+}
 NEVER_ENDS = dist(eos=0.01, a=0.59, b=0.4)
 
 
@@ -70,6 +85,7 @@ def tokens_and_scores(results):
 
 
 # --- exact beams on the fake model -------------------------------------------------------------
+
 
 def test_beam_exact_hypotheses_and_scores_without_length_penalty() -> None:
     step = FakeStep([TABLE_0, TABLE_1])
@@ -85,9 +101,14 @@ def test_beam_exact_hypotheses_and_scores_without_length_penalty() -> None:
 
 # The best output "a a a" (.8 * .8 * .8 * .9 = .46) finishes at step 4, after "b" (.135, step 2) and
 # "a b" (.072, step 3): stopping at `beam` finished hypotheses would return "b".
-LATE_BEST = {(): dist(eos=0.05, a=0.8, b=0.15), (A,): dist(eos=0.1, a=0.8, b=0.1), (B,): dist(eos=0.9, a=0.05, b=0.05),
-             (A, A): dist(eos=0.1, a=0.8, b=0.1), (A, B): dist(eos=0.9, a=0.05, b=0.05),
-             (A, A, A): dist(eos=0.9, a=0.05, b=0.05)}
+LATE_BEST = {
+    (): dist(eos=0.05, a=0.8, b=0.15),
+    (A,): dist(eos=0.1, a=0.8, b=0.1),
+    (B,): dist(eos=0.9, a=0.05, b=0.05),
+    (A, A): dist(eos=0.1, a=0.8, b=0.1),
+    (A, B): dist(eos=0.9, a=0.05, b=0.05),
+    (A, A, A): dist(eos=0.9, a=0.05, b=0.05),
+}
 
 
 def test_a_live_hypothesis_better_than_the_finished_ones_is_not_dropped() -> None:
@@ -230,9 +251,19 @@ def test_max_output_lengths() -> None:
 
 # --- the real model through the same code ---------------------------------------------------------
 
+
 def tiny_model(**overrides):
-    values = dict(src_vocab_size=40, tgt_vocab_size=30, d_model=32, n_heads=4, n_encoder_layers=2,
-                  n_decoder_layers=2, d_ff=64, dropout=0.0, max_len=64)
+    values = dict(
+        src_vocab_size=40,
+        tgt_vocab_size=30,
+        d_model=32,
+        n_heads=4,
+        n_encoder_layers=2,
+        n_decoder_layers=2,
+        d_ff=64,
+        dropout=0.0,
+        max_len=64,
+    )
     torch.manual_seed(1)
     return build_model(TransformerConfig.from_dict({**values, **overrides})).eval()
 
@@ -277,7 +308,9 @@ def test_greedy_search_on_logits_equals_greedy_search_on_log_probs() -> None:
         on_log_probs = greedy_search(ModelStep(model, src), [8] * 4, alpha=0.6)
     on_logits = generate(model, src, DecodeOptions(beam=1, alpha=0.6, max_len_a=0.0, max_len_b=8))
     assert_same(on_logits, on_log_probs)
-    unscored = generate(model, src, DecodeOptions(beam=1, alpha=0.6, max_len_a=0.0, max_len_b=8, scores=False))
+    unscored = generate(
+        model, src, DecodeOptions(beam=1, alpha=0.6, max_len_a=0.0, max_len_b=8, scores=False)
+    )
     assert [h[0].tokens for h in unscored] == [h[0].tokens for h in on_log_probs]
     assert all(math.isnan(h[0].score) and math.isnan(h[0].log_prob) for h in unscored)
 
@@ -323,8 +356,9 @@ def test_beam_one_equals_greedy_on_the_real_model() -> None:
     model, src = tiny_model(), pad(sources([5, 8]))
     greedy = generate(model, src, DecodeOptions(beam=1, alpha=0.6, max_len_b=8))
     with torch.inference_mode():
-        beam = beam_search(ModelStep(model, src), max_output_lengths(torch.tensor([5, 8]), 1.0, 8, 64), beam=1,
-                           alpha=0.6)
+        beam = beam_search(
+            ModelStep(model, src), max_output_lengths(torch.tensor([5, 8]), 1.0, 8, 64), beam=1, alpha=0.6
+        )
     assert_same(greedy, beam)
 
 

@@ -14,24 +14,31 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from torch import Tensor
 from safetensors.torch import load_file
+from torch import Tensor
 
 from aiayn.cli import main
 from aiayn.data.batching import collate
 from aiayn.data.synthetic import write_task
 from aiayn.errors import UserError
 from aiayn.malloc import ONEDNN_CACHES
+from aiayn.train import loss as loss_module
+from aiayn.train import trainer as trainer_module
 from aiayn.train.checkpoint import MODEL_FILE, list_checkpoints, load_checkpoint
 from aiayn.train.config import load_run_config, run_config_from_dict
-from aiayn.train import loss as loss_module
 from aiayn.train.loss import label_smoothed_nll
 from aiayn.train.schedule import cooldown_factor, inverse_sqrt_lr, noam_lr
-from aiayn.train import trainer as trainer_module
 from aiayn.train.trainer import Trainer
 
-TINY_MODEL = {"d_model": 32, "n_heads": 4, "n_encoder_layers": 1, "n_decoder_layers": 1, "d_ff": 64,
-              "max_len": 64, "tie_embeddings": "all"}
+TINY_MODEL = {
+    "d_model": 32,
+    "n_heads": 4,
+    "n_encoder_layers": 1,
+    "n_decoder_layers": 1,
+    "d_ff": 64,
+    "max_len": 64,
+    "tie_embeddings": "all",
+}
 
 
 @pytest.fixture(scope="module")
@@ -44,11 +51,25 @@ def task_dir(tmp_path_factory) -> Path:
 def run_config(data_dir: Path, **sections) -> dict:
     values = {
         "model": {**TINY_MODEL, "dropout": 0.1},
-        "data": {"dir": str(data_dir), "src_lang": "digits", "tgt_lang": "words", "vocab_size": 400,
-                 "batch_tokens": 256, "max_sentence_tokens": 32},
+        "data": {
+            "dir": str(data_dir),
+            "src_lang": "digits",
+            "tgt_lang": "words",
+            "vocab_size": 400,
+            "batch_tokens": 256,
+            "max_sentence_tokens": 32,
+        },
         "optim": {"warmup": 10},
-        "train": {"precision": "fp32", "device": "cpu", "max_steps": 12, "save_every": 4, "valid_every": 6,
-                  "log_every": 1, "valid_bleu": False, "keep_last": 10},
+        "train": {
+            "precision": "fp32",
+            "device": "cpu",
+            "max_steps": 12,
+            "save_every": 4,
+            "valid_every": 6,
+            "log_every": 1,
+            "valid_bleu": False,
+            "keep_last": 10,
+        },
     }
     for name, updates in sections.items():
         values[name] = {**values[name], **updates}
@@ -56,6 +77,7 @@ def run_config(data_dir: Path, **sections) -> dict:
 
 
 # --- the recipe's pieces ---------------------------------------------------------------------------
+
 
 def test_noam_schedule_at_known_steps() -> None:
     assert noam_lr(1, 512, 4000) == pytest.approx(512**-0.5 * 4000**-1.5)
@@ -78,22 +100,30 @@ def test_cooldown_factor() -> None:
 
 
 @pytest.mark.parametrize("precision", ["bf16", "fp32"])
-def test_trainer_bounds_onednn_caches_for_bf16_on_cpu_only(task_dir: Path, tmp_path: Path, precision: str,
-                                                          monkeypatch) -> None:
+def test_trainer_bounds_onednn_caches_for_bf16_on_cpu_only(
+    task_dir: Path, tmp_path: Path, precision: str, monkeypatch
+) -> None:
     for name in ONEDNN_CACHES:  # set first, so that monkeypatch restores the variable's absence afterwards
         monkeypatch.setenv(name, "")
         monkeypatch.delenv(name)
-    Trainer(run_config_from_dict(run_config(task_dir, train={"precision": precision})), tmp_path / "run",
-            log=lambda _: None, progress=False)
+    Trainer(
+        run_config_from_dict(run_config(task_dir, train={"precision": precision})),
+        tmp_path / "run",
+        log=lambda _: None,
+        progress=False,
+    )
     expected = ONEDNN_CACHES if precision == "bf16" else {}
     assert {name: os.environ[name] for name in ONEDNN_CACHES if name in os.environ} == expected
 
 
 def test_cooldown_takes_the_lr_to_zero_at_the_last_step(task_dir: Path, tmp_path: Path) -> None:
-    values = run_config(task_dir, optim={"lr_schedule": "inverse_sqrt", "peak_lr": 1e-3, "warmup": 4, "cooldown": 0.5},
-                        train={"max_steps": 12, "valid_every": 0, "save_every": 0})
+    values = run_config(
+        task_dir,
+        optim={"lr_schedule": "inverse_sqrt", "peak_lr": 1e-3, "warmup": 4, "cooldown": 0.5},
+        train={"max_steps": 12, "valid_every": 0, "save_every": 0},
+    )
     Trainer(run_config_from_dict(values), tmp_path / "run", log=lambda _: None, progress=False).train()
-    records = [json.loads(l) for l in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     lr = {r["step"]: r["lr"] for r in records if r["split"] == "train"}
     assert lr[6] == pytest.approx(inverse_sqrt_lr(6, 1e-3, 4))  # the cool-down starts after step 6 of 12
     assert lr[9] == pytest.approx(inverse_sqrt_lr(9, 1e-3, 4) * 0.5)
@@ -119,7 +149,9 @@ def test_label_smoothing_matches_torch_cross_entropy() -> None:
     torch.testing.assert_close(nll, F.cross_entropy(logits.bfloat16().float(), target, reduction="sum"))
 
 
-@pytest.mark.parametrize("chunk_elements", [1 << 18, 3 * 29])  # one block of rows; blocks of 3 rows (the last of 1)
+@pytest.mark.parametrize(
+    "chunk_elements", [1 << 18, 3 * 29]
+)  # one block of rows; blocks of 3 rows (the last of 1)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_label_smoothing_gradient_matches_torch_cross_entropy(dtype, chunk_elements, monkeypatch) -> None:
     """The hand-written forward and backward against autograd through F.cross_entropy, for both
@@ -132,8 +164,9 @@ def test_label_smoothing_gradient_matches_torch_cross_entropy(dtype, chunk_eleme
     loss, nll = label_smoothed_nll(ours, target, epsilon=0.1)
     (weights[0] * loss + weights[1] * nll).backward()
     theirs = logits.to(dtype).float().requires_grad_()
-    ref = weights[0] * F.cross_entropy(theirs, target, label_smoothing=0.1, reduction="sum") \
-        + weights[1] * F.cross_entropy(theirs, target, reduction="sum")
+    ref = weights[0] * F.cross_entropy(theirs, target, label_smoothing=0.1, reduction="sum") + weights[
+        1
+    ] * F.cross_entropy(theirs, target, reduction="sum")
     ref.backward()
     torch.testing.assert_close(weights[0] * loss + weights[1] * nll, ref.detach())
     assert ours.grad.dtype == dtype
@@ -141,7 +174,9 @@ def test_label_smoothing_gradient_matches_torch_cross_entropy(dtype, chunk_eleme
     torch.testing.assert_close(ours.grad.float(), theirs.grad.to(dtype).float(), **tolerance)
 
 
-@pytest.mark.parametrize("epsilon, masked", [(0.0, -math.inf), (0.1, -1e4)])  # smoothing gives -inf a loss of inf
+@pytest.mark.parametrize(
+    "epsilon, masked", [(0.0, -math.inf), (0.1, -1e4)]
+)  # smoothing gives -inf a loss of inf
 def test_label_smoothing_in_blocks_of_rows_equals_one_block(epsilon, masked, monkeypatch) -> None:
     """Strided logits (a transpose) with a masked logit: blocks of 3 rows give one block's loss and
     gradient."""
@@ -165,7 +200,10 @@ def test_label_smoothing_in_blocks_of_rows_equals_one_block(epsilon, masked, mon
 
 def test_accumulating_small_batches_equals_one_big_batch(task_dir: Path) -> None:
     config = run_config_from_dict(run_config(task_dir, model={"dropout": 0.0}))
-    small, big = Trainer(config, task_dir / "a", log=lambda _: None), Trainer(config, task_dir / "b", log=lambda _: None)
+    small, big = (
+        Trainer(config, task_dir / "a", log=lambda _: None),
+        Trainer(config, task_dir / "b", log=lambda _: None),
+    )
     examples = small.train_examples[:24]
     parts = [collate(examples[i : i + 8]) for i in range(0, 24, 8)]
     totals_small = small.accumulate_gradients(parts)
@@ -177,6 +215,7 @@ def test_accumulating_small_batches_equals_one_big_batch(task_dir: Path) -> None
 
 
 # --- config ---------------------------------------------------------------------------------------
+
 
 def test_unknown_keys_and_bad_values_name_the_field(task_dir: Path, tmp_path: Path) -> None:
     with pytest.raises(UserError, match=r"unknown key\(s\) optim\.warmpu; valid: lr_schedule, warmup"):
@@ -193,12 +232,16 @@ def test_unknown_keys_and_bad_values_name_the_field(task_dir: Path, tmp_path: Pa
         load_run_config(tmp_path / "missing.yaml")
 
 
-def test_config_yaml_reads_exponents_as_numbers_and_rejects_zero_sizes(task_dir: Path, tmp_path: Path) -> None:
+def test_config_yaml_reads_exponents_as_numbers_and_rejects_zero_sizes(
+    task_dir: Path, tmp_path: Path
+) -> None:
     """PyYAML reads ``1e-6`` as a string (YAML 1.1); the run config reads it as the number it is."""
     config = tmp_path / "eps.yaml"
     config.write_text("model:\n  layer_norm_eps: 1e-6\noptim:\n  peak_lr: 5e-4\n  eps: 1.0e-9\n")
     loaded = load_run_config(config, ["optim.beta2=9.8e-1"])
-    assert loaded.model["layer_norm_eps"] == 1e-6 and loaded.optim.peak_lr == 5e-4 and loaded.optim.beta2 == 0.98
+    assert (
+        loaded.model["layer_norm_eps"] == 1e-6 and loaded.optim.peak_lr == 5e-4 and loaded.optim.beta2 == 0.98
+    )
     with pytest.raises(UserError, match=r"layer_norm_eps: must be a positive number"):
         run_config_from_dict({"model": {"layer_norm_eps": "tiny"}})
     for key in ("optim.warmup", "optim.accum_steps", "data.batch_tokens"):
@@ -207,7 +250,9 @@ def test_config_yaml_reads_exponents_as_numbers_and_rejects_zero_sizes(task_dir:
 
 
 def test_max_len_must_cover_the_longest_training_sentence(task_dir: Path) -> None:
-    with pytest.raises(UserError, match=r"data\.max_sentence_tokens 100 needs model\.max_len >= 101 \(got 64\)"):
+    with pytest.raises(
+        UserError, match=r"data\.max_sentence_tokens 100 needs model\.max_len >= 101 \(got 64\)"
+    ):
         run_config_from_dict({"model": {"max_len": 64}, "data": {"max_sentence_tokens": 100}})
     run_config_from_dict({"model": {"max_len": 101}, "data": {"max_sentence_tokens": 100}})
 
@@ -228,8 +273,12 @@ def test_training_on_a_missing_cuda_device_is_a_clear_error(task_dir: Path, tmp_
             Trainer(run_config_from_dict(values), tmp_path / "run", log=lambda _: None, progress=False)
     if not torch.cuda.is_available():
         with pytest.raises(UserError, match=r"train\.device 'cuda': CUDA is not available here"):
-            Trainer(run_config_from_dict(run_config(task_dir, train={"device": "cuda"})), tmp_path / "run",
-                    log=lambda _: None, progress=False)
+            Trainer(
+                run_config_from_dict(run_config(task_dir, train={"device": "cuda"})),
+                tmp_path / "run",
+                log=lambda _: None,
+                progress=False,
+            )
 
 
 def test_cooldown_needs_a_budget_and_is_a_fraction(task_dir: Path) -> None:
@@ -237,16 +286,21 @@ def test_cooldown_needs_a_budget_and_is_a_fraction(task_dir: Path) -> None:
         run_config_from_dict(run_config(task_dir, optim={"cooldown": 1.5}))
     with pytest.raises(UserError, match=r"optim\.cooldown is a fraction of the run, from 0 to 1; got nan"):
         run_config_from_dict(run_config(task_dir, optim={"cooldown": float("nan")}))
-    with pytest.raises(UserError, match=r"optim\.cooldown needs train\.max_steps, train\.max_hours or train\.max_epochs"):
+    with pytest.raises(
+        UserError, match=r"optim\.cooldown needs train\.max_steps, train\.max_hours or train\.max_epochs"
+    ):
         run_config_from_dict(run_config(task_dir, optim={"cooldown": 0.2}, train={"max_steps": 0}))
 
 
 def test_cooldown_follows_max_epochs_when_it_binds_first(task_dir: Path, tmp_path: Path) -> None:
-    values = run_config(task_dir, optim={"lr_schedule": "inverse_sqrt", "peak_lr": 1e-3, "warmup": 1, "cooldown": 1.0},
-                        train={"max_steps": 10_000, "max_epochs": 2, "valid_every": 0, "save_every": 0})
+    values = run_config(
+        task_dir,
+        optim={"lr_schedule": "inverse_sqrt", "peak_lr": 1e-3, "warmup": 1, "cooldown": 1.0},
+        train={"max_steps": 10_000, "max_epochs": 2, "valid_every": 0, "save_every": 0},
+    )
     trainer = Trainer(run_config_from_dict(values), tmp_path / "run", log=lambda _: None, progress=False)
     trainer.train()
-    records = [json.loads(l) for l in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     lr = [r["lr"] for r in records if r["split"] == "train"]
     assert len(lr) == trainer.state.step < 100 and lr[-1] == 0.0  # two epochs, ending cooled
     half = len(lr) // 2  # the lr is (1 - epochs done / 2) times the inverse-sqrt value
@@ -264,16 +318,32 @@ def test_cli_bad_config_is_one_line_and_exit_2(tmp_path: Path, capsys) -> None:
 def test_shipped_configs_are_valid() -> None:
     configs = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.yaml"))
     translation = [c for c in configs if not c.name.startswith("ett")]
-    assert {c.name for c in translation} >= {"demo.yaml", "multi30k_de_en.yaml", "multi30k_en_de.yaml",
-                                             "wmt14_en_de_base.yaml", "wmt14_en_de_big.yaml"}
+    assert {c.name for c in translation} >= {
+        "demo.yaml",
+        "multi30k_de_en.yaml",
+        "multi30k_en_de.yaml",
+        "wmt14_en_de_base.yaml",
+        "wmt14_en_de_big.yaml",
+    }
     for path in translation:
         load_run_config(path).model_config(vocab_size=1000)
 
 
 # --- exact resume after SIGKILL -------------------------------------------------------------------
 
+
 def _train_command(config: Path, out: Path) -> list[str]:
-    return [sys.executable, "-m", "aiayn", "train", "--config", str(config), "--out", str(out), "--no-progress"]
+    return [
+        sys.executable,
+        "-m",
+        "aiayn",
+        "train",
+        "--config",
+        str(config),
+        "--out",
+        str(out),
+        "--no-progress",
+    ]
 
 
 def _write_config(path: Path, values: dict) -> Path:
@@ -283,16 +353,26 @@ def _write_config(path: Path, values: dict) -> Path:
     return path
 
 
-@pytest.mark.parametrize("bpe_dropout", [0.0, 0.1])  # with BPE-dropout: the 40 steps span 3 epochs, each resampled
+@pytest.mark.parametrize(
+    "bpe_dropout", [0.0, 0.1]
+)  # with BPE-dropout: the 40 steps span 3 epochs, each resampled
 def test_sigkill_then_resume_is_bit_identical(task_dir: Path, tmp_path: Path, bpe_dropout: float) -> None:
-    values = run_config(task_dir, optim={"cooldown": 0.5},  # a cool-down over max_steps is deterministic too
-                        data={"bpe_dropout": bpe_dropout}, train={"max_steps": 40, "save_every": 3, "valid_every": 7})
+    values = run_config(
+        task_dir,
+        optim={"cooldown": 0.5},  # a cool-down over max_steps is deterministic too
+        data={"bpe_dropout": bpe_dropout},
+        train={"max_steps": 40, "save_every": 3, "valid_every": 7},
+    )
     config = _write_config(tmp_path / "run.yaml", values)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     subprocess.run(_train_command(config, tmp_path / "straight"), check=True, env=env, capture_output=True)
 
-    victim = subprocess.Popen(_train_command(config, tmp_path / "killed"), env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    victim = subprocess.Popen(
+        _train_command(config, tmp_path / "killed"),
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.time() + 120
     while len(list_checkpoints(tmp_path / "killed")) < 3 and victim.poll() is None and time.time() < deadline:
         time.sleep(0.02)
@@ -300,7 +380,9 @@ def test_sigkill_then_resume_is_bit_identical(task_dir: Path, tmp_path: Path, bp
     victim.wait()
     assert victim.returncode == -signal.SIGKILL, "the run finished before it could be killed"
     killed_at = list_checkpoints(tmp_path / "killed")[-1].name
-    resumed = subprocess.run(_train_command(config, tmp_path / "killed"), env=env, capture_output=True, text=True)
+    resumed = subprocess.run(
+        _train_command(config, tmp_path / "killed"), env=env, capture_output=True, text=True
+    )
     assert resumed.returncode == 0, resumed.stderr
     assert "resuming from" in resumed.stdout
 
@@ -309,6 +391,7 @@ def test_sigkill_then_resume_is_bit_identical(task_dir: Path, tmp_path: Path, bp
     assert list_checkpoints(tmp_path / "killed")[-1].name == "step-00000040" != killed_at
     for name, tensor in straight.items():
         assert torch.equal(tensor, again[name]), name
+
     def log(run: Path) -> list[dict]:  # every record but the timing must match
         records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
         return [{k: v for k, v in r.items() if k != "tokens_per_s"} for r in records]
@@ -330,6 +413,7 @@ def test_corrupt_latest_checkpoint_is_a_clear_error(task_dir: Path, tmp_path: Pa
 
 # --- averaging ------------------------------------------------------------------------------------
 
+
 def test_average_checkpoints(task_dir: Path, tmp_path: Path, capsys) -> None:
     config = _write_config(tmp_path / "run.yaml", run_config(task_dir, train={"max_steps": 12}))
     assert main(["train", "--config", str(config), "--out", str(tmp_path / "run"), "--no-progress"]) == 0
@@ -339,37 +423,72 @@ def test_average_checkpoints(task_dir: Path, tmp_path: Path, capsys) -> None:
     weights = [load_checkpoint(c).weights for c in checkpoints]
     for name, tensor in averaged.weights.items():
         torch.testing.assert_close(tensor, sum(w[name] for w in weights) / 3)
-    assert averaged.train_state is None and averaged.tokenizer_bytes == load_checkpoint(checkpoints[-1]).tokenizer_bytes
-    assert main(["translate", "--checkpoint", str(tmp_path / "avg"), "--input", str(task_dir / "test.digits"),
-                 "--output", str(tmp_path / "out.txt")]) == 0
+    assert (
+        averaged.train_state is None
+        and averaged.tokenizer_bytes == load_checkpoint(checkpoints[-1]).tokenizer_bytes
+    )
+    assert (
+        main(
+            [
+                "translate",
+                "--checkpoint",
+                str(tmp_path / "avg"),
+                "--input",
+                str(task_dir / "test.digits"),
+                "--output",
+                str(tmp_path / "out.txt"),
+            ]
+        )
+        == 0
+    )
     assert len((tmp_path / "out.txt").read_text().splitlines()) == 40
     assert main(["average", "--last", "30", str(tmp_path / "run"), "--output", str(tmp_path / "x")]) == 2
     assert "fewer than --last 30" in capsys.readouterr().err
     assert main(["average", "--last", "0", str(tmp_path / "run"), "--output", str(tmp_path / "x")]) == 2
     assert "--last must be at least 1, got 0" in capsys.readouterr().err
     # a checkpoint of another model (other shapes) is refused by name, not with a traceback
-    other = _write_config(tmp_path / "other.yaml", run_config(task_dir, model={"d_ff": 48}, train={"max_steps": 4}))
+    other = _write_config(
+        tmp_path / "other.yaml", run_config(task_dir, model={"d_ff": 48}, train={"max_steps": 4})
+    )
     assert main(["train", "--config", str(other), "--out", str(tmp_path / "other"), "--no-progress"]) == 0
     foreign = list_checkpoints(tmp_path / "other")[-1]
-    assert main(["average", "--inputs", str(checkpoints[-1]), str(foreign), "--output", str(tmp_path / "x")]) == 2
+    assert (
+        main(["average", "--inputs", str(checkpoints[-1]), str(foreign), "--output", str(tmp_path / "x")])
+        == 2
+    )
     err = capsys.readouterr().err
     assert f"{foreign}: a different model from {checkpoints[-1]}" in err and "Traceback" not in err
 
 
 # --- several processes ----------------------------------------------------------------------------
 
+
 def test_two_processes_match_one_with_the_same_global_batch(task_dir: Path, tmp_path: Path) -> None:
-    values = run_config(task_dir, model={"dropout": 0.0}, data={"batch_multiple": 2},
-                        train={"max_steps": 5, "save_every": 5, "valid_every": 5})
+    values = run_config(
+        task_dir,
+        model={"dropout": 0.0},
+        data={"batch_multiple": 2},
+        train={"max_steps": 5, "save_every": 5, "valid_every": 5},
+    )
     config = _write_config(tmp_path / "run.yaml", values)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     subprocess.run(_train_command(config, tmp_path / "one"), check=True, env=env, capture_output=True)
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
-                str(29500 + os.getpid() % 1000), "-m", "aiayn"]
-    two = subprocess.run(torchrun + _train_command(config, tmp_path / "two")[3:], env=env, capture_output=True,
-                         text=True)
+    torchrun = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_port",
+        str(29500 + os.getpid() % 1000),
+        "-m",
+        "aiayn",
+    ]
+    two = subprocess.run(
+        torchrun + _train_command(config, tmp_path / "two")[3:], env=env, capture_output=True, text=True
+    )
     assert two.returncode == 0, two.stderr[-2000:]
-    read = lambda run: [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines()]  # noqa: E731
+    read = lambda run: [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]  # noqa: E731
     one_log, two_log = read(tmp_path / "one"), read(tmp_path / "two")
     assert [r["split"] for r in one_log] == [r["split"] for r in two_log]
     for a, b in zip(one_log, two_log):
@@ -377,7 +496,9 @@ def test_two_processes_match_one_with_the_same_global_batch(task_dir: Path, tmp_
     assert sum(r["split"] == "train" for r in two_log) == 5
 
 
-def test_each_process_draws_its_own_dropout_masks_and_resumes_them(task_dir: Path, tmp_path: Path, monkeypatch) -> None:
+def test_each_process_draws_its_own_dropout_masks_and_resumes_them(
+    task_dir: Path, tmp_path: Path, monkeypatch
+) -> None:
     """Ranks built in one process (rank and world size patched), the random state recorded as each
     optimizer step starts: ranks start from the same weights and draw other masks at every step, and
     rank 1 resumed from a checkpoint draws what it drew uninterrupted."""
@@ -404,42 +525,59 @@ def test_each_process_draws_its_own_dropout_masks_and_resumes_them(task_dir: Pat
     for step in (2, 3):
         assert torch.equal(states[("resumed", step)], states[("rank1", step)]), step
     monkeypatch.setattr(trainer_module.dist, "setup", lambda: (1, 2))
-    fresh = Trainer(run_config_from_dict(run_config(task_dir)), tmp_path / "fresh", log=lambda _: None, progress=False)
+    fresh = Trainer(
+        run_config_from_dict(run_config(task_dir)), tmp_path / "fresh", log=lambda _: None, progress=False
+    )
     monkeypatch.setattr(trainer_module.dist, "setup", lambda: (0, 2))
-    fresh0 = Trainer(run_config_from_dict(run_config(task_dir)), tmp_path / "fresh0", log=lambda _: None, progress=False)
+    fresh0 = Trainer(
+        run_config_from_dict(run_config(task_dir)), tmp_path / "fresh0", log=lambda _: None, progress=False
+    )
     for a, b in zip(fresh0.model.parameters(), fresh.model.parameters()):
         assert torch.equal(a, b)  # the same initial weights on every rank
 
 
 # --- real data ------------------------------------------------------------------------------------
 
+
 def test_multi30k_smoke_run_loss_falls(multi30k_dir: Path, tmp_path: Path) -> None:
-    values = run_config(multi30k_dir, model={"dropout": 0.0, "d_model": 64, "d_ff": 128},
-                        data={"src_lang": "de", "tgt_lang": "en", "vocab_size": 2000, "batch_tokens": 2048,
-                              "max_sentence_tokens": 60},
-                        optim={"warmup": 30, "lr_factor": 2.0},
-                        train={"max_steps": 30, "save_every": 30, "valid_every": 30, "log_every": 5})
+    values = run_config(
+        multi30k_dir,
+        model={"dropout": 0.0, "d_model": 64, "d_ff": 128},
+        data={
+            "src_lang": "de",
+            "tgt_lang": "en",
+            "vocab_size": 2000,
+            "batch_tokens": 2048,
+            "max_sentence_tokens": 60,
+        },
+        optim={"warmup": 30, "lr_factor": 2.0},
+        train={"max_steps": 30, "save_every": 30, "valid_every": 30, "log_every": 5},
+    )
     logs: list[str] = []
     trainer = Trainer(run_config_from_dict(values), tmp_path / "run", log=logs.append, progress=False)
     trainer.valid_examples = trainer.valid_examples[:200]  # keep the smoke run short
     trainer.train()
     assert any(line.startswith("read 29000 pairs") for line in logs)
-    records = [json.loads(l) for l in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     train = [r["loss"] for r in records if r["split"] == "train"]
     assert len(train) == 6 and train[-1] < train[0] - 1.0, train
     assert (tmp_path / "run" / "best" / MODEL_FILE).is_file()
 
 
 def test_lowercase_run_reads_and_writes_lowercase_and_scores_case_insensitively(
-        multi30k_dir: Path, tmp_path: Path, monkeypatch, capsys) -> None:
+    multi30k_dir: Path, tmp_path: Path, monkeypatch, capsys
+) -> None:
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     for split, count in (("train", 300), ("val", 6)):
         for lang in ("en", "de"):
             lines = (multi30k_dir / f"{split}.{lang}").read_text(encoding="utf-8").splitlines()[:count]
             (corpus / f"{split}.{lang}").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    values = run_config(corpus, data={"src_lang": "en", "tgt_lang": "de", "vocab_size": 600, "lowercase": True},
-                        train={"max_steps": 2, "save_every": 2, "valid_every": 0})
+    values = run_config(
+        corpus,
+        data={"src_lang": "en", "tgt_lang": "de", "vocab_size": 600, "lowercase": True},
+        train={"max_steps": 2, "save_every": 2, "valid_every": 0},
+    )
     trainer = Trainer(run_config_from_dict(values), tmp_path / "run", log=lambda _: None, progress=False)
     trainer.train()
     assert trainer.tokenizer.lowercases
@@ -452,21 +590,36 @@ def test_lowercase_run_reads_and_writes_lowercase_and_scores_case_insensitively(
     assert trainer._bleu()["bleu"] == pytest.approx(100.0)
     monkeypatch.undo()
     src, ref = corpus / "val.en", corpus / "val.de"
-    assert main(["evaluate", "--checkpoint", str(tmp_path / "run"), "--src", str(src), "--ref", str(ref)]) == 0
+    assert (
+        main(["evaluate", "--checkpoint", str(tmp_path / "run"), "--src", str(src), "--ref", str(ref)]) == 0
+    )
     assert "BLEU = " in (out := capsys.readouterr().out) and "|case:lc|" in out
 
 
-def test_early_stopping_after_patience_validations_without_improvement(task_dir: Path, tmp_path: Path) -> None:
+def test_early_stopping_after_patience_validations_without_improvement(
+    task_dir: Path, tmp_path: Path
+) -> None:
     # An untrained model's greedy BLEU stays 0: the first validation sets the best, the next two
     # do not beat it, so patience 2 stops the run at the third validation (step 6 of 100).
-    values = run_config(task_dir, model={"dropout": 0.0}, optim={"lr_schedule": "inverse_sqrt", "peak_lr": 1e-9},
-                        train={"max_steps": 100, "valid_every": 2, "save_every": 50, "valid_bleu": True,
-                               "best_metric": "bleu", "patience": 2, "log_every": 0})
+    values = run_config(
+        task_dir,
+        model={"dropout": 0.0},
+        optim={"lr_schedule": "inverse_sqrt", "peak_lr": 1e-9},
+        train={
+            "max_steps": 100,
+            "valid_every": 2,
+            "save_every": 50,
+            "valid_bleu": True,
+            "best_metric": "bleu",
+            "patience": 2,
+            "log_every": 0,
+        },
+    )
     trainer = Trainer(run_config_from_dict(values), tmp_path / "run", log=lambda _: None, progress=False)
     trainer.valid_pairs = trainer.valid_pairs[:8]  # BLEU on a few sentences keeps the test short
     trainer.train()
     assert trainer.state.step == 6 and trainer.state.stopped_early and trainer.state.bad_validations == 2
-    records = [json.loads(l) for l in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records if r["split"] == "valid"] == [2, 4, 6]
     assert load_checkpoint(tmp_path / "run" / "best").config["step"] == 2
 
@@ -475,17 +628,24 @@ def test_a_resumed_run_never_validates_twice_at_one_step(task_dir: Path, tmp_pat
     values = run_config(task_dir, train={"max_steps": 6, "valid_every": 6, "save_every": 6})
     for _ in range(2):  # the second run resumes at its end: nothing left to do, nothing validated again
         Trainer(run_config_from_dict(values), tmp_path / "run", log=lambda _: None, progress=False).train()
-    records = [json.loads(l) for l in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records if r["split"] == "valid"] == [6]
 
 
 def test_resuming_with_other_model_data_or_optim_settings_is_refused(task_dir: Path, tmp_path: Path) -> None:
     values = run_config(task_dir, train={"max_steps": 4, "save_every": 4, "valid_every": 0})
     Trainer(run_config_from_dict(values), tmp_path / "run", log=lambda _: None, progress=False).train()
-    changed = run_config(task_dir, model={"d_model": 48}, optim={"warmup": 99},
-                         train={"max_steps": 8, "save_every": 4, "valid_every": 0})
-    with pytest.raises(UserError, match=r"holds a run with other settings \(model\.d_model 32 -> 48; "
-                                        r"optim\.warmup 10 -> 99\): resume it with the same"):
+    changed = run_config(
+        task_dir,
+        model={"d_model": 48},
+        optim={"warmup": 99},
+        train={"max_steps": 8, "save_every": 4, "valid_every": 0},
+    )
+    with pytest.raises(
+        UserError,
+        match=r"holds a run with other settings \(model\.d_model 32 -> 48; "
+        r"optim\.warmup 10 -> 99\): resume it with the same",
+    ):
         Trainer(run_config_from_dict(changed), tmp_path / "run", log=lambda _: None, progress=False)
     # train.* may change (a longer run), and data.dir (the corpus moved)
     moved = tmp_path / "moved"
@@ -507,28 +667,46 @@ def test_resuming_with_other_model_data_or_optim_settings_is_refused(task_dir: P
     assert trainer.state.step == 8
 
 
-def test_resume_truncates_the_metrics_log_by_renaming_a_whole_file(task_dir: Path, tmp_path: Path,
-                                                                   monkeypatch) -> None:
+def test_resume_truncates_the_metrics_log_by_renaming_a_whole_file(
+    task_dir: Path, tmp_path: Path, monkeypatch
+) -> None:
     values = run_config(task_dir, train={"max_steps": 4, "save_every": 4, "valid_every": 0})
     Trainer(run_config_from_dict(values), tmp_path / "run", log=lambda _: None, progress=False).train()
     log = tmp_path / "run" / "metrics.jsonl"
     kept = log.read_text()
     log.write_text(kept + '{"written": "after the checkpoint"}\n')
     replaced = []
-    monkeypatch.setattr(os, "replace", lambda a, b: (replaced.append((Path(a).parent, Path(b))), os.rename(a, b)))
+    monkeypatch.setattr(
+        os, "replace", lambda a, b: (replaced.append((Path(a).parent, Path(b))), os.rename(a, b))
+    )
     Trainer(run_config_from_dict(values), tmp_path / "run", log=lambda _: None, progress=False)
     assert log.read_text() == kept and replaced == [(log.parent, log)]
     assert [p.name for p in log.parent.iterdir() if ".tmp-" in p.name] == []
 
 
 def test_max_hours_stops_the_run_and_carries_over_resumes(task_dir: Path, tmp_path: Path) -> None:
-    config = _write_config(tmp_path / "run.yaml", run_config(task_dir, train={"max_steps": 0, "max_hours": 1e-7}))
+    config = _write_config(
+        tmp_path / "run.yaml", run_config(task_dir, train={"max_steps": 0, "max_hours": 1e-7})
+    )
     assert main(["train", "--config", str(config), "--out", str(tmp_path / "run"), "--no-progress"]) == 0
     state = load_checkpoint(list_checkpoints(tmp_path / "run")[-1]).train_state["trainer"]
     assert state["step"] == 1 and state["hours"] > 1e-7  # one step already spends 0.36 ms
     # resumed with a larger budget: the hours already spent count, and the run goes on from there
-    assert main(["train", "--config", str(config), "--out", str(tmp_path / "run"), "--no-progress",
-                 "--max-hours", str(state["hours"] + 1e-7)]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--config",
+                str(config),
+                "--out",
+                str(tmp_path / "run"),
+                "--no-progress",
+                "--max-hours",
+                str(state["hours"] + 1e-7),
+            ]
+        )
+        == 0
+    )
     again = load_checkpoint(list_checkpoints(tmp_path / "run")[-1]).train_state["trainer"]
     assert again["step"] == 2 and again["hours"] > state["hours"]
 

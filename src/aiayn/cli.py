@@ -28,7 +28,8 @@ COMMAND_MODULES = [
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="aiayn", description="The Transformer of 'Attention Is All You Need': train, translate, forecast."
+        prog="aiayn",
+        description="The Transformer of 'Attention Is All You Need': train, translate, forecast.",
     )
     parser.add_argument("--version", action="version", version=f"aiayn {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -56,7 +57,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except BrokenPipeError:  # `aiayn translate ... | head`
         return 0
-    except OSError as err:  # a path the file system refuses (missing directory, no permission, a file in the way)
+    except (
+        OSError
+    ) as err:  # a path the file system refuses (missing directory, no permission, a file in the way)
         where = f"{err.filename}: " if err.filename else ""
         print(f"aiayn: error: {where}{err.strerror or err}", file=sys.stderr)
         return 2

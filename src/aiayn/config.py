@@ -64,16 +64,27 @@ class TransformerConfig:
 
     def __post_init__(self) -> None:
         for name in ("src_vocab_size", "tgt_vocab_size", "d_model", "n_heads", "d_ff", "max_len"):
-            _require(name, _is_int(getattr(self, name)) and getattr(self, name) > 0, "must be a positive integer")
+            _require(
+                name, _is_int(getattr(self, name)) and getattr(self, name) > 0, "must be a positive integer"
+            )
         for name in ("n_encoder_layers", "n_decoder_layers"):
-            _require(name, _is_int(getattr(self, name)) and getattr(self, name) >= 1, "must be an integer >= 1")
-        _require("d_model", self.d_model % self.n_heads == 0, f"({self.d_model}) must be divisible by n_heads ({self.n_heads})")
+            _require(
+                name, _is_int(getattr(self, name)) and getattr(self, name) >= 1, "must be an integer >= 1"
+            )
+        _require(
+            "d_model",
+            self.d_model % self.n_heads == 0,
+            f"({self.d_model}) must be divisible by n_heads ({self.n_heads})",
+        )
         for name in ("dropout", "attention_dropout"):
             value = getattr(self, name)
             _require(name, isinstance(value, (int, float)) and 0.0 <= value < 1.0, "must be in [0, 1)")
         eps = self.layer_norm_eps
-        _require("layer_norm_eps", isinstance(eps, (int, float)) and not isinstance(eps, bool) and eps > 0,
-                 "must be a positive number")
+        _require(
+            "layer_norm_eps",
+            isinstance(eps, (int, float)) and not isinstance(eps, bool) and eps > 0,
+            "must be a positive number",
+        )
         _choice("positional", self.positional, POSITIONAL_KINDS)
         _choice("tie_embeddings", self.tie_embeddings, TIE_KINDS)
         _choice("activation", self.activation, ACTIVATIONS)
@@ -126,7 +137,8 @@ class TransformerConfig:
 
 
 def strict_from_dict(cls: type, values: dict[str, Any], what: str) -> Any:
-    """``cls(**values)`` for a dataclass, refusing unknown keys with a ``ValueError`` listing the valid ones."""
+    """``cls(**values)`` for a dataclass, refusing unknown keys with a ``ValueError`` listing the valid
+    ones."""
     names = [f.name for f in dataclasses.fields(cls)]
     unknown = sorted(set(values) - set(names))
     if unknown:

@@ -24,7 +24,9 @@ N_SAMPLES = 8
 
 def register(subparsers) -> None:
     demo = subparsers.add_parser("demo", help="train and evaluate on the built-in digits->words task")
-    demo.add_argument("--out", type=Path, default=Path("aiayn_demo"), help="working directory (default: ./aiayn_demo)")
+    demo.add_argument(
+        "--out", type=Path, default=Path("aiayn_demo"), help="working directory (default: ./aiayn_demo)"
+    )
     demo.add_argument("--retrain", action="store_true", help="train again even if a finished run is there")
     demo.add_argument("--max-steps", type=int, help="override the demo config's number of training steps")
     demo.add_argument("--beam", type=int, default=4)
@@ -58,9 +60,14 @@ def _train(data_dir: Path, run_dir: Path, args: argparse.Namespace) -> None:
     from aiayn.train.config import load_run_config
     from aiayn.train.trainer import Trainer
 
-    config = load_run_config(demo_config_path(), **{"data.dir": str(data_dir), "train.max_steps": args.max_steps})
+    config = load_run_config(
+        demo_config_path(), **{"data.dir": str(data_dir), "train.max_steps": args.max_steps}
+    )
     latest = latest_checkpoint(run_dir)
-    if latest is not None and load_checkpoint(latest, with_state=False).config["step"] >= config.train.max_steps:
+    if (
+        latest is not None
+        and load_checkpoint(latest, with_state=False).config["step"] >= config.train.max_steps
+    ):
         print(f"reusing the trained model in {run_dir} (--retrain to train again)")
         return
     Trainer(config, run_dir, progress=not args.no_progress).train()
@@ -79,7 +86,9 @@ def _evaluate(data_dir: Path, run_dir: Path, beam: int) -> float:
     for src, hyp, ok in list(zip(sources, hypotheses, correct))[:N_SAMPLES]:
         print(f"  {src:>8} -> {hyp}{'' if ok else '   (wrong)'}")
     accuracy = sum(correct) / len(correct)
-    print(f"exact match on {len(correct)} held-out test numbers: {sum(correct)}/{len(correct)} = {accuracy:.2%}")
+    print(
+        f"exact match on {len(correct)} held-out test numbers: {sum(correct)}/{len(correct)} = {accuracy:.2%}"
+    )
     return accuracy
 
 
@@ -88,7 +97,9 @@ def _pictures(run_dir: Path, out: Path) -> None:
     from aiayn.plots import plot_curves, plot_positional_encoding
 
     model, tokenizer, _ = load_translation_model(run_dir)
-    paths = [draw_attention(model, tokenizer, "907042", None, out / "attention.png"),
-             plot_positional_encoding(128, 64, out / "positional_encoding.png"),
-             plot_curves(run_dir, out / "curves.png")]
+    paths = [
+        draw_attention(model, tokenizer, "907042", None, out / "attention.png"),
+        plot_positional_encoding(128, 64, out / "positional_encoding.png"),
+        plot_curves(run_dir, out / "curves.png"),
+    ]
     print("wrote " + ", ".join(str(p) for p in paths))

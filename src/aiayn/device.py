@@ -29,5 +29,7 @@ def resolve_device(name: str, option: str) -> torch.device:
     index = int(match.group(1) or os.environ.get("LOCAL_RANK", "0"))
     count = torch.cuda.device_count()
     if index >= count:
-        raise UserError(f"{option} {name!r}: this machine has {count} CUDA device(s), cuda:0 to cuda:{count - 1}")
+        raise UserError(
+            f"{option} {name!r}: this machine has {count} CUDA device(s), cuda:0 to cuda:{count - 1}"
+        )
     return torch.device("cuda", index)

@@ -45,9 +45,14 @@ def sacrebleu_scores(hyps: Sequence[str], refs: Sequence[str], lowercase: bool =
     bleu, chrf = BLEU(lowercase=lowercase), CHRF(lowercase=lowercase)
     bleu_score = bleu.corpus_score(list(hyps), [list(refs)])
     chrf_score = chrf.corpus_score(list(hyps), [list(refs)])
-    return {"bleu": bleu_score.score, "chrf": chrf_score.score,
-            "bleu_signature": str(bleu.get_signature()), "chrf_signature": str(chrf.get_signature()),
-            "brevity_penalty": bleu_score.bp, "length_ratio": length_ratio(bleu_score.sys_len, bleu_score.ref_len)}
+    return {
+        "bleu": bleu_score.score,
+        "chrf": chrf_score.score,
+        "bleu_signature": str(bleu.get_signature()),
+        "chrf_signature": str(chrf.get_signature()),
+        "brevity_penalty": bleu_score.bp,
+        "length_ratio": length_ratio(bleu_score.sys_len, bleu_score.ref_len),
+    }
 
 
 def moses_lowercase(lines: Sequence[str], lang: str) -> list[str]:

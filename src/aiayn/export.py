@@ -48,8 +48,17 @@ from torch import Tensor, nn
 from aiayn.errors import UserError
 
 FORMATS = ("ctranslate2",)
-QUANTIZATIONS = ("none", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16",
-                 "bfloat16", "float32")
+QUANTIZATIONS = (
+    "none",
+    "int8",
+    "int8_float32",
+    "int8_float16",
+    "int8_bfloat16",
+    "int16",
+    "float16",
+    "bfloat16",
+    "float32",
+)
 SPM_FILE, INFO_FILE, README_FILE = "sentencepiece.model", "aiayn_export.json", "README.md"
 PAD_PIECE = "<blank>"  # CTranslate2's name for the padding token
 #: Tokens aiayn's search never generates; pass as ``suppress_sequences`` to CTranslate2.
@@ -58,14 +67,26 @@ SUPPRESS = [[PAD_PIECE], ["<s>"]]
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
-        "export", help="write a trained translation model in another runtime's format (CTranslate2)",
+        "export",
+        help="write a trained translation model in another runtime's format (CTranslate2)",
         description="Export a translation checkpoint as a CTranslate2 model directory (model.bin, "
-                    "vocabulary, sentencepiece.model, README.md). Needs `pip install ctranslate2`.")
+        "vocabulary, sentencepiece.model, README.md). Needs `pip install ctranslate2`.",
+    )
     parser.add_argument("--checkpoint", required=True, help="checkpoint or run directory")
-    parser.add_argument("--format", default="ctranslate2", choices=FORMATS, help="output format (default: ctranslate2)")
-    parser.add_argument("--out", required=True, help="output directory, outside the checkpoint (must be new or empty unless --force)")
-    parser.add_argument("--quantization", default="none", choices=QUANTIZATIONS,
-                        help="weight type of the exported model (default: none = float32 as trained)")
+    parser.add_argument(
+        "--format", default="ctranslate2", choices=FORMATS, help="output format (default: ctranslate2)"
+    )
+    parser.add_argument(
+        "--out",
+        required=True,
+        help="output directory, outside the checkpoint (must be new or empty unless --force)",
+    )
+    parser.add_argument(
+        "--quantization",
+        default="none",
+        choices=QUANTIZATIONS,
+        help="weight type of the exported model (default: none = float32 as trained)",
+    )
     parser.add_argument("--force", action="store_true", help="replace an earlier export in --out")
     parser.set_defaults(func=_run)
 
@@ -78,16 +99,23 @@ def _run(args) -> int:
 
 # --- the export -----------------------------------------------------------------------------------
 
-def export_ctranslate2(checkpoint: str | Path, out: str | Path, quantization: str = "none",
-                       force: bool = False) -> Path:
+
+def export_ctranslate2(
+    checkpoint: str | Path, out: str | Path, quantization: str = "none", force: bool = False
+) -> Path:
     """Write the translation model of ``checkpoint`` as a CTranslate2 model directory ``out``.
 
     ``out`` must lie outside the checkpoint directory (a run directory's ``best/`` or ``averaged/``
     when a run is given: ``run/ct2`` is fine); ``force`` replaces only an earlier export, and only
     once the new export is complete.
     """
-    from aiayn.train.checkpoint import (replace_dir, load_translation_model, remove_abandoned_temporaries,
-                                        resolve_checkpoint, temporary_path)
+    from aiayn.train.checkpoint import (
+        load_translation_model,
+        remove_abandoned_temporaries,
+        replace_dir,
+        resolve_checkpoint,
+        temporary_path,
+    )
 
     if quantization not in QUANTIZATIONS:
         raise UserError(f"--quantization: unknown value {quantization!r}; valid: {', '.join(QUANTIZATIONS)}")
@@ -115,7 +143,9 @@ def _check_apart(out: Path, checkpoint: Path) -> None:
     """``out`` may not be, contain or lie inside the checkpoint (``--force`` would delete or alter it)."""
     target, source = out.resolve(), checkpoint.resolve()
     if target == source or source in target.parents or target in source.parents:
-        raise UserError(f"--out: {out} overlaps the checkpoint {checkpoint}; write the export to a directory outside it")
+        raise UserError(
+            f"--out: {out} overlaps the checkpoint {checkpoint}; write the export to a directory outside it"
+        )
 
 
 def _check_out(out: Path, force: bool) -> None:
@@ -125,8 +155,10 @@ def _check_out(out: Path, force: bool) -> None:
         if not force:
             raise UserError(f"--out: {out} is not empty (use --force to replace it)")
         if not (out / "model.bin").is_file() or not (out / SPM_FILE).is_file():
-            raise UserError(f"--out: {out} holds something other than an export (no model.bin and {SPM_FILE}); "
-                            "--force replaces only an earlier export")
+            raise UserError(
+                f"--out: {out} holds something other than an export (no model.bin and {SPM_FILE}); "
+                "--force replaces only an earlier export"
+            )
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
     except OSError as err:
@@ -137,7 +169,9 @@ def _ctranslate2():
     try:
         import ctranslate2
     except ImportError:
-        raise UserError("export to CTranslate2 needs the ctranslate2 package: pip install ctranslate2") from None
+        raise UserError(
+            "export to CTranslate2 needs the ctranslate2 package: pip install ctranslate2"
+        ) from None
     return ctranslate2
 
 
@@ -150,10 +184,12 @@ def build_spec(model: nn.Module, pieces: list[str]):
     config = model.config
     _check_supported(config, pieces)
     activation = {"relu": specs.Activation.RELU, "gelu": specs.Activation.GELU}[config.activation]
-    encoder = specs.TransformerEncoderSpec(config.n_encoder_layers, config.n_heads, pre_norm=config.norm_first,
-                                           activation=activation)
-    decoder = specs.TransformerDecoderSpec(config.n_decoder_layers, config.n_heads, pre_norm=config.norm_first,
-                                           activation=activation)
+    encoder = specs.TransformerEncoderSpec(
+        config.n_encoder_layers, config.n_heads, pre_norm=config.norm_first, activation=activation
+    )
+    decoder = specs.TransformerDecoderSpec(
+        config.n_decoder_layers, config.n_heads, pre_norm=config.norm_first, activation=activation
+    )
     _set_encoder(encoder, model)
     _set_decoder(decoder, model)
     spec = specs.TransformerSpec(encoder, decoder)
@@ -168,8 +204,10 @@ def _check_supported(config, pieces: list[str]) -> None:
     """The one thing CTranslate2 cannot express here: model vocabularies unlike the tokenizer's."""
     for name in ("src_vocab_size", "tgt_vocab_size"):
         if getattr(config, name) != len(pieces):
-            raise UserError(f"{name}: the model has {getattr(config, name)} tokens but the tokenizer "
-                            f"{len(pieces)}; CTranslate2 needs one vocabulary entry per embedding row")
+            raise UserError(
+                f"{name}: the model has {getattr(config, name)} tokens but the tokenizer "
+                f"{len(pieces)}; CTranslate2 needs one vocabulary entry per embedding row"
+            )
     if len(set(pieces)) != len(pieces):
         raise UserError("tokenizer: duplicate pieces; CTranslate2 needs unique vocabulary entries")
 
@@ -254,6 +292,7 @@ def _array(tensor: Tensor) -> np.ndarray:
 
 # --- how to use it --------------------------------------------------------------------------------
 
+
 def _write_docs(out: Path, checkpoint: Path, config, quantization: str) -> None:
     info: dict[str, Any] = {
         "format": "ctranslate2",
@@ -267,7 +306,9 @@ def _write_docs(out: Path, checkpoint: Path, config, quantization: str) -> None:
         "model": config.to_dict(),
     }
     (out / INFO_FILE).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
-    (out / README_FILE).write_text(README.format(quantization=quantization, max_len=config.max_len), encoding="utf-8")
+    (out / README_FILE).write_text(
+        README.format(quantization=quantization, max_len=config.max_len), encoding="utf-8"
+    )
 
 
 README = """\

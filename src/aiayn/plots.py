@@ -28,8 +28,10 @@ ATTENTION_KINDS = {
 
 # --- attention --------------------------------------------------------------------------------------
 
-def plot_attention(maps: dict[str, list[Tensor]], src_tokens: Sequence[str], tgt_tokens: Sequence[str],
-                   path: str | Path) -> Path:
+
+def plot_attention(
+    maps: dict[str, list[Tensor]], src_tokens: Sequence[str], tgt_tokens: Sequence[str], path: str | Path
+) -> Path:
     """Heatmaps of every layer and head: one row per (kind, layer), one column per head.
 
     ``maps``: as returned by ``Transformer.forward(..., return_attention=True)``, one tensor per
@@ -37,15 +39,22 @@ def plot_attention(maps: dict[str, list[Tensor]], src_tokens: Sequence[str], tgt
     (encoder input, EOS included), ``tgt_tokens`` the target positions (decoder input, BOS first).
     Rows are queries, columns are keys.
     """
-    rows = [(kind, layer, _heads(m)) for kind in ATTENTION_KINDS for layer, m in enumerate(maps.get(kind, []))]
+    rows = [
+        (kind, layer, _heads(m)) for kind in ATTENTION_KINDS for layer, m in enumerate(maps.get(kind, []))
+    ]
     if not rows:
         raise UserError("no attention maps to plot")
     n_heads = rows[0][2].shape[0]
     for kind, layer, weights in rows:
         _check_shape(kind, layer, weights, src_tokens, tgt_tokens)
     cell = min(max(1.8, 0.22 * max(len(src_tokens), len(tgt_tokens)) + 1.0), 6.0)
-    fig, axes = plt.subplots(len(rows), n_heads, figsize=(cell * n_heads + 1, cell * len(rows)), squeeze=False,
-                             layout="constrained")
+    fig, axes = plt.subplots(
+        len(rows),
+        n_heads,
+        figsize=(cell * n_heads + 1, cell * len(rows)),
+        squeeze=False,
+        layout="constrained",
+    )
     for r, (kind, layer, weights) in enumerate(rows):
         for h in range(n_heads):
             image = _attention_panel(axes[r][h], weights[h], kind, layer, h, src_tokens, tgt_tokens)
@@ -60,7 +69,9 @@ def _heads(weights: Tensor):
     return (w[0] if w.dim() == 4 else w).numpy()
 
 
-def _labels(kind: str, src_tokens: Sequence[str], tgt_tokens: Sequence[str]) -> tuple[Sequence[str], Sequence[str]]:
+def _labels(
+    kind: str, src_tokens: Sequence[str], tgt_tokens: Sequence[str]
+) -> tuple[Sequence[str], Sequence[str]]:
     _, query, key = ATTENTION_KINDS[kind]
     pick = {"source": src_tokens, "target": tgt_tokens}
     return pick[query], pick[key]
@@ -69,8 +80,10 @@ def _labels(kind: str, src_tokens: Sequence[str], tgt_tokens: Sequence[str]) -> 
 def _check_shape(kind, layer, weights, src_tokens, tgt_tokens) -> None:
     queries, keys = _labels(kind, src_tokens, tgt_tokens)
     if weights.shape[1:] != (len(queries), len(keys)):
-        raise UserError(f"{kind} layer {layer + 1}: attention is {tuple(weights.shape[1:])} but there are "
-                        f"{len(queries)} x {len(keys)} tokens")
+        raise UserError(
+            f"{kind} layer {layer + 1}: attention is {tuple(weights.shape[1:])} but there are "
+            f"{len(queries)} x {len(keys)} tokens"
+        )
 
 
 def _attention_panel(ax, weights, kind, layer, head, src_tokens, tgt_tokens) -> None:
@@ -84,7 +97,10 @@ def _attention_panel(ax, weights, kind, layer, head, src_tokens, tgt_tokens) -> 
 
 # --- positional encoding --------------------------------------------------------------------------
 
-def plot_positional_encoding(d_model: int, max_len: int, path: str | Path, dims: Sequence[int] | None = None) -> Path:
+
+def plot_positional_encoding(
+    d_model: int, max_len: int, path: str | Path, dims: Sequence[int] | None = None
+) -> Path:
     """The sinusoidal table as a heatmap (position x dimension) and a few of its sinusoids.
 
     ``dims`` default: four sine dimensions at 1/64, 1/16, 1/8 and 1/4 of ``d_model`` (wavelengths
@@ -97,7 +113,9 @@ def plot_positional_encoding(d_model: int, max_len: int, path: str | Path, dims:
     table = positional_encoding(max_len, d_model).numpy()  # (max_len, d_model)
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 9), height_ratios=(3, 2), layout="constrained")
     image = top.pcolormesh(table, cmap="RdBu", vmin=-1, vmax=1)
-    top.set(xlabel="dimension i", ylabel="position", title=f"Sinusoidal positional encoding (d_model={d_model})")
+    top.set(
+        xlabel="dimension i", ylabel="position", title=f"Sinusoidal positional encoding (d_model={d_model})"
+    )
     top.invert_yaxis()
     fig.colorbar(image, ax=top)
     if dims is None:
@@ -110,6 +128,7 @@ def plot_positional_encoding(d_model: int, max_len: int, path: str | Path, dims:
 
 
 # --- training curves ----------------------------------------------------------------------------
+
 
 def read_metrics(run_dir: str | Path) -> list[dict]:
     """The records of ``RUN_DIR/metrics.jsonl`` (one JSON object per line, with "step" and "split")."""
@@ -131,7 +150,7 @@ def _record(line: str, log: Path, number: int) -> dict:
     except json.JSONDecodeError as err:
         raise UserError(f"{log}: line {number}: not JSON ({err.msg})") from None
     if not isinstance(record, dict) or "step" not in record or "split" not in record:
-        raise UserError(f"{log}: line {number}: expected an object with \"step\" and \"split\"")
+        raise UserError(f'{log}: line {number}: expected an object with "step" and "split"')
     return record
 
 
@@ -147,8 +166,9 @@ def plot_curves(run_dir: str | Path, path: str | Path) -> Path:
     panels = [(key, splits) for key, splits in panels if any(_series(records, s, key)[0] for s in splits)]
     if not panels:
         raise UserError(f"{Path(run_dir) / 'metrics.jsonl'} has no loss, lr or bleu values")
-    fig, axes = plt.subplots(len(panels), 1, figsize=(8, 3.2 * len(panels)), sharex=True, squeeze=False,
-                             layout="constrained")
+    fig, axes = plt.subplots(
+        len(panels), 1, figsize=(8, 3.2 * len(panels)), sharex=True, squeeze=False, layout="constrained"
+    )
     for ax, (key, splits) in zip(axes[:, 0], panels):
         for split in splits:
             steps, values = _series(records, split, key)

@@ -27,7 +27,7 @@ def native_bf16(device: torch.device) -> bool:
 
 
 def resolve_precision(name: str, device: torch.device) -> str:
-    """"auto" -> "bf16" where native, else "fp32"; "bf16"/"fp32" are kept as asked."""
+    """ "auto" -> "bf16" where native, else "fp32"; "bf16"/"fp32" are kept as asked."""
     if name not in PRECISIONS:
         raise ValueError(f"precision: unknown value {name!r}; valid: {', '.join(PRECISIONS)}")
     if name == "auto":

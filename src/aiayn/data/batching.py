@@ -108,11 +108,14 @@ class TokenBatchSampler:
         if not 0 <= self.rank < self.world_size:
             raise UserError(f"rank {self.rank} is outside world_size {self.world_size}")
         if self.batch_multiple % self.world_size:
-            raise UserError(f"batch_multiple {self.batch_multiple} must be a multiple of world_size {self.world_size}")
+            raise UserError(
+                f"batch_multiple {self.batch_multiple} must be a multiple of world_size {self.world_size}"
+            )
         if self.batch_multiple * longest > self.max_tokens:
             raise UserError(
                 f"max_tokens={self.max_tokens} is too small: batch_multiple {self.batch_multiple} × longest "
-                f"example {longest} tokens = {self.batch_multiple * longest}; raise max_tokens or filter long pairs"
+                f"example {longest} tokens = {self.batch_multiple * longest}; raise max_tokens or "
+                "filter long pairs"
             )
 
     # --- the batches of one epoch ---------------------------------------------------------------

@@ -37,7 +37,9 @@ class BpeDropout:
         self.p = p
         self._ids = tokenizer.merge_ranks()  # piece -> id of every piece a merge can make
         self._score = {piece: score for piece, (_, score) in self._ids.items()}
-        self._words: dict[tuple[int, ...], list[str] | None] = {}  # ids -> the word's characters (None: keep ids)
+        self._words: dict[
+            tuple[int, ...], list[str] | None
+        ] = {}  # ids -> the word's characters (None: keep ids)
         self._piece = tokenizer.id_to_piece
 
     def words(self, ids: Sequence[int]) -> list[tuple[int, ...]]:

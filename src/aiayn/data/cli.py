@@ -25,7 +25,9 @@ def _add_multi30k(commands) -> None:
     parser = commands.add_parser("multi30k", help="download Multi30k task 1 and verify its checksums")
     parser.add_argument("--out", required=True, help="directory for {split}.{lang} files")
     parser.add_argument("--url", default=DEFAULT_URL, help="base URL of the {split}.{lang}.gz files")
-    parser.add_argument("--langs", default=",".join(LANGUAGES), help="comma-separated languages (default: %(default)s)")
+    parser.add_argument(
+        "--langs", default=",".join(LANGUAGES), help="comma-separated languages (default: %(default)s)"
+    )
     parser.set_defaults(func=run_multi30k)
 
 
@@ -47,7 +49,9 @@ def run_multi30k(args: argparse.Namespace) -> int:
 
 
 def run_synthetic(args: argparse.Namespace) -> int:
-    counts = write_task(args.out, seed=args.seed, n_train=args.n_train, n_valid=args.n_valid, n_test=args.n_test)
+    counts = write_task(
+        args.out, seed=args.seed, n_train=args.n_train, n_valid=args.n_valid, n_test=args.n_test
+    )
     listed = ", ".join(f"{split} {n}" for split, n in counts.items())
     print(f"wrote digits->words task to {args.out}: {listed} pairs")
     return 0

@@ -83,12 +83,15 @@ def _read_aligned_files(directory: Path, split: str | None, src_lang: str | None
     if not directory.is_dir():
         raise UserError(f"corpus not found: {directory} is neither a directory nor a TSV file")
     if not (split and src_lang and tgt_lang):
-        raise UserError(f"corpus directory {directory} needs a split and two languages ({describe_corpus(directory)})")
+        raise UserError(
+            f"corpus directory {directory} needs a split and two languages ({describe_corpus(directory)})"
+        )
     src_file, tgt_file = (_corpus_file(directory, split, lang) for lang in (src_lang, tgt_lang))
     src_lines, tgt_lines = read_lines(src_file), read_lines(tgt_file)
     if len(src_lines) != len(tgt_lines):
         raise UserError(
-            f"{src_file} has {len(src_lines)} lines but {tgt_file} has {len(tgt_lines)}; aligned files need equal line counts"
+            f"{src_file} has {len(src_lines)} lines but {tgt_file} has {len(tgt_lines)}; aligned files "
+            "need equal line counts"
         )
     return src_lines, tgt_lines
 
@@ -100,7 +103,22 @@ def _corpus_file(directory: Path, split: str, lang: str) -> Path:
     return file
 
 
-_NOT_LANGUAGES = {"md", "txt", "rst", "tsv", "csv", "json", "yaml", "yml", "gz", "zip", "tar", "model", "vocab", "log"}
+_NOT_LANGUAGES = {
+    "md",
+    "txt",
+    "rst",
+    "tsv",
+    "csv",
+    "json",
+    "yaml",
+    "yml",
+    "gz",
+    "zip",
+    "tar",
+    "model",
+    "vocab",
+    "log",
+}
 
 
 def list_corpus(directory: str | Path) -> dict[str, list[str]]:
@@ -149,7 +167,9 @@ def read_tsv(file: Path) -> tuple[list[str], list[str]]:
     for number, line in enumerate(_split_lines(decode_utf8(file)), start=1):
         columns = line.split("\t") if line.strip() else ["", ""]
         if len(columns) != 2:
-            raise UserError(f"{file}:{number}: expected 2 tab-separated columns (source, target), found {len(columns)}")
+            raise UserError(
+                f"{file}:{number}: expected 2 tab-separated columns (source, target), found {len(columns)}"
+            )
         src.append(columns[0].strip())
         tgt.append(columns[1].strip())
     return src, tgt

@@ -71,7 +71,9 @@ def download_multi30k(
 def _check_choice(kind: str, chosen: Sequence[str], valid: Sequence[str]) -> None:
     unknown = [c for c in chosen if c not in valid]
     if unknown or not chosen:
-        raise UserError(f"unknown Multi30k {kind}(s) {', '.join(unknown) or '(none given)'}; valid: {', '.join(valid)}")
+        raise UserError(
+            f"unknown Multi30k {kind}(s) {', '.join(unknown) or '(none given)'}; valid: {', '.join(valid)}"
+        )
 
 
 def fetch_verified(url: str, target: Path, sha256: str) -> Path:

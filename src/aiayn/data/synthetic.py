@@ -78,7 +78,10 @@ def make_task(
 ) -> dict[str, list[tuple[str, str]]]:
     """``{"train": [(digits, words), ...], "val": ..., "test": ...}`` with disjoint numbers."""
     if n_train < 100 or n_valid < 0 or n_test < 0:
-        raise UserError(f"synthetic task needs n_train >= 100 (for 0-99) and n_valid, n_test >= 0; got {n_train}, {n_valid}, {n_test}")
+        raise UserError(
+            f"synthetic task needs n_train >= 100 (for 0-99) and n_valid, n_test >= 0; got {n_train}, "
+            f"{n_valid}, {n_test}"
+        )
     rng = random.Random(seed)
     drawn = _draw_numbers(rng, n_train - 100 + n_valid + n_test)
     numbers = {"val": drawn[:n_valid], "test": drawn[n_valid : n_valid + n_test]}

@@ -76,7 +76,9 @@ class Tokenizer:
         sentences = [s for s in sentences if s]
         if not sentences:
             raise UserError("cannot train a tokenizer on no sentences")
-        proto = _train_proto(sentences, vocab_size, model_type, character_coverage, split_digits, seed, lowercase)
+        proto = _train_proto(
+            sentences, vocab_size, model_type, character_coverage, split_digits, seed, lowercase
+        )
         tokenizer = cls(proto)
         if model_prefix is not None:
             tokenizer.save(_model_path(Path(model_prefix)))
@@ -104,8 +106,11 @@ class Tokenizer:
         """``piece -> (id, score)`` for the pieces BPE can build (no control, unknown, unused or
         byte pieces): a higher score is an earlier merge (see :mod:`aiayn.data.bpe_dropout`)."""
         sp = self._sp
-        return {sp.id_to_piece(i): (i, sp.get_score(i)) for i in range(sp.get_piece_size())
-                if not (sp.is_control(i) or sp.is_unknown(i) or sp.is_unused(i) or sp.is_byte(i))}
+        return {
+            sp.id_to_piece(i): (i, sp.get_score(i))
+            for i in range(sp.get_piece_size())
+            if not (sp.is_control(i) or sp.is_unknown(i) or sp.is_unused(i) or sp.is_byte(i))
+        }
 
     def id_to_piece(self, token_id: int) -> str:
         return self._sp.id_to_piece(int(token_id))
@@ -159,7 +164,9 @@ def _model_path(prefix: Path) -> Path:
     return prefix if prefix.suffix == ".model" else prefix.with_name(prefix.name + ".model")
 
 
-def _train_proto(sentences, vocab_size, model_type, character_coverage, split_digits, seed, lowercase) -> bytes:
+def _train_proto(
+    sentences, vocab_size, model_type, character_coverage, split_digits, seed, lowercase
+) -> bytes:
     spm.set_random_generator_seed(seed)
     model = io.BytesIO()
     try:
@@ -170,7 +177,9 @@ def _train_proto(sentences, vocab_size, model_type, character_coverage, split_di
             _run_trainer(sentences, model, vocab_size, model_type, character_coverage, split_digits, rule)
     except RuntimeError as err:  # e.g. a vocab_size below the number of characters + 256 bytes
         reason = str(err).split("] ", 1)[-1]  # drop SentencePiece's source-location prefix
-        raise UserError(f"cannot train a {model_type} tokenizer with vocab_size={vocab_size}: {reason}") from None
+        raise UserError(
+            f"cannot train a {model_type} tokenizer with vocab_size={vocab_size}: {reason}"
+        ) from None
     return model.getvalue()
 
 
@@ -212,5 +221,6 @@ def _check_special_ids(sp: spm.SentencePieceProcessor) -> None:
     found = (sp.pad_id(), sp.unk_id(), sp.bos_id(), sp.eos_id())
     if found != (PAD_ID, UNK_ID, BOS_ID, EOS_ID):
         raise UserError(
-            f"tokenizer has special ids pad/unk/bos/eos={found}; aiayn needs {(PAD_ID, UNK_ID, BOS_ID, EOS_ID)}"
+            f"tokenizer has special ids pad/unk/bos/eos={found}; "
+            f"aiayn needs {(PAD_ID, UNK_ID, BOS_ID, EOS_ID)}"
         )

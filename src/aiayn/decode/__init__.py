@@ -22,6 +22,15 @@ from aiayn.decode.step import ModelStep, max_output_lengths
 from aiayn.decode.translator import Translator
 
 __all__ = [
-    "DecodeOptions", "Hypothesis", "ModelStep", "SpecialIds", "Translator", "beam_search", "generate",
-    "greedy_search", "length_penalty", "max_output_lengths", "sample_search",
+    "DecodeOptions",
+    "Hypothesis",
+    "ModelStep",
+    "SpecialIds",
+    "Translator",
+    "beam_search",
+    "generate",
+    "greedy_search",
+    "length_penalty",
+    "max_output_lengths",
+    "sample_search",
 ]

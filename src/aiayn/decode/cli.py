@@ -25,12 +25,15 @@ import select
 import shutil
 import sys
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 import torch
 
 from aiayn.device import resolve_device
 from aiayn.errors import UserError
+
+if TYPE_CHECKING:
+    from aiayn.decode.translator import Translator
 
 
 def register(subparsers) -> None:
@@ -41,13 +44,20 @@ def register(subparsers) -> None:
 
 # --- shared options and helpers -----------------------------------------------------------------
 
+
 def _add_model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint", required=True, help="checkpoint or run directory")
-    parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: auto, the GPU if there is one)")
+    parser.add_argument(
+        "--device", default="auto", help="auto, cpu, cuda or cuda:N (default: auto, the GPU if there is one)"
+    )
     parser.add_argument("--beam", type=int, default=4, help="beam size; 1 = greedy (default: 4, the paper's)")
-    parser.add_argument("--alpha", type=float, default=0.6, help="length penalty alpha; 0 = none (default: 0.6)")
+    parser.add_argument(
+        "--alpha", type=float, default=0.6, help="length penalty alpha; 0 = none (default: 0.6)"
+    )
     parser.add_argument("--batch-tokens", type=int, default=4096, help="padded source tokens per batch")
-    parser.add_argument("--max-len-a", type=float, default=1.0, help="max output length = a * source length + b")
+    parser.add_argument(
+        "--max-len-a", type=float, default=1.0, help="max output length = a * source length + b"
+    )
     parser.add_argument("--max-len-b", type=int, default=50, help="(default: a=1, b=50, the paper's)")
     parser.add_argument("--no-cache", action="store_true", help="recompute the decoder prefix at each step")
 
@@ -61,8 +71,14 @@ def _translator_loader(args, **overrides) -> Callable[[], "Translator"]:
     device = resolve_device(args.device, "--device")
     if args.batch_tokens < 1:
         raise UserError("--batch-tokens: must be >= 1")
-    options = DecodeOptions(beam=args.beam, alpha=args.alpha, max_len_a=args.max_len_a, max_len_b=args.max_len_b,
-                            use_cache=not args.no_cache, **overrides)
+    options = DecodeOptions(
+        beam=args.beam,
+        alpha=args.alpha,
+        max_len_a=args.max_len_a,
+        max_len_b=args.max_len_b,
+        use_cache=not args.no_cache,
+        **overrides,
+    )
 
     def load() -> Translator:
         model, tokenizer, _ = load_translation_model(args.checkpoint, device=device)
@@ -223,28 +239,39 @@ def _writer(handle) -> Callable[[list[str]], None]:
 def _run_with_progress(translator, lines: list[str], enabled: bool, fn):
     from tqdm import tqdm
 
-    with tqdm(total=sum(1 for line in lines if line.strip()), unit="sent", file=sys.stderr,
-              disable=not enabled) as bar:
+    with tqdm(
+        total=sum(1 for line in lines if line.strip()), unit="sent", file=sys.stderr, disable=not enabled
+    ) as bar:
         translator.progress = bar.update
         return fn(lines)
 
 
 # --- translate ------------------------------------------------------------------------------------
 
+
 def _register_translate(subparsers) -> None:
-    p = subparsers.add_parser("translate", help="translate text with a trained model",
-                              description="Translate lines of text (stdin -> stdout by default).")
+    p = subparsers.add_parser(
+        "translate",
+        help="translate text with a trained model",
+        description="Translate lines of text (stdin -> stdout by default).",
+    )
     _add_model_options(p)
     p.add_argument("--input", help="input file (default: stdin)")
     p.add_argument("--output", help="output file (default: stdout)")
     p.add_argument("--nbest", type=int, default=1, help="K hypotheses per line, as 'score<TAB>text'")
-    p.add_argument("--buffer-size", type=int, default=2000,
-                   help="stdin is translated as it arrives, in blocks of the lines already waiting, at most "
-                        "this many (default: 2000); with --sample all of stdin is read first")
+    p.add_argument(
+        "--buffer-size",
+        type=int,
+        default=2000,
+        help="stdin is translated as it arrives, in blocks of the lines already waiting, at most "
+        "this many (default: 2000); with --sample all of stdin is read first",
+    )
     p.add_argument("--sample", action="store_true", help="sample instead of beam search")
     # Sampling options default to None (= DecodeOptions' defaults), so that only given ones need --sample.
     p.add_argument("--temperature", type=float, help="with --sample: divide the log-probs by it (default: 1)")
-    p.add_argument("--top-k", type=int, help="with --sample: the k most probable tokens only (default: 0 = all)")
+    p.add_argument(
+        "--top-k", type=int, help="with --sample: the k most probable tokens only (default: 0 = all)"
+    )
     p.add_argument("--top-p", type=float, help="with --sample: nucleus sampling threshold (default: 1 = off)")
     p.add_argument("--seed", type=int, help="with --sample: random seed (default: a fresh one per run)")
     p.set_defaults(func=run_translate)
@@ -290,15 +317,21 @@ def _nbest_line(hyps: list[tuple[float, str]], k: int) -> str:
 
 # --- evaluate -------------------------------------------------------------------------------------
 
+
 def _register_evaluate(subparsers) -> None:
-    p = subparsers.add_parser("evaluate", help="translate a test set and score it with sacreBLEU",
-                              description="BLEU and chrF (sacreBLEU, detokenized) of translations of --src "
-                                          "against --ref.")
+    p = subparsers.add_parser(
+        "evaluate",
+        help="translate a test set and score it with sacreBLEU",
+        description="BLEU and chrF (sacreBLEU, detokenized) of translations of --src against --ref.",
+    )
     _add_model_options(p)
     p.add_argument("--src", required=True, help="source sentences, one per line")
     p.add_argument("--ref", required=True, help="reference translations, one per line")
-    p.add_argument("--lang", default=None, help="target language for Moses tokenization (default: --ref's "
-                                                "extension, e.g. 'de' for test.de)")
+    p.add_argument(
+        "--lang",
+        default=None,
+        help="target language for Moses tokenization (default: --ref's extension, e.g. 'de' for test.de)",
+    )
     p.add_argument("--json", action="store_true", help="print the scores as one JSON object")
     p.add_argument("--output", help="also write the translations to this file")
     p.set_defaults(func=run_evaluate)
@@ -318,7 +351,9 @@ def run_evaluate(args) -> int:
         translator = load()
         hyps = _run_with_progress(translator, src, True, translator.translate)
         write(hyps)
-    scores = sacrebleu_scores(hyps, ref, lowercase=translator.tokenizer.lowercases)  # a lowercasing model: case:lc
+    scores = sacrebleu_scores(
+        hyps, ref, lowercase=translator.tokenizer.lowercases
+    )  # a lowercasing model: case:lc
     lang = args.lang or Path(args.ref).suffix.lstrip(".") or "en"
     scores["tokenized_bleu"] = tokenized_bleu(hyps, ref, lang)
     scores["sentences"] = len(hyps)
@@ -327,15 +362,18 @@ def run_evaluate(args) -> int:
 
 
 def _report(scores: dict, label: str, lang: str) -> str:
-    return "\n".join([
-        f"BLEU = {scores['bleu']:.2f}   {scores['bleu_signature']}",
-        f"chrF = {scores['chrf']:.2f}   {scores['chrf_signature']}",
-        f"{label} [{lang}] = {scores['tokenized_bleu']:.2f}",
-        f"({scores['sentences']} sentences)",
-    ])
+    return "\n".join(
+        [
+            f"BLEU = {scores['bleu']:.2f}   {scores['bleu_signature']}",
+            f"chrF = {scores['chrf']:.2f}   {scores['chrf_signature']}",
+            f"{label} [{lang}] = {scores['tokenized_bleu']:.2f}",
+            f"({scores['sentences']} sentences)",
+        ]
+    )
 
 
 # --- plot -----------------------------------------------------------------------------------------
+
 
 def _register_plot(subparsers) -> None:
     p = subparsers.add_parser("plot", help="draw attention maps, the positional encoding or training curves")

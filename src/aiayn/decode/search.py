@@ -173,8 +173,13 @@ def _check_lengths(batch_size: int, max_lens: list[int]) -> None:
 Chooser = Callable[[Tensor], Tensor]  # (N, V) restricted log-probs -> (N,) token ids
 
 
-def greedy_search(step: StepFunction, max_lens: list[int], alpha: float = 0.0,
-                  ids: SpecialIds = SpecialIds(), scores: bool = True) -> list[list[Hypothesis]]:
+def greedy_search(
+    step: StepFunction,
+    max_lens: list[int],
+    alpha: float = 0.0,
+    ids: SpecialIds = SpecialIds(),
+    scores: bool = True,
+) -> list[list[Hypothesis]]:
     """The most probable next token at each step (argmax; ties: the lowest id). One hypothesis per row.
 
     The step may return logits (a step whose ``log_probs`` attribute is False, as
@@ -187,9 +192,17 @@ def greedy_search(step: StepFunction, max_lens: list[int], alpha: float = 0.0,
     return _single_path(step, max_lens, alpha, ids, first_argmax, normalise=logits, scores=scores)
 
 
-def sample_search(step: StepFunction, max_lens: list[int], alpha: float = 0.0, nbest: int = 1,
-                  temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, seed: int | None = None,
-                  ids: SpecialIds = SpecialIds()) -> list[list[Hypothesis]]:
+def sample_search(
+    step: StepFunction,
+    max_lens: list[int],
+    alpha: float = 0.0,
+    nbest: int = 1,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    seed: int | None = None,
+    ids: SpecialIds = SpecialIds(),
+) -> list[list[Hypothesis]]:
     """``nbest`` samples per sentence from softmax(log_probs / temperature), optionally restricted
     to the ``top_k`` tokens (0 = all) and to the smallest set with probability >= ``top_p``
     (nucleus). The same ``seed`` with the same input and batching gives the same samples (the draws
@@ -210,16 +223,19 @@ def sample_search(step: StepFunction, max_lens: list[int], alpha: float = 0.0, n
     rows = torch.arange(len(max_lens), device=_device_of(step))
     step.reorder(rows.repeat_interleave(nbest))  # nbest copies of each row
     flat = _single_path(step, [n for n in max_lens for _ in range(nbest)], alpha, ids, choose)
-    groups = [[h[0] for h in flat[i * nbest:(i + 1) * nbest]] for i in range(len(max_lens))]
+    groups = [[h[0] for h in flat[i * nbest : (i + 1) * nbest]] for i in range(len(max_lens))]
     return [sorted(g, key=lambda h: -h.score) for g in groups]
 
 
 def fresh_seed() -> int:
-    """A seed drawn from PyTorch's global (CPU) generator: new at each call, fixed by ``torch.manual_seed``."""
+    """A seed drawn from PyTorch's global (CPU) generator: new at each call, fixed by
+    ``torch.manual_seed``."""
     return int(torch.randint(0, 2**63 - 1, (), dtype=torch.int64))
 
 
-def _sample(log_probs: Tensor, temperature: float, top_k: int, top_p: float, generator: torch.Generator) -> Tensor:
+def _sample(
+    log_probs: Tensor, temperature: float, top_k: int, top_p: float, generator: torch.Generator
+) -> Tensor:
     """Draw one token per row of ``log_probs`` ``(N, V)`` -> ``(N,)``."""
     logits = log_probs / temperature  # (N, V)
     if top_k > 0:
@@ -238,8 +254,15 @@ def _nucleus(logits: Tensor, top_p: float) -> Tensor:
     return logits.masked_fill(drop, NEG_INF)
 
 
-def _single_path(step: StepFunction, max_lens: list[int], alpha: float, ids: SpecialIds, choose: Chooser,
-                 normalise: bool = False, scores: bool = True) -> list[list[Hypothesis]]:
+def _single_path(
+    step: StepFunction,
+    max_lens: list[int],
+    alpha: float,
+    ids: SpecialIds,
+    choose: Chooser,
+    normalise: bool = False,
+    scores: bool = True,
+) -> list[list[Hypothesis]]:
     """Extend each row by ``choose`` until EOS or its maximum length; finished rows leave the batch.
 
     ``normalise``: the step's outputs are logits; the chosen tokens' log-probs come from their
@@ -283,8 +306,15 @@ def _device_of(step: StepFunction) -> torch.device:
 
 # --- beam search ----------------------------------------------------------------------------------
 
-def beam_search(step: StepFunction, max_lens: list[int], beam: int = 4, alpha: float = 0.6, nbest: int = 1,
-                ids: SpecialIds = SpecialIds()) -> list[list[Hypothesis]]:
+
+def beam_search(
+    step: StepFunction,
+    max_lens: list[int],
+    beam: int = 4,
+    alpha: float = 0.6,
+    nbest: int = 1,
+    ids: SpecialIds = SpecialIds(),
+) -> list[list[Hypothesis]]:
     """Beam search (stopping rule in the module docstring). Returns ``nbest`` hypotheses per row,
     best score first. ``step`` holds one row per sentence on entry; it is expanded to ``beam`` rows.
     """
@@ -302,7 +332,9 @@ class _Beams:
 
     shortlist = True  # score only each row's best 2K tokens (exact; False: all K*V, the tests' reference)
 
-    def __init__(self, step: StepFunction, max_lens: list[int], beam: int, alpha: float, ids: SpecialIds) -> None:
+    def __init__(
+        self, step: StepFunction, max_lens: list[int], beam: int, alpha: float, ids: SpecialIds
+    ) -> None:
         self.step, self.max_lens, self.beam, self.alpha, self.ids = step, max_lens, beam, alpha, ids
         device = _device_of(step)
         n = len(max_lens)
@@ -357,7 +389,8 @@ class _Beams:
         finished.append(hypothesis)
 
     def _settled(self, sentence: int, best_live: float) -> bool:
-        """``beam`` finished, and the best live hypothesis (log-prob ``best_live``) cannot beat the worst of them."""
+        """``beam`` finished, and the best live hypothesis (log-prob ``best_live``) cannot beat the
+        worst of them."""
         finished = self.finished[sentence]
         if len(finished) < self.beam:
             return False
@@ -379,6 +412,7 @@ class _Beams:
 
 
 # --- options and the model entry point -----------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class DecodeOptions:
@@ -404,13 +438,21 @@ class DecodeOptions:
     scores: bool = True
 
     def __post_init__(self) -> None:
-        checks = [("beam", self.beam >= 1, "must be >= 1"), ("alpha", self.alpha >= 0, "must be >= 0"),
-                  ("nbest", self.nbest >= 1, "must be >= 1"),
-                  ("max_len_a", math.isfinite(self.max_len_a) and self.max_len_a >= 0, "must be finite and >= 0"),
-                  ("max_len_b", math.isfinite(self.max_len_b) and self.max_len_b >= 0, "must be finite and >= 0"),
-                  ("temperature", self.temperature > 0, "must be > 0"), ("top_k", self.top_k >= 0, "must be >= 0"),
-                  ("top_p", 0 < self.top_p <= 1, "must be in (0, 1]"),
-                  ("nbest", self.sample or self.nbest <= self.beam, f"({self.nbest}) must not exceed beam ({self.beam})")]
+        checks = [
+            ("beam", self.beam >= 1, "must be >= 1"),
+            ("alpha", self.alpha >= 0, "must be >= 0"),
+            ("nbest", self.nbest >= 1, "must be >= 1"),
+            ("max_len_a", math.isfinite(self.max_len_a) and self.max_len_a >= 0, "must be finite and >= 0"),
+            ("max_len_b", math.isfinite(self.max_len_b) and self.max_len_b >= 0, "must be finite and >= 0"),
+            ("temperature", self.temperature > 0, "must be > 0"),
+            ("top_k", self.top_k >= 0, "must be >= 0"),
+            ("top_p", 0 < self.top_p <= 1, "must be in (0, 1]"),
+            (
+                "nbest",
+                self.sample or self.nbest <= self.beam,
+                f"({self.nbest}) must not exceed beam ({self.beam})",
+            ),
+        ]
         for name, ok, message in checks:
             if not ok:
                 raise UserError(f"{name}: {message}")
@@ -423,14 +465,24 @@ def generate(model, src: Tensor, options: DecodeOptions = DecodeOptions()) -> li
     """
     config = model.config
     ids = SpecialIds(config.bos_id, config.eos_id, config.pad_id)
-    max_lens = max_output_lengths(source_lengths(src, config.pad_id), options.max_len_a, options.max_len_b,
-                                  config.max_len)
+    max_lens = max_output_lengths(
+        source_lengths(src, config.pad_id), options.max_len_a, options.max_len_b, config.max_len
+    )
     greedy = options.beam == 1 and not options.sample
     with torch.inference_mode():
         step = ModelStep(model, src, options.use_cache, log_probs=not greedy)  # greedy: argmax of the logits
         if options.sample:
-            return sample_search(step, max_lens, options.alpha, options.nbest, options.temperature,
-                                 options.top_k, options.top_p, options.seed, ids)
+            return sample_search(
+                step,
+                max_lens,
+                options.alpha,
+                options.nbest,
+                options.temperature,
+                options.top_k,
+                options.top_p,
+                options.seed,
+                ids,
+            )
         if greedy:
             return greedy_search(step, max_lens, options.alpha, ids, options.scores)
         return beam_search(step, max_lens, options.beam, options.alpha, options.nbest, ids)

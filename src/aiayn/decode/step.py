@@ -51,7 +51,9 @@ class ModelStep:
     def __call__(self, prefix: Tensor) -> Tensor:
         """``prefix`` ``(N, t)`` -> next-token log-probs (or logits) ``(N, V)``, fp32."""
         if self.cache is not None:
-            states = self.model.decode(prefix[:, -1:], self.memory, self.src_mask, cache=self.cache)  # (N, 1, D)
+            states = self.model.decode(
+                prefix[:, -1:], self.memory, self.src_mask, cache=self.cache
+            )  # (N, 1, D)
         else:
             states = self.model.decode(prefix, self.memory, self.src_mask)  # (N, t, D)
         return self.model.generator(states[:, -1:], log_probs=self.log_probs)[:, 0].float()  # (N, V)
@@ -71,7 +73,9 @@ def source_lengths(src: Tensor, pad_id: int) -> Tensor:
     return (src != pad_id).sum(dim=1)
 
 
-def max_output_lengths(src_lengths: Tensor, max_len_a: float, max_len_b: int, max_positions: int) -> list[int]:
+def max_output_lengths(
+    src_lengths: Tensor, max_len_a: float, max_len_b: int, max_positions: int
+) -> list[int]:
     """Most tokens each output may have *before* its EOS: ``floor(a * S + b)``, fairseq-style.
 
     ``S`` counts the source tokens fed to the encoder (with their EOS). The result is also capped at

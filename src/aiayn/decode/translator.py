@@ -41,8 +41,16 @@ class Translator:
     batch (for a progress bar).
     """
 
-    def __init__(self, model, tokenizer, device: str | torch.device = "cpu", batch_tokens: int = 4096,
-                 options: DecodeOptions | None = None, warn: Warn = _stderr, **option_values) -> None:
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        device: str | torch.device = "cpu",
+        batch_tokens: int = 4096,
+        options: DecodeOptions | None = None,
+        warn: Warn = _stderr,
+        **option_values,
+    ) -> None:
         self.model = model.to(device).eval()
         self.tokenizer, self.device = tokenizer, torch.device(device)
         self.batch_tokens, self.warn = batch_tokens, warn
@@ -54,8 +62,11 @@ class Translator:
         options = replace(self.options, nbest=1, scores=False)  # text only: greedy skips the log-softmax
         return [nbest[0][1] if nbest else "" for nbest in self._search(lines, options)]
 
-    def translate_nbest(self, lines: Sequence[str], nbest: int | None = None) -> list[list[tuple[float, str]]]:
-        """``nbest`` (default: the options') ``(score, text)`` pairs per line, best first; [] for a blank line."""
+    def translate_nbest(
+        self, lines: Sequence[str], nbest: int | None = None
+    ) -> list[list[tuple[float, str]]]:
+        """``nbest`` (default: the options') ``(score, text)`` pairs per line, best first; [] for a
+        blank line."""
         options = replace(self.options, nbest=nbest or self.options.nbest)
         return self._search(lines, options)
 

@@ -11,6 +11,22 @@ from aiayn.forecast.metrics import mae, mse
 from aiayn.forecast.model import ForecastConfig, Forecaster, InstanceNorm
 from aiayn.forecast.train import TrainConfig, evaluate, fit
 
-__all__ = ["DLinear", "RepeatLast", "SeasonalNaive", "ForecastData", "Scaler", "Series", "Windows", "prepare",
-           "read_series", "mae", "mse", "ForecastConfig", "Forecaster", "InstanceNorm", "TrainConfig",
-           "evaluate", "fit"]
+__all__ = [
+    "DLinear",
+    "RepeatLast",
+    "SeasonalNaive",
+    "ForecastData",
+    "Scaler",
+    "Series",
+    "Windows",
+    "prepare",
+    "read_series",
+    "mae",
+    "mse",
+    "ForecastConfig",
+    "Forecaster",
+    "InstanceNorm",
+    "TrainConfig",
+    "evaluate",
+    "fit",
+]

@@ -31,7 +31,7 @@ class SeasonalNaive(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         if x.size(1) < self.period:
             raise ValueError(f"input length {x.size(1)} is shorter than the period {self.period}")
-        cycle = x[:, -self.period:, self.outputs]  # (B, period, n_out)
+        cycle = x[:, -self.period :, self.outputs]  # (B, period, n_out)
         reps = -(-self.horizon // self.period)
         return cycle.repeat(1, reps, 1)[:, : self.horizon]  # (B, H, n_out)
 

@@ -24,7 +24,14 @@ from aiayn.forecast.train import LAST_DIR, TrainConfig, evaluate, fit
 from aiayn.train.checkpoint import load_checkpoint, load_weights
 from aiayn.train.config import load_yaml
 
-DATA_DEFAULTS = {"path": None, "target": "OT", "features": "M", "input_len": 96, "label_len": 48, "horizon": 96}
+DATA_DEFAULTS = {
+    "path": None,
+    "target": "OT",
+    "features": "M",
+    "input_len": 96,
+    "label_len": 48,
+    "horizon": 96,
+}
 KIND_WORDS = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
 DATA_TYPES = {"path": str, "target": str, "features": str, "input_len": int, "label_len": int, "horizon": int}
 
@@ -68,6 +75,7 @@ def _add_train(commands: argparse._SubParsersAction) -> None:
 
 # --- config ------------------------------------------------------------------------------------
 
+
 def load_config(path: str | Path) -> dict[str, Any]:
     """The YAML config as ``{"data", "model", "train"}`` dicts; data.path made absolute."""
     path = Path(path)
@@ -98,7 +106,9 @@ def _check_data(data: dict[str, Any], source: Path) -> dict[str, Any]:
     """The ``data`` section, refusing unknown fields and wrong types (one line naming the field)."""
     unknown = sorted(map(str, set(data) - set(DATA_TYPES)))
     if unknown:
-        raise UserError(f"{source}: data: unknown field(s) {', '.join(unknown)}; valid: {', '.join(DATA_TYPES)}")
+        raise UserError(
+            f"{source}: data: unknown field(s) {', '.join(unknown)}; valid: {', '.join(DATA_TYPES)}"
+        )
     set_fields = {k: v for k, v in data.items() if not (k == "path" and v is None)}  # path: null = unset
     try:
         return _typed(DATA_TYPES, set_fields)
@@ -129,8 +139,13 @@ def _field_types(cls: type) -> dict[str, type]:
 
 
 def _apply_flags(config: dict[str, Any], args: argparse.Namespace) -> None:
-    flags = {"path": args.data, "horizon": args.horizon, "input_len": args.input_len, "target": args.target,
-             "features": args.features}
+    flags = {
+        "path": args.data,
+        "horizon": args.horizon,
+        "input_len": args.input_len,
+        "target": args.target,
+        "features": args.features,
+    }
     config["data"].update({k: v for k, v in flags.items() if v is not None})
     if args.max_epochs is not None:
         config["train"]["max_epochs"] = args.max_epochs
@@ -149,6 +164,7 @@ def _build(kind: str, cls: type, values: dict[str, Any], source: str):
 
 # --- commands ----------------------------------------------------------------------------------
 
+
 def cmd_train(args: argparse.Namespace) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -156,21 +172,37 @@ def cmd_train(args: argparse.Namespace) -> int:
     _apply_flags(config, args)
     d = config["data"]
     data = prepare(d["path"], d["features"], d["target"], d["input_len"], d["horizon"])
-    model_cfg = _build("model", ForecastConfig, {
-        **config["model"], "n_features": len(data.columns), "outputs": data.outputs,
-        "seq_len": d["input_len"], "label_len": min(d["label_len"], d["input_len"]), "horizon": d["horizon"]}, args.config)
+    model_cfg = _build(
+        "model",
+        ForecastConfig,
+        {
+            **config["model"],
+            "n_features": len(data.columns),
+            "outputs": data.outputs,
+            "seq_len": d["input_len"],
+            "label_len": min(d["label_len"], d["input_len"]),
+            "horizon": d["horizon"],
+        },
+        args.config,
+    )
     train_cfg = _build("train", TrainConfig, config["train"], args.config)
     out = Path(args.out)
     if (out / LAST_DIR).is_dir():
         _check_same_run(out, model_cfg)
     torch.manual_seed(train_cfg.seed)
     model = Forecaster(model_cfg)
-    run_config = {"model": model_cfg.to_dict(), "data": {**d, "columns": data.columns}, "scaler": data.scaler.to_dict(),
-                  "train": train_cfg.__dict__}
+    run_config = {
+        "model": model_cfg.to_dict(),
+        "data": {**d, "columns": data.columns},
+        "scaler": data.scaler.to_dict(),
+        "train": train_cfg.__dict__,
+    }
     windows = {s: data.windows(s, d["input_len"], d["horizon"]) for s in ("train", "val")}
     print(f"train {len(windows['train'])} windows, val {len(windows['val'])}; run directory {out}")
     state = fit(model, windows["train"], windows["val"], data.outputs, train_cfg, out, run_config)
-    print(f"done after {state.epoch} epochs; best val MSE {state.best_val:.4f}; best weights in {out / 'best'}")
+    print(
+        f"done after {state.epoch} epochs; best val MSE {state.best_val:.4f}; best weights in {out / 'best'}"
+    )
     return 0
 
 
@@ -192,8 +224,15 @@ def load_forecaster(path: str | Path) -> tuple[Forecaster, dict[str, Any]]:
 
 def _data_for(config: dict[str, Any], data_path: str | None):
     d = config["data"]
-    return prepare(data_path or d["path"], d["features"], d["target"], d["input_len"], d["horizon"],
-                   scaler=Scaler.from_dict(config["scaler"]), value_columns=d.get("columns"))
+    return prepare(
+        data_path or d["path"],
+        d["features"],
+        d["target"],
+        d["input_len"],
+        d["horizon"],
+        scaler=Scaler.from_dict(config["scaler"]),
+        value_columns=d.get("columns"),
+    )
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
@@ -201,14 +240,19 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     data = _data_for(config, args.data)
     d = config["data"]
     scores = evaluate(model, data.windows(args.split, d["input_len"], d["horizon"]), data.outputs)
-    print(f"{args.split}: MSE {scores['mse']:.4f}  MAE {scores['mae']:.4f}  "
-          f"(horizon {d['horizon']}, input {d['input_len']}, standardised scale)")
+    print(
+        f"{args.split}: MSE {scores['mse']:.4f}  MAE {scores['mae']:.4f}  "
+        f"(horizon {d['horizon']}, input {d['input_len']}, standardised scale)"
+    )
     return 0
 
 
 @torch.no_grad()
-def forecast_last(model: Forecaster, config: dict[str, Any], path: str) -> tuple[np.ndarray, np.ndarray, list[str]]:
-    """Timestamps ``(H,)``, values ``(H, n_out)`` in original units, and column names after the file's last row."""
+def forecast_last(
+    model: Forecaster, config: dict[str, Any], path: str
+) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """Timestamps ``(H,)``, values ``(H, n_out)`` in original units, and column names after the file's
+    last row."""
     d, scaler = config["data"], Scaler.from_dict(config["scaler"])
     series = read_series(path)
     if d.get("columns") is not None:
@@ -216,7 +260,7 @@ def forecast_last(model: Forecaster, config: dict[str, Any], path: str) -> tuple
     values, columns, outputs = select_features(series, d["features"], d["target"])
     if len(values) < d["input_len"]:
         raise UserError(f"{path}: {len(values)} rows, fewer than the input length {d['input_len']}")
-    x = torch.from_numpy(scaler.transform(values[-d["input_len"]:])).float()[None]  # (1, L, n)
+    x = torch.from_numpy(scaler.transform(values[-d["input_len"] :])).float()[None]  # (1, L, n)
     pred = model(x)[0].double().numpy()  # (H, n_out)
     stamps = series.timestamps[-1] + series.freq * np.arange(1, d["horizon"] + 1)
     return stamps, scaler.inverse(pred, outputs), [columns[o] for o in outputs]

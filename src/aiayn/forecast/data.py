@@ -47,8 +47,10 @@ class Series:
         """The same series with only ``columns``, in that order (a missing one raises :class:`UserError`)."""
         missing = [c for c in columns if c not in self.columns]
         if missing:
-            raise UserError(f"{self.path}: column(s) {', '.join(repr(c) for c in missing)} not found "
-                            f"(the checkpoint was trained on them); columns: {', '.join(self.columns)}")
+            raise UserError(
+                f"{self.path}: column(s) {', '.join(repr(c) for c in missing)} not found "
+                f"(the checkpoint was trained on them); columns: {', '.join(self.columns)}"
+            )
         index = [self.columns.index(c) for c in columns]
         return Series(self.path, self.timestamps, self.values[:, index], list(columns))
 
@@ -76,7 +78,9 @@ def _read_rows(path: Path) -> tuple[list[str], list[list[str]]]:
     while rows and len(rows[-1]) <= 1 and not "".join(rows[-1]).strip():  # trailing blank lines
         rows.pop()
     if len(rows) < 3:
-        raise UserError(f"{path}: needs a header and at least 2 data rows, found {max(len(rows) - 1, 0)} rows")
+        raise UserError(
+            f"{path}: needs a header and at least 2 data rows, found {max(len(rows) - 1, 0)} rows"
+        )
     header = [h.strip() for h in rows[0]]
     for i, row in enumerate(rows[1:]):
         if len(row) != len(header):
@@ -103,13 +107,17 @@ def _check_spacing(path: Path, name: str, stamps: np.ndarray) -> None:
     bad = np.flatnonzero(diffs <= np.timedelta64(0, "s"))
     if bad.size:
         i = int(bad[0]) + 1
-        raise UserError(f"{path}:{_line(i)}: column '{name}': timestamps not sorted ({stamps[i]} after {stamps[i - 1]})")
+        raise UserError(
+            f"{path}:{_line(i)}: column '{name}': timestamps not sorted ({stamps[i]} after {stamps[i - 1]})"
+        )
     step = diffs[0]
     gap = np.flatnonzero(diffs != step)
     if gap.size:
         i = int(gap[0]) + 1
-        raise UserError(f"{path}:{_line(i)}: column '{name}': missing timestamps before {stamps[i]} "
-                        f"(expected {stamps[i - 1] + step}, step {step})")
+        raise UserError(
+            f"{path}:{_line(i)}: column '{name}': missing timestamps before {stamps[i]} "
+            f"(expected {stamps[i - 1] + step}, step {step})"
+        )
 
 
 def _parse_values(path: Path, header: list[str], rows: list[list[str]], cols: list[int]) -> np.ndarray:
@@ -135,12 +143,15 @@ def _raise_bad_cell(path: Path, header: list[str], rows: list[list[str]], cols: 
 
 # --- features, splits, scaling -------------------------------------------------------------------
 
+
 def select_features(series: Series, features: str, target: str) -> tuple[np.ndarray, list[str], list[int]]:
     """Input values ``(N, n)``, their column names, and the indices (into those) of the outputs."""
     if features not in FEATURE_MODES:
         raise UserError(f"--features: unknown value {features!r}; valid: {', '.join(FEATURE_MODES)}")
     if target not in series.columns:
-        raise UserError(f"{series.path}: target column '{target}' not found; columns: {', '.join(series.columns)}")
+        raise UserError(
+            f"{series.path}: target column '{target}' not found; columns: {', '.join(series.columns)}"
+        )
     t = series.columns.index(target)
     if features == "S":
         return series.values[:, [t]], [target], [0]
@@ -198,6 +209,7 @@ class Scaler:
 
 # --- windows -------------------------------------------------------------------------------------
 
+
 def n_windows(n_rows: int, seq_len: int, horizon: int) -> int:
     """How many (input, target) windows ``n_rows`` consecutive rows give."""
     return max(n_rows - seq_len - horizon + 1, 0)
@@ -244,8 +256,15 @@ class ForecastData:
         return Windows(self.scaled, start, end, seq_len, horizon)
 
 
-def prepare(path: str | Path, features: str, target: str, seq_len: int, horizon: int,
-            scaler: Scaler | None = None, value_columns: list[str] | None = None) -> ForecastData:
+def prepare(
+    path: str | Path,
+    features: str,
+    target: str,
+    seq_len: int,
+    horizon: int,
+    scaler: Scaler | None = None,
+    value_columns: list[str] | None = None,
+) -> ForecastData:
     """Read, select features, split, and scale (fitting the scaler on train unless given).
 
     ``value_columns`` (a checkpoint's value columns) are picked by name: their order in the file does not
@@ -259,7 +278,9 @@ def prepare(path: str | Path, features: str, target: str, seq_len: int, horizon:
     for split in SPLITS:
         start, end = split_range(borders, split, seq_len)
         if n_windows(end - start, seq_len, horizon) < 1:
-            raise UserError(f"{series.path}: the {split} split has {end - start} rows, fewer than "
-                            f"input length + horizon = {seq_len} + {horizon}")
+            raise UserError(
+                f"{series.path}: the {split} split has {end - start} rows, fewer than "
+                f"input length + horizon = {seq_len} + {horizon}"
+            )
     scaler = scaler or Scaler.fit(values[: borders[0]])
     return ForecastData(series, columns, outputs, scaler, scaler.transform(values[: borders[2]]), borders)

@@ -75,24 +75,55 @@ class ForecastConfig:
 
     def __post_init__(self) -> None:
         for name in ("n_features", "seq_len", "horizon", "patch_len"):
-            _require(name, isinstance(getattr(self, name), int) and getattr(self, name) >= 1, "must be an integer >= 1")
+            _require(
+                name,
+                isinstance(getattr(self, name), int) and getattr(self, name) >= 1,
+                "must be an integer >= 1",
+            )
         _require("label_len", 0 <= self.label_len <= self.seq_len, f"must be in [0, seq_len={self.seq_len}]")
         for name in ("seq_len", "label_len", "horizon"):
-            _require(name, getattr(self, name) % self.patch_len == 0, f"must be a multiple of patch_len={self.patch_len}")
-        _require("patch_stride", isinstance(self.patch_stride, int) and 0 <= self.patch_stride <= self.patch_len
-                 and (self.seq_len - self.patch_len) % self.stride == 0,
-                 f"must be in [0, patch_len={self.patch_len}] with (seq_len - patch_len) a multiple of it")
-        _require("label_len", self.decoding == "one_pass" or self.label_len + self.patch_len <= self.seq_len,
-                 "autoregressive decoding needs label_len + patch_len <= seq_len (a start token)")
-        _require("outputs", bool(self.outputs) and all(0 <= o < self.n_features for o in self.outputs),
-                 f"must be indices in [0, {self.n_features})")
-        _require("decoding", self.decoding in DECODING, f"unknown value {self.decoding!r}; valid: {', '.join(DECODING)}")
-        _require("placeholders", self.placeholders in PLACEHOLDERS,
-                 f"unknown value {self.placeholders!r}; valid: {', '.join(PLACEHOLDERS)}")
-        _require("placeholders", self.decoding == "one_pass" or self.placeholders == "zeros",
-                 f"{self.placeholders!r} applies to one-pass decoding only (autoregressive decoding has none)")
-        _require("channel_independent", not self.channel_independent or len(self.outputs) == self.n_features,
-                 "needs every variable as an output (features M or S)")
+            _require(
+                name,
+                getattr(self, name) % self.patch_len == 0,
+                f"must be a multiple of patch_len={self.patch_len}",
+            )
+        _require(
+            "patch_stride",
+            isinstance(self.patch_stride, int)
+            and 0 <= self.patch_stride <= self.patch_len
+            and (self.seq_len - self.patch_len) % self.stride == 0,
+            f"must be in [0, patch_len={self.patch_len}] with (seq_len - patch_len) a multiple of it",
+        )
+        _require(
+            "label_len",
+            self.decoding == "one_pass" or self.label_len + self.patch_len <= self.seq_len,
+            "autoregressive decoding needs label_len + patch_len <= seq_len (a start token)",
+        )
+        _require(
+            "outputs",
+            bool(self.outputs) and all(0 <= o < self.n_features for o in self.outputs),
+            f"must be indices in [0, {self.n_features})",
+        )
+        _require(
+            "decoding",
+            self.decoding in DECODING,
+            f"unknown value {self.decoding!r}; valid: {', '.join(DECODING)}",
+        )
+        _require(
+            "placeholders",
+            self.placeholders in PLACEHOLDERS,
+            f"unknown value {self.placeholders!r}; valid: {', '.join(PLACEHOLDERS)}",
+        )
+        _require(
+            "placeholders",
+            self.decoding == "one_pass" or self.placeholders == "zeros",
+            f"{self.placeholders!r} applies to one-pass decoding only (autoregressive decoding has none)",
+        )
+        _require(
+            "channel_independent",
+            not self.channel_independent or len(self.outputs) == self.n_features,
+            "needs every variable as an output (features M or S)",
+        )
         self.stack_config()  # validates d_model, heads, dropout, positional, activation
 
     @property
@@ -113,10 +144,20 @@ class ForecastConfig:
         """The core config for the stacks; vocabulary sizes are placeholders (unused)."""
         tokens = max((self.seq_len + self.label_len + self.horizon) // self.patch_len + 1, self.source_tokens)
         return TransformerConfig(
-            src_vocab_size=4, tgt_vocab_size=4, d_model=self.d_model, n_heads=self.n_heads,
-            n_encoder_layers=self.n_encoder_layers, n_decoder_layers=self.n_decoder_layers, d_ff=self.d_ff,
-            dropout=self.dropout, attention_dropout=self.attention_dropout, max_len=tokens,
-            norm_first=self.norm_first, positional=self.positional, activation=self.activation)
+            src_vocab_size=4,
+            tgt_vocab_size=4,
+            d_model=self.d_model,
+            n_heads=self.n_heads,
+            n_encoder_layers=self.n_encoder_layers,
+            n_decoder_layers=self.n_decoder_layers,
+            d_ff=self.d_ff,
+            dropout=self.dropout,
+            attention_dropout=self.attention_dropout,
+            max_len=tokens,
+            norm_first=self.norm_first,
+            positional=self.positional,
+            activation=self.activation,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -177,7 +218,8 @@ class Forecaster(nn.Module):
         return x.reshape(x.size(0), x.size(1) // self.p, self.p * x.size(2))
 
     def patches(self, x: Tensor) -> Tensor:
-        """``(B, L, c)`` -> ``(B, (L-p)/s + 1, p·c)``: patches every s steps, laid out as :meth:`to_tokens`."""
+        """``(B, L, c)`` -> ``(B, (L-p)/s + 1, p·c)``: patches every s steps, laid out as
+        :meth:`to_tokens`."""
         stride = self.config.stride
         if stride == self.p:
             return self.to_tokens(x)
@@ -219,14 +261,14 @@ class Forecaster(nn.Module):
         the known steps followed by ``target`` (teacher forcing), shifted right by one token.
         """
         cfg = self.config
-        known = x[:, x.size(1) - cfg.label_len:]  # (B, label_len, c)
+        known = x[:, x.size(1) - cfg.label_len :]  # (B, label_len, c)
         if cfg.decoding == "one_pass":
             if cfg.placeholders == "last_patch":  # (B, p, c) tiled over the horizon
-                future = x[:, x.size(1) - self.p:].repeat(1, cfg.horizon // self.p, 1)
+                future = x[:, x.size(1) - self.p :].repeat(1, cfg.horizon // self.p, 1)
             else:
                 future = x.new_zeros(x.size(0), cfg.horizon, x.size(2))
             return torch.cat([known, future], dim=1)
-        start = x[:, x.size(1) - cfg.label_len - self.p: x.size(1) - cfg.label_len]  # one token before
+        start = x[:, x.size(1) - cfg.label_len - self.p : x.size(1) - cfg.label_len]  # one token before
         future = target if target is not None else x.new_zeros(x.size(0), cfg.horizon, x.size(2))
         return torch.cat([start, known, future], dim=1)[:, : cfg.label_len + cfg.horizon]
 
@@ -248,7 +290,7 @@ class Forecaster(nn.Module):
         if cfg.decoding == "autoregressive" and not self.training:
             y = self._generate(x, memory)
         else:
-            y = self.decode(self.decoder_input(x, target), memory)[:, cfg.label_len:]  # (B', H, c)
+            y = self.decode(self.decoder_input(x, target), memory)[:, cfg.label_len :]  # (B', H, c)
         y = self._merge_channels(y, batch)  # (B, H, n)
         if mean is not None:
             y = self.norm.restore(y, mean, std)
@@ -260,5 +302,5 @@ class Forecaster(nn.Module):
         dec_in = self.decoder_input(x)[:, : cfg.label_len + self.p]  # start token + known steps
         for _ in range(cfg.horizon // self.p):
             out = self.decode(dec_in, memory)  # (B, T, c)
-            dec_in = torch.cat([dec_in, out[:, -self.p:].to(dec_in.dtype)], dim=1)
-        return dec_in[:, cfg.label_len + self.p:]  # (B, H, c)
+            dec_in = torch.cat([dec_in, out[:, -self.p :].to(dec_in.dtype)], dim=1)
+        return dec_in[:, cfg.label_len + self.p :]  # (B, H, c)

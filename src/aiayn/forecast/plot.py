@@ -15,7 +15,9 @@ from aiayn.forecast.data import ForecastData  # noqa: E402
 
 
 @torch.no_grad()
-def plot_window(model: torch.nn.Module, data: ForecastData, config: dict[str, Any], column: str, out: str | Path) -> None:
+def plot_window(
+    model: torch.nn.Module, data: ForecastData, config: dict[str, Any], column: str, out: str | Path
+) -> None:
     """Draw ``column`` (original units) for the last window of the test split."""
     d = config["data"]
     windows = data.windows("test", d["input_len"], d["horizon"])
@@ -27,11 +29,11 @@ def plot_window(model: torch.nn.Module, data: ForecastData, config: dict[str, An
     pred = model(windows.inputs(idx))[0, :, k].double().numpy()  # (H,)
     mean, std = data.scaler.mean[c], data.scaler.std[c]
     row0 = windows.start + int(idx[0])
-    stamps = data.series.timestamps[row0: row0 + d["input_len"] + d["horizon"]]
+    stamps = data.series.timestamps[row0 : row0 + d["input_len"] + d["horizon"]]
     fig, ax = plt.subplots(figsize=(10, 4))
     ax.plot(stamps[: d["input_len"]], history * std + mean, color="0.4", label="history")
-    ax.plot(stamps[d["input_len"]:], truth * std + mean, color="tab:blue", label="truth")
-    ax.plot(stamps[d["input_len"]:], pred * std + mean, color="tab:red", label="forecast")
+    ax.plot(stamps[d["input_len"] :], truth * std + mean, color="tab:blue", label="truth")
+    ax.plot(stamps[d["input_len"] :], pred * std + mean, color="tab:red", label="forecast")
     ax.set_title(f"{Path(data.series.path).name}: {column}, horizon {d['horizon']} (last test window)")
     ax.legend()
     fig.autofmt_xdate()

@@ -47,7 +47,8 @@ class TrainConfig:
     bf16: bool = False  # bf16 autocast for the forward pass on CPU; the loss stays fp32
     max_steps_per_epoch: int = 0  # 0 = every training window once per epoch
     grad_clip: float = 0.0  # 0 = no clipping
-    ema: float = 0.0  # validate (and keep as best) an exponential moving average of the weights, this decay per step; 0 = off
+    #: Validate (and keep as best) an exponential moving average of the weights, this decay per step; 0 = off.
+    ema: float = 0.0
     #: The training loss: "mse" (squared error) or "mae" (absolute error: a large error weighs in
     #: proportion, not squared). Validation, early stopping and the reported scores are MSE either way.
     loss: str = "mse"
@@ -90,8 +91,9 @@ def _takes_target(cls: type) -> bool:
     return "target" in inspect.signature(cls.forward).parameters
 
 
-def loss_on_batch(model: nn.Module, windows: Windows, idx: Tensor, outputs: list[int], bf16: bool,
-                  loss: str = "mse") -> Tensor:
+def loss_on_batch(
+    model: nn.Module, windows: Windows, idx: Tensor, outputs: list[int], bf16: bool, loss: str = "mse"
+) -> Tensor:
     """fp32 mean squared ("mse") or absolute ("mae") error of the model's forecast on windows ``idx``."""
     x, y = windows.inputs(idx), windows.targets(idx)  # (B, L, n), (B, H, n)
     with autocast(bf16):
@@ -101,8 +103,14 @@ def loss_on_batch(model: nn.Module, windows: Windows, idx: Tensor, outputs: list
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, windows: Windows, outputs: list[int], batch_size: int = 256,
-             bf16: bool = False, limit: int | None = None) -> dict[str, float]:
+def evaluate(
+    model: nn.Module,
+    windows: Windows,
+    outputs: list[int],
+    batch_size: int = 256,
+    bf16: bool = False,
+    limit: int | None = None,
+) -> dict[str, float]:
     """MSE and MAE over every window of a split (standardised scale), or over its first ``limit``."""
     model.eval()
     running = Running()
@@ -124,8 +132,9 @@ class WeightAverage:
     average is not dominated by the random initial weights.
     """
 
-    def __init__(self, model: nn.Module, decay: float, average: dict[str, Tensor] | None = None,
-                 updates: int = 0) -> None:
+    def __init__(
+        self, model: nn.Module, decay: float, average: dict[str, Tensor] | None = None, updates: int = 0
+    ) -> None:
         self.model, self.decay, self.updates = model, decay, updates
         state = model.state_dict()
         self.average = average or {k: v.detach().clone() for k, v in state.items()}
@@ -162,8 +171,16 @@ def _epoch_order(n: int, seed: int, epoch: int) -> Tensor:
     return torch.randperm(n, generator=generator)
 
 
-def _train_epoch(model: nn.Module, optimizer: torch.optim.Optimizer, train: Windows, outputs: list[int],
-                 cfg: TrainConfig, epoch: int, progress: bool, average: WeightAverage | None = None) -> float:
+def _train_epoch(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    train: Windows,
+    outputs: list[int],
+    cfg: TrainConfig,
+    epoch: int,
+    progress: bool,
+    average: WeightAverage | None = None,
+) -> float:
     model.train()
     order = _epoch_order(len(train), cfg.seed, epoch)
     batches = list(order.split(cfg.batch_size))
@@ -189,9 +206,17 @@ def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
     return torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
 
 
-def fit(model: nn.Module, train: Windows, val: Windows, outputs: list[int], cfg: TrainConfig,
-        run_dir: str | Path | None = None, run_config: dict[str, Any] | None = None,
-        progress: bool = True, log: Callable[[str], None] = print) -> FitState:
+def fit(
+    model: nn.Module,
+    train: Windows,
+    val: Windows,
+    outputs: list[int],
+    cfg: TrainConfig,
+    run_dir: str | Path | None = None,
+    run_config: dict[str, Any] | None = None,
+    progress: bool = True,
+    log: Callable[[str], None] = print,
+) -> FitState:
     """Train with early stopping on ``val``; with ``run_dir``, checkpoint every epoch and resume.
 
     At the end the model holds the best validation weights.
@@ -203,13 +228,18 @@ def fit(model: nn.Module, train: Windows, val: Windows, outputs: list[int], cfg:
     averaged: tuple[dict[str, Tensor] | None, int] = (None, 0)
     if run_dir is not None and (Path(run_dir) / LAST_DIR).is_dir():
         state, best_weights, averaged = _resume(model, optimizer, Path(run_dir), cfg)
-        log(f"resuming from {Path(run_dir) / LAST_DIR} after epoch {state.epoch} (best val MSE {state.best_val:.4f})")
+        log(
+            f"resuming from {Path(run_dir) / LAST_DIR} after epoch {state.epoch} (best val MSE "
+            f"{state.best_val:.4f})"
+        )
     average = WeightAverage(model, cfg.ema, *averaged) if cfg.ema else None
     while state.epoch < cfg.max_epochs and state.bad_epochs < cfg.patience:
         _set_lr(optimizer, cfg.lr * cfg.lr_decay**state.epoch)
         t0 = time.perf_counter()
         train_loss = _train_epoch(model, optimizer, train, outputs, cfg, state.epoch, progress, average)
-        with average.swapped_in() if average else contextlib.nullcontext():  # the average is what is validated
+        with (
+            average.swapped_in() if average else contextlib.nullcontext()
+        ):  # the average is what is validated
             scores = evaluate(model, val, outputs, bf16=cfg.bf16)
             improved = scores["mse"] < state.best_val
             if improved:
@@ -219,10 +249,20 @@ def fit(model: nn.Module, train: Windows, val: Windows, outputs: list[int], cfg:
         else:
             state.bad_epochs += 1
         state.epoch += 1
-        state.history.append({"epoch": state.epoch, "train_loss": train_loss, "val_mse": scores["mse"],
-                              "val_mae": scores["mae"], "seconds": time.perf_counter() - t0})
-        log(f"epoch {state.epoch}: train loss {train_loss:.4f}  val MSE {scores['mse']:.4f}  MAE {scores['mae']:.4f}"
-            f"{'  (best)' if improved else ''}  {time.perf_counter() - t0:.1f}s")
+        state.history.append(
+            {
+                "epoch": state.epoch,
+                "train_loss": train_loss,
+                "val_mse": scores["mse"],
+                "val_mae": scores["mae"],
+                "seconds": time.perf_counter() - t0,
+            }
+        )
+        log(
+            f"epoch {state.epoch}: train loss {train_loss:.4f}  val MSE {scores['mse']:.4f}  MAE "
+            f"{scores['mae']:.4f}"
+            f"{'  (best)' if improved else ''}  {time.perf_counter() - t0:.1f}s"
+        )
         if run_dir is not None:
             _save(model, optimizer, state, best_weights, Path(run_dir), run_config or {}, improved, average)
     model.load_state_dict(best_weights)
@@ -234,27 +274,47 @@ def _set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
         group["lr"] = lr
 
 
-def _save(model: nn.Module, optimizer: torch.optim.Optimizer, state: FitState, best: dict[str, Tensor],
-          run_dir: Path, run_config: dict[str, Any], improved: bool, average: WeightAverage | None) -> None:
+def _save(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    state: FitState,
+    best: dict[str, Tensor],
+    run_dir: Path,
+    run_config: dict[str, Any],
+    improved: bool,
+    average: WeightAverage | None,
+) -> None:
     config = {"kind": "forecast", **run_config, "fit": {"epoch": state.epoch, "best_val_mse": state.best_val}}
     if improved:
         save_checkpoint(run_dir / BEST_DIR, best, config)
-    train_state = {"epoch": state.epoch, "best_val": state.best_val, "bad_epochs": state.bad_epochs,
-                   "history": state.history, "optimizer": optimizer.state_dict(), "rng": torch.get_rng_state(),
-                   "best_weights": best, "average": average.average if average else None,
-                   "average_updates": average.updates if average else 0}
+    train_state = {
+        "epoch": state.epoch,
+        "best_val": state.best_val,
+        "bad_epochs": state.bad_epochs,
+        "history": state.history,
+        "optimizer": optimizer.state_dict(),
+        "rng": torch.get_rng_state(),
+        "best_weights": best,
+        "average": average.average if average else None,
+        "average_updates": average.updates if average else 0,
+    }
     save_checkpoint(run_dir / LAST_DIR, model, config, train_state=train_state)
 
 
-def _resume(model: nn.Module, optimizer: torch.optim.Optimizer, run_dir: Path,
-            cfg: TrainConfig) -> tuple[FitState, dict[str, Tensor], tuple[dict[str, Tensor] | None, int]]:
+def _resume(
+    model: nn.Module, optimizer: torch.optim.Optimizer, run_dir: Path, cfg: TrainConfig
+) -> tuple[FitState, dict[str, Tensor], tuple[dict[str, Tensor] | None, int]]:
     ckpt = load_checkpoint(run_dir / LAST_DIR)
     load_weights(model, ckpt.weights, ckpt.path)
     ts = ckpt.train_state or {}
-    if (ts.get("average") is not None) != bool(cfg.ema):  # best_val and best/ were measured on the other weights
+    if (ts.get("average") is not None) != bool(
+        cfg.ema
+    ):  # best_val and best/ were measured on the other weights
         had = "with" if ts.get("average") is not None else "without"
-        raise UserError(f"{ckpt.path} was trained {had} a weight average (train.ema); resume with the same "
-                        f"setting, or train into a new --out")
+        raise UserError(
+            f"{ckpt.path} was trained {had} a weight average (train.ema); resume with the same "
+            f"setting, or train into a new --out"
+        )
     optimizer.load_state_dict(ts["optimizer"])
     torch.set_rng_state(ts["rng"])
     state = FitState(ts["epoch"], ts["best_val"], ts["bad_epochs"], ts["history"])

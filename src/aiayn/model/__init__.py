@@ -15,8 +15,24 @@ from aiayn.model.transformer import (
 )
 
 __all__ = [
-    "KVCache", "MultiHeadAttention", "scaled_dot_product_attention", "PositionalEncoding", "TokenEmbedding",
-    "positional_encoding", "DecoderLayer", "EncoderLayer", "PositionwiseFeedForward", "Residual",
-    "causal_mask", "padding_mask", "target_mask", "Decoder", "DecoderCache", "Encoder", "Generator",
-    "Transformer", "build_model", "count_parameters",
+    "KVCache",
+    "MultiHeadAttention",
+    "scaled_dot_product_attention",
+    "PositionalEncoding",
+    "TokenEmbedding",
+    "positional_encoding",
+    "DecoderLayer",
+    "EncoderLayer",
+    "PositionwiseFeedForward",
+    "Residual",
+    "causal_mask",
+    "padding_mask",
+    "target_mask",
+    "Decoder",
+    "DecoderCache",
+    "Encoder",
+    "Generator",
+    "Transformer",
+    "build_model",
+    "count_parameters",
 ]

@@ -12,7 +12,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-
 # On CPU, PyTorch's fused (flash) kernel pays a fixed cost per (batch row, head), several times larger
 # in its bf16 backward, while the written-out formula costs about T_q * T_k per (row, head): below
 # these sizes the formula is the faster path (crossovers: ``benchmarks/attention_paths.py``). In an
@@ -146,7 +145,9 @@ class MultiHeadAttention(nn.Module):
             weights = _fold(weights, group, inverse=True)
         return self.out_proj(self._merge_heads(out, group)), weights
 
-    def _project(self, query: Tensor, key_value: Tensor | None, cache: KVCache | None) -> tuple[Tensor, Tensor, Tensor]:
+    def _project(
+        self, query: Tensor, key_value: Tensor | None, cache: KVCache | None
+    ) -> tuple[Tensor, Tensor, Tensor]:
         """Q, K, V split into heads, each ``(B, H, T, d_k)``, with the cache applied."""
         if key_value is None:  # self-attention: one fused projection
             q, k, v = self.in_proj(query).chunk(3, dim=-1)

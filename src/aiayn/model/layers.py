@@ -51,8 +51,17 @@ class Residual(nn.Module):
 class EncoderLayer(nn.Module):
     """Self-attention, then the feed-forward network, each in a :class:`Residual`."""
 
-    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float, attention_dropout: float = 0.0,
-                 activation: str = "relu", norm_first: bool = False, eps: float = 1e-5) -> None:
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        d_ff: int,
+        dropout: float,
+        attention_dropout: float = 0.0,
+        activation: str = "relu",
+        norm_first: bool = False,
+        eps: float = 1e-5,
+    ) -> None:
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, n_heads, attention_dropout)
         self.feed_forward = PositionwiseFeedForward(d_model, d_ff, activation)
@@ -73,8 +82,17 @@ class EncoderLayer(nn.Module):
 class DecoderLayer(nn.Module):
     """Masked self-attention, attention over the encoder ``memory``, then the feed-forward network."""
 
-    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float, attention_dropout: float = 0.0,
-                 activation: str = "relu", norm_first: bool = False, eps: float = 1e-5) -> None:
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        d_ff: int,
+        dropout: float,
+        attention_dropout: float = 0.0,
+        activation: str = "relu",
+        norm_first: bool = False,
+        eps: float = 1e-5,
+    ) -> None:
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, n_heads, attention_dropout)
         self.cross_attn = MultiHeadAttention(d_model, n_heads, attention_dropout)
@@ -85,8 +103,15 @@ class DecoderLayer(nn.Module):
         self.last_self_attention: Tensor | None = None
         self.last_cross_attention: Tensor | None = None
 
-    def forward(self, x: Tensor, memory: Tensor, src_mask: Tensor | None, tgt_mask: Tensor | None,
-                cache: tuple[KVCache, KVCache] | None = None, need_weights: bool = False) -> Tensor:
+    def forward(
+        self,
+        x: Tensor,
+        memory: Tensor,
+        src_mask: Tensor | None,
+        tgt_mask: Tensor | None,
+        cache: tuple[KVCache, KVCache] | None = None,
+        need_weights: bool = False,
+    ) -> Tensor:
         """``x`` ``(B, T, D)``, ``memory`` ``(B, S, D)``; ``tgt_mask`` ``(B, 1, T, T_total)`` and
         ``src_mask`` ``(B, 1, 1, S)``, bool, True = may attend. ``cache`` = (self, cross) caches."""
         self_cache, cross_cache = cache if cache is not None else (None, None)
@@ -94,11 +119,16 @@ class DecoderLayer(nn.Module):
         x = self.cross_block(x, lambda y: self._cross_attend(y, memory, src_mask, cross_cache, need_weights))
         return self.ff_block(x, self.feed_forward)
 
-    def _self_attend(self, x: Tensor, mask: Tensor | None, cache: KVCache | None, need_weights: bool) -> Tensor:
+    def _self_attend(
+        self, x: Tensor, mask: Tensor | None, cache: KVCache | None, need_weights: bool
+    ) -> Tensor:
         out, self.last_self_attention = self.self_attn(x, mask=mask, cache=cache, need_weights=need_weights)
         return out
 
-    def _cross_attend(self, x: Tensor, memory: Tensor, mask: Tensor | None, cache: KVCache | None,
-                      need_weights: bool) -> Tensor:
-        out, self.last_cross_attention = self.cross_attn(x, memory, mask=mask, cache=cache, need_weights=need_weights)
+    def _cross_attend(
+        self, x: Tensor, memory: Tensor, mask: Tensor | None, cache: KVCache | None, need_weights: bool
+    ) -> Tensor:
+        out, self.last_cross_attention = self.cross_attn(
+            x, memory, mask=mask, cache=cache, need_weights=need_weights
+        )
         return out

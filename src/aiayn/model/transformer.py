@@ -18,9 +18,16 @@ from aiayn.model.masks import padding_mask, target_mask
 
 
 def _layer_kwargs(config: TransformerConfig) -> dict:
-    return dict(d_model=config.d_model, n_heads=config.n_heads, d_ff=config.d_ff, dropout=config.dropout,
-                attention_dropout=config.attention_dropout, activation=config.activation,
-                norm_first=config.norm_first, eps=config.layer_norm_eps)
+    return dict(
+        d_model=config.d_model,
+        n_heads=config.n_heads,
+        d_ff=config.d_ff,
+        dropout=config.dropout,
+        attention_dropout=config.attention_dropout,
+        activation=config.activation,
+        norm_first=config.norm_first,
+        eps=config.layer_norm_eps,
+    )
 
 
 def _final_norm(config: TransformerConfig) -> nn.Module:
@@ -33,7 +40,9 @@ class Encoder(nn.Module):
 
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
-        self.layers = nn.ModuleList(EncoderLayer(**_layer_kwargs(config)) for _ in range(config.n_encoder_layers))
+        self.layers = nn.ModuleList(
+            EncoderLayer(**_layer_kwargs(config)) for _ in range(config.n_encoder_layers)
+        )
         self.norm = _final_norm(config)
 
     def forward(self, x: Tensor, src_mask: Tensor | None = None, need_weights: bool = False) -> Tensor:
@@ -73,7 +82,8 @@ class DecoderCache:
         not when beam search shuffles the beams of a sentence among that sentence's rows.
         """
         if new_order.numel() == self.sources.numel() and torch.equal(
-                new_order, torch.arange(new_order.numel(), device=new_order.device)):
+            new_order, torch.arange(new_order.numel(), device=new_order.device)
+        ):
             return
         for self_cache, _ in self.layers:
             self_cache.reorder(new_order)
@@ -102,11 +112,20 @@ class Decoder(nn.Module):
 
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
-        self.layers = nn.ModuleList(DecoderLayer(**_layer_kwargs(config)) for _ in range(config.n_decoder_layers))
+        self.layers = nn.ModuleList(
+            DecoderLayer(**_layer_kwargs(config)) for _ in range(config.n_decoder_layers)
+        )
         self.norm = _final_norm(config)
 
-    def forward(self, x: Tensor, memory: Tensor, src_mask: Tensor | None = None, tgt_mask: Tensor | None = None,
-                cache: DecoderCache | None = None, need_weights: bool = False) -> Tensor:
+    def forward(
+        self,
+        x: Tensor,
+        memory: Tensor,
+        src_mask: Tensor | None = None,
+        tgt_mask: Tensor | None = None,
+        cache: DecoderCache | None = None,
+        need_weights: bool = False,
+    ) -> Tensor:
         """``memory`` ``(B, S, D)``; masks bool, True = may attend. Returns ``(B, T, D)``."""
         for i, layer in enumerate(self.layers):
             x = layer(x, memory, src_mask, tgt_mask, cache.layers[i] if cache else None, need_weights)
@@ -147,8 +166,15 @@ class Transformer(nn.Module):
             src_mask = padding_mask(src, self.config.pad_id)
         return self.encoder(self.src_pos(self.src_embed(src)), src_mask, need_weights)
 
-    def decode(self, tgt: Tensor, memory: Tensor, src_mask: Tensor | None = None, tgt_mask: Tensor | None = None,
-               cache: DecoderCache | None = None, need_weights: bool = False) -> Tensor:
+    def decode(
+        self,
+        tgt: Tensor,
+        memory: Tensor,
+        src_mask: Tensor | None = None,
+        tgt_mask: Tensor | None = None,
+        cache: DecoderCache | None = None,
+        need_weights: bool = False,
+    ) -> Tensor:
         """Decoder states ``(B, T, D)`` for target inputs ``tgt`` ``(B, T)``.
 
         Without ``cache``: ``tgt`` is the whole prefix; the default ``tgt_mask`` is padding & causal.
@@ -169,8 +195,14 @@ class Transformer(nn.Module):
             cache.length += tgt.size(1)
         return out
 
-    def forward(self, src: Tensor, tgt: Tensor, src_mask: Tensor | None = None, tgt_mask: Tensor | None = None,
-                return_attention: bool = False) -> Tensor | tuple[Tensor, dict[str, list[Tensor]]]:
+    def forward(
+        self,
+        src: Tensor,
+        tgt: Tensor,
+        src_mask: Tensor | None = None,
+        tgt_mask: Tensor | None = None,
+        return_attention: bool = False,
+    ) -> Tensor | tuple[Tensor, dict[str, list[Tensor]]]:
         """``src`` ``(B, S)``, ``tgt`` ``(B, T)`` ids -> logits ``(B, T, V_tgt)``.
 
         With ``return_attention=True`` also returns every layer's attention weights, a dict with

@@ -36,7 +36,10 @@ def average_checkpoints(inputs: list[Path], output: Path) -> Path:
 def _check_same_model(checkpoint: Checkpoint, first: Checkpoint) -> None:
     """Same model config, parameter names and shapes, and tokenizer as ``first``; else a UserError."""
     if checkpoint.config.get("model") != first.config.get("model") or _shapes(checkpoint) != _shapes(first):
-        raise UserError(f"{checkpoint.path}: a different model from {first.path} (config or weight shapes); cannot average")
+        raise UserError(
+            f"{checkpoint.path}: a different model from {first.path} (config or weight shapes); cannot "
+            "average"
+        )
     if checkpoint.tokenizer_bytes != first.tokenizer_bytes:
         raise UserError(f"{checkpoint.path}: a different tokenizer from {first.path}; cannot average")
 

@@ -51,11 +51,12 @@ class Checkpoint:
     def kind(self) -> str:
         kind = self.config.get("kind", "translation")  # config: a JSON object (load_checkpoint checks)
         if not isinstance(kind, str):
-            raise UserError(f"corrupt checkpoint file {self.path / CONFIG_FILE}: \"kind\" must be a string")
+            raise UserError(f'corrupt checkpoint file {self.path / CONFIG_FILE}: "kind" must be a string')
         return kind
 
 
 # --- nested state <-> (tensors, JSON) -------------------------------------------------------------
+
 
 def pack_state(obj: Any, tensors: dict[str, Tensor], prefix: str = "s") -> Any:
     """Split a nested state (dicts, lists, tensors, numbers) into JSON and a flat tensor dict.
@@ -93,6 +94,7 @@ def unpack_state(obj: Any, tensors: dict[str, Tensor]) -> Any:
 
 # --- writing --------------------------------------------------------------------------------------
 
+
 def unique_state_dict(model: nn.Module) -> dict[str, Tensor]:
     """The state dict with tied tensors kept once (first name wins), as safetensors requires."""
     seen: set[int] = set()
@@ -105,8 +107,13 @@ def unique_state_dict(model: nn.Module) -> dict[str, Tensor]:
     return out
 
 
-def save_checkpoint(path: str | Path, model: nn.Module | dict[str, Tensor], config: dict[str, Any],
-                    tokenizer_bytes: bytes | None = None, train_state: dict[str, Any] | None = None) -> Path:
+def save_checkpoint(
+    path: str | Path,
+    model: nn.Module | dict[str, Tensor],
+    config: dict[str, Any],
+    tokenizer_bytes: bytes | None = None,
+    train_state: dict[str, Any] | None = None,
+) -> Path:
     """Write a checkpoint directory atomically and return its path.
 
     ``model``: a module (tied weights stored once) or an already flat tensor dict.
@@ -156,8 +163,12 @@ def remove_abandoned_temporaries(directory: Path) -> None:
     for tmp in directory.glob(".tmp-*@*+*"):
         rest, _, pid = tmp.name.rpartition("+")
         try:
-            if (rest.rpartition("@")[2] != host or not pid.isdigit() or _process_exists(int(pid))
-                    or now - tmp.stat().st_mtime < ABANDONED_AFTER_S):
+            if (
+                rest.rpartition("@")[2] != host
+                or not pid.isdigit()
+                or _process_exists(int(pid))
+                or now - tmp.stat().st_mtime < ABANDONED_AFTER_S
+            ):
                 continue
             doomed = tmp.with_name(f".del-{tmp.name}@{host}+{os.getpid()}")
             os.rename(tmp, doomed)
@@ -248,6 +259,7 @@ def _in_place(path: Path) -> Path:
 
 # --- reading --------------------------------------------------------------------------------------
 
+
 def load_checkpoint(path: str | Path, with_state: bool = True) -> Checkpoint:
     """Read a checkpoint directory (or a run directory: its best, else its latest checkpoint).
 
@@ -256,8 +268,10 @@ def load_checkpoint(path: str | Path, with_state: bool = True) -> Checkpoint:
     path = resolve_checkpoint(path)
     config = _read_json(path / CONFIG_FILE)
     if not isinstance(config, dict):
-        raise UserError(f"corrupt checkpoint file {path / CONFIG_FILE}: expected a JSON object, "
-                        f"got {type(config).__name__}")
+        raise UserError(
+            f"corrupt checkpoint file {path / CONFIG_FILE}: expected a JSON object, "
+            f"got {type(config).__name__}"
+        )
     weights = _read_tensors(path / MODEL_FILE)
     tokenizer = (path / TOKENIZER_FILE).read_bytes() if (path / TOKENIZER_FILE).is_file() else None
     state = None
@@ -305,19 +319,27 @@ def load_weights(model: nn.Module, weights: dict[str, Tensor], source: Path | st
     state = model.state_dict()
     stored = {state[name].data_ptr() for name in weights if name in state}
     tied = {name for name, tensor in state.items() if name not in weights and tensor.data_ptr() in stored}
-    wrong = [f"{name} {list(weights[name].shape)} (the model's {list(state[name].shape)})"
-             for name in weights if name in state and weights[name].shape != state[name].shape]
+    wrong = [
+        f"{name} {list(weights[name].shape)} (the model's {list(state[name].shape)})"
+        for name in weights
+        if name in state and weights[name].shape != state[name].shape
+    ]
     if wrong:
-        raise UserError(f"{source}: weights do not fit the model its config describes: "
-                        f"{len(wrong)} of a wrong shape, e.g. {', '.join(wrong[:3])}")
+        raise UserError(
+            f"{source}: weights do not fit the model its config describes: "
+            f"{len(wrong)} of a wrong shape, e.g. {', '.join(wrong[:3])}"
+        )
     result = model.load_state_dict(weights, strict=False)
     missing = sorted(set(result.missing_keys) - tied)
     if missing or result.unexpected_keys:
-        raise UserError(f"{source}: weights do not fit the model (missing {missing[:5]}, "
-                        f"unexpected {sorted(result.unexpected_keys)[:5]})")
+        raise UserError(
+            f"{source}: weights do not fit the model (missing {missing[:5]}, "
+            f"unexpected {sorted(result.unexpected_keys)[:5]})"
+        )
 
 
 # --- run directories ------------------------------------------------------------------------------
+
 
 def checkpoint_name(step: int) -> str:
     return f"step-{step:08d}"
@@ -344,6 +366,7 @@ def prune_checkpoints(run_dir: str | Path, keep: int) -> None:
 
 
 # --- translation models ---------------------------------------------------------------------------
+
 
 def load_translation_model(path: str | Path, device: str | torch.device = "cpu"):
     """``(model, tokenizer, checkpoint)`` from a checkpoint or run directory, model in eval mode."""
@@ -375,5 +398,7 @@ def _check_vocabulary(path: Path, config, pieces: int) -> None:
     decode every output id."""
     for name in ("src_vocab_size", "tgt_vocab_size"):
         if getattr(config, name) != pieces:
-            raise UserError(f"{path}: {TOKENIZER_FILE} has {pieces} pieces but {CONFIG_FILE} says "
-                            f"{name}={getattr(config, name)}; they must be equal")
+            raise UserError(
+                f"{path}: {TOKENIZER_FILE} has {pieces} pieces but {CONFIG_FILE} says "
+                f"{name}={getattr(config, name)}; they must be equal"
+            )

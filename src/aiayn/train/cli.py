@@ -7,7 +7,9 @@ from pathlib import Path
 
 
 def register(subparsers) -> None:
-    train = subparsers.add_parser("train", help="train a translation model (resumes when --out holds a checkpoint)")
+    train = subparsers.add_parser(
+        "train", help="train a translation model (resumes when --out holds a checkpoint)"
+    )
     train.add_argument("--config", required=True, help="run config YAML (see configs/)")
     train.add_argument("--data-dir", help="corpus directory ({split}.{lang} files); overrides data.dir")
     train.add_argument("--src-lang")
@@ -15,11 +17,18 @@ def register(subparsers) -> None:
     train.add_argument("--out", required=True, help="run directory (checkpoints, best/, metrics.jsonl)")
     train.add_argument("--max-steps", type=int)
     train.add_argument("--max-epochs", type=int)
-    train.add_argument("--max-hours", type=float, help="stop after this much training time (summed over resumes)")
+    train.add_argument(
+        "--max-hours", type=float, help="stop after this much training time (summed over resumes)"
+    )
     train.add_argument("--save-every", type=int)
     train.add_argument("--seed", type=int)
-    train.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                       help="override any config field, e.g. --set optim.warmup=8000 (repeatable)")
+    train.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="override any config field, e.g. --set optim.warmup=8000 (repeatable)",
+    )
     train.add_argument("--no-progress", action="store_true", help="no progress bar (log lines only)")
     train.set_defaults(func=run_train)
 
@@ -36,12 +45,20 @@ def run_train(args: argparse.Namespace) -> int:
     from aiayn.train.config import load_run_config
     from aiayn.train.trainer import Trainer
 
-    config = load_run_config(args.config, args.set, **{
-        "data.dir": args.data_dir, "data.src_lang": args.src_lang, "data.tgt_lang": args.tgt_lang,
-        "train.max_steps": args.max_steps, "train.max_epochs": args.max_epochs,
-        "train.max_hours": args.max_hours,
-        "train.save_every": args.save_every, "train.seed": args.seed,
-    })
+    config = load_run_config(
+        args.config,
+        args.set,
+        **{
+            "data.dir": args.data_dir,
+            "data.src_lang": args.src_lang,
+            "data.tgt_lang": args.tgt_lang,
+            "train.max_steps": args.max_steps,
+            "train.max_epochs": args.max_epochs,
+            "train.max_hours": args.max_hours,
+            "train.save_every": args.save_every,
+            "train.seed": args.seed,
+        },
+    )
     try:
         Trainer(config, args.out, progress=not args.no_progress).train()
     finally:

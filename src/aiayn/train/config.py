@@ -29,11 +29,17 @@ class DataConfig:
     valid_split: str = "val"
     vocab_size: int = 8000  #: joint SentencePiece vocabulary (an upper bound on tiny corpora)
     tokenizer: str = "bpe"  #: "bpe" or "unigram"
-    lowercase: bool = False  #: the tokenizer lowercases all text, so the model reads and writes lowercase (the Multi30k literature's preprocessing)
-    bpe_dropout: float = 0.0  #: BPE-dropout (Provilkov et al., 2020): each epoch the training pairs are segmented anew, each merge skipped with this probability (0 = off; decoding always uses all merges)
+    #: The tokenizer lowercases all text, so the model reads and writes lowercase (the Multi30k
+    #: literature's preprocessing).
+    lowercase: bool = False
+    #: BPE-dropout (Provilkov et al., 2020): each epoch the training pairs are segmented anew, each
+    #: merge skipped with this probability (0 = off; decoding always uses all merges).
+    bpe_dropout: float = 0.0
     max_sentence_tokens: int = 100  #: pairs longer than this (subword tokens, either side) are dropped
     max_ratio: float = 3.0  #: pairs whose length ratio exceeds this are dropped (see aiayn.data.corpus)
-    batch_tokens: int = 4096  #: padded tokens per batch, all processes together (per optimizer step: × accum_steps)
+    batch_tokens: int = (
+        4096  #: padded tokens per batch, all processes together (per optimizer step: × accum_steps)
+    )
     batch_multiple: int = 0  #: sentences per batch a multiple of this (0 = the world size)
 
 
@@ -43,7 +49,9 @@ class OptimConfig:
     warmup: int = 4000
     lr_factor: float = 1.0  #: multiplies the noam schedule
     peak_lr: float = 5e-4  #: for inverse_sqrt
-    cooldown: float = 0.0  #: decay the lr linearly to 0 over this last fraction of the run (train.max_steps/hours/epochs)
+    cooldown: float = (
+        0.0  #: decay the lr linearly to 0 over this last fraction of the run (train.max_steps/hours/epochs)
+    )
     beta1: float = 0.9
     beta2: float = 0.98
     eps: float = 1e-9
@@ -88,25 +96,38 @@ class RunConfig:
         preset = values.pop("preset", None)
         values.update(src_vocab_size=vocab_size, tgt_vocab_size=vocab_size)
         try:
-            return TransformerConfig.preset(preset, **values) if preset else TransformerConfig.from_dict(values)
+            return (
+                TransformerConfig.preset(preset, **values) if preset else TransformerConfig.from_dict(values)
+            )
         except ValueError as err:
             raise UserError(f"config model.{err}") from None
 
 
 SECTIONS = {"data": DataConfig, "optim": OptimConfig, "train": TrainSection}
-CHOICES = {("optim", "lr_schedule"): ("noam", "inverse_sqrt"), ("train", "precision"): ("auto", "bf16", "fp32"),
-           ("train", "best_metric"): ("bleu", "chrf", "loss"), ("data", "tokenizer"): ("bpe", "unigram")}
+CHOICES = {
+    ("optim", "lr_schedule"): ("noam", "inverse_sqrt"),
+    ("train", "precision"): ("auto", "bf16", "fp32"),
+    ("train", "best_metric"): ("bleu", "chrf", "loss"),
+    ("data", "tokenizer"): ("bpe", "unigram"),
+}
 MODEL_KEYS = {"preset", *TransformerConfig.field_names()} - {"src_vocab_size", "tgt_vocab_size"}
-POSITIVE = {("optim", "warmup"), ("optim", "accum_steps"), ("data", "batch_tokens"), ("data", "vocab_size"),
-            ("data", "max_sentence_tokens"), ("data", "max_ratio")}  # 0 would divide by zero or drop everything
+POSITIVE = {
+    ("optim", "warmup"),
+    ("optim", "accum_steps"),
+    ("data", "batch_tokens"),
+    ("data", "vocab_size"),
+    ("data", "max_sentence_tokens"),
+    ("data", "max_ratio"),
+}  # 0 would divide by zero or drop everything
 
 
 class _YamlLoader(yaml.SafeLoader):
     """PyYAML's safe loader, reading ``1e-6`` as a float (YAML 1.2) rather than a string (YAML 1.1)."""
 
 
-_YamlLoader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$"),
-                                  list("-+0123456789."))
+_YamlLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$"), list("-+0123456789.")
+)
 
 
 def load_yaml(text: str) -> Any:
@@ -118,21 +139,29 @@ def run_config_from_dict(values: dict[str, Any], source: str = "config") -> RunC
     """Validate sections, keys, types and choices; every error names ``section.key``."""
     unknown = sorted(set(values) - {"model", *SECTIONS})
     if unknown:
-        raise UserError(f"{source}: unknown section(s) {', '.join(unknown)}; valid: model, {', '.join(SECTIONS)}")
+        raise UserError(
+            f"{source}: unknown section(s) {', '.join(unknown)}; valid: model, {', '.join(SECTIONS)}"
+        )
     model = dict(values.get("model") or {})
     bad = sorted(set(model) - MODEL_KEYS)
     if bad:
-        raise UserError(f"{source}: unknown key(s) model.{', model.'.join(bad)}; valid: {', '.join(sorted(MODEL_KEYS))}")
+        raise UserError(
+            f"{source}: unknown key(s) model.{', model.'.join(bad)}; valid: {', '.join(sorted(MODEL_KEYS))}"
+        )
     if model.get("preset") is not None and model["preset"] not in PRESETS:
         raise UserError(f"{source}: model.preset {model['preset']!r} unknown; valid: {', '.join(PRESETS)}")
     sections = {name: _section(cls, values.get(name) or {}, name, source) for name, cls in SECTIONS.items()}
     config = RunConfig(model=model, **sections)
     check_cooldown(config, source)
     _check_bpe_dropout(config.data, source)
-    max_len = config.model_config(vocab_size=64).max_len  # validates the model fields now, not after hours of data work
+    max_len = config.model_config(
+        vocab_size=64
+    ).max_len  # validates the model fields now, not after hours of data work
     if max_len <= config.data.max_sentence_tokens:  # + BOS (target) or EOS (source)
-        raise UserError(f"{source}: data.max_sentence_tokens {config.data.max_sentence_tokens} needs model.max_len >= "
-                        f"{config.data.max_sentence_tokens + 1} (got {max_len}); lower one or raise the other")
+        raise UserError(
+            f"{source}: data.max_sentence_tokens {config.data.max_sentence_tokens} needs model.max_len >= "
+            f"{config.data.max_sentence_tokens + 1} (got {max_len}); lower one or raise the other"
+        )
     return config
 
 
@@ -142,8 +171,10 @@ def check_cooldown(config: RunConfig, source: str) -> None:
     if not 0 <= cooldown <= 1:
         raise UserError(f"{source}: optim.cooldown is a fraction of the run, from 0 to 1; got {cooldown!r}")
     if cooldown and not (train.max_steps or train.max_hours or train.max_epochs):
-        raise UserError(f"{source}: optim.cooldown needs train.max_steps, train.max_hours or train.max_epochs "
-                        "(the budget it ends with)")
+        raise UserError(
+            f"{source}: optim.cooldown needs train.max_steps, train.max_hours or train.max_epochs "
+            "(the budget it ends with)"
+        )
 
 
 def _check_bpe_dropout(data: DataConfig, source: str) -> None:
@@ -159,7 +190,9 @@ def _section(cls: type, values: dict[str, Any], name: str, source: str) -> Any:
     fields = {f.name: f for f in dataclasses.fields(cls)}
     unknown = sorted(set(values) - set(fields))
     if unknown:
-        raise UserError(f"{source}: unknown key(s) {name}.{f', {name}.'.join(unknown)}; valid: {', '.join(fields)}")
+        raise UserError(
+            f"{source}: unknown key(s) {name}.{f', {name}.'.join(unknown)}; valid: {', '.join(fields)}"
+        )
     for key, value in values.items():
         _check_value(name, key, value, type(getattr(cls(), key)), source)
     return cls(**values)
@@ -172,7 +205,9 @@ def _check_value(section: str, key: str, value: Any, expected: type, source: str
     if not ok:
         raise UserError(f"{source}: {section}.{key} must be {expected.__name__}, got {value!r}")
     if (section, key) in CHOICES and value not in CHOICES[(section, key)]:
-        raise UserError(f"{source}: {section}.{key} {value!r} unknown; valid: {', '.join(CHOICES[(section, key)])}")
+        raise UserError(
+            f"{source}: {section}.{key} {value!r} unknown; valid: {', '.join(CHOICES[(section, key)])}"
+        )
     if expected in (int, float) and value < 0:
         raise UserError(f"{source}: {section}.{key} must be >= 0, got {value!r}")
     if (section, key) in POSITIVE and value <= 0:

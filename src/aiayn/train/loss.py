@@ -104,4 +104,3 @@ class Seq2SeqObjective(nn.Module):
         real = tgt_out != self.pad_id  # (B, T)
         logits = self.model.generator(hidden[real])  # (N, V)
         return label_smoothed_nll(logits, tgt_out[real], self.epsilon)
-

@@ -33,7 +33,9 @@ def cooldown_factor(progress: float, cooldown: float) -> float:
     return min(1.0, max(0.0, (1.0 - progress) / cooldown))
 
 
-def learning_rate(step: int, schedule: str, d_model: int, warmup: int, factor: float, peak_lr: float) -> float:
+def learning_rate(
+    step: int, schedule: str, d_model: int, warmup: int, factor: float, peak_lr: float
+) -> float:
     """The learning rate of ``schedule`` ("noam" or "inverse_sqrt") at ``step``."""
     if schedule == "noam":
         return noam_lr(step, d_model, warmup, factor)

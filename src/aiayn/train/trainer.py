@@ -36,13 +36,20 @@ from aiayn.data.bpe_dropout import BpeDropout, EpochResampler
 from aiayn.data.corpus import encode_corpus, read_parallel
 from aiayn.data.tokenizer import Tokenizer
 from aiayn.errors import UserError
-from aiayn.model import Transformer, build_model, count_parameters
 from aiayn.malloc import bound_onednn_caches
+from aiayn.model import Transformer, build_model, count_parameters
 from aiayn.precision import autocast, resolve_precision
 from aiayn.train import distributed as dist
 from aiayn.train.checkpoint import (
-    BEST_DIR, CHECKPOINTS_DIR, Checkpoint, checkpoint_name, latest_checkpoint, load_checkpoint, load_weights,
-    prune_checkpoints, save_checkpoint,
+    BEST_DIR,
+    CHECKPOINTS_DIR,
+    Checkpoint,
+    checkpoint_name,
+    latest_checkpoint,
+    load_checkpoint,
+    load_weights,
+    prune_checkpoints,
+    save_checkpoint,
 )
 from aiayn.train.config import RunConfig, check_cooldown, run_config_from_dict
 from aiayn.train.loss import Seq2SeqObjective
@@ -67,14 +74,20 @@ class TrainState:
 class Trainer:
     """Train a Transformer on a parallel corpus; see the module docstring for the run directory."""
 
-    def __init__(self, config: RunConfig, out_dir: str | Path, log: Callable[[str], None] | None = None,
-                 progress: bool = True) -> None:
+    def __init__(
+        self,
+        config: RunConfig,
+        out_dir: str | Path,
+        log: Callable[[str], None] | None = None,
+        progress: bool = True,
+    ) -> None:
         self.out = Path(out_dir)
         self.rank, self.world_size = dist.setup()
         self.device = dist.pick_device(config.train.device)
         self.precision = resolve_precision(config.train.precision, self.device)
         if self.device.type == "cpu" and self.precision == "bf16":
-            bound_onednn_caches()  # before the first bf16 matmul: varying shapes would fill them (aiayn.malloc)
+            # before the first bf16 matmul: varying shapes would fill them (aiayn.malloc)
+            bound_onednn_caches()
         self.log = (log or _write) if self.rank == 0 else (lambda _msg: None)
         self.progress = progress and self.rank == 0
         _seed_everything(config.train.seed)
@@ -85,7 +98,9 @@ class Trainer:
         self.tokenizer = self._tokenizer(resumed)
         self.train_examples, self.valid_examples, self.valid_pairs = self._read_data()
         self.model = self._build_model()
-        self.loss_fn = Seq2SeqObjective(self.model, self.config.optim.label_smoothing, self.model.config.pad_id)
+        self.loss_fn = Seq2SeqObjective(
+            self.model, self.config.optim.label_smoothing, self.model.config.pad_id
+        )
         if self.config.train.compile:
             self.loss_fn.compile()  # in place: parameter names (and checkpoints) stay the same
         self.objective = dist.wrap(self.loss_fn, self.device)  # DDP-wrapped when several processes
@@ -106,8 +121,10 @@ class Trainer:
         saved = run_config_from_dict(resumed.config["run"], str(resumed.path))
         changed = _changed_settings(saved, config)
         if changed:
-            raise UserError(f"{self.out} holds a run with other settings ({'; '.join(changed)}): resume it with "
-                            "the same model, data and optim settings (train.* may change), or give a new --out")
+            raise UserError(
+                f"{self.out} holds a run with other settings ({'; '.join(changed)}): resume it with "
+                "the same model, data and optim settings (train.* may change), or give a new --out"
+            )
         saved.train, saved.data.dir = config.train, config.data.dir
         check_cooldown(saved, "the resumed run")  # the saved cool-down against the new budget
         self.log(f"resuming from {resumed.path}")
@@ -119,10 +136,17 @@ class Trainer:
         data = self.config.data
         pairs, _ = read_parallel(_data_path(data.dir), data.train_split, data.src_lang, data.tgt_lang)
         sentences = [s for pair in pairs for s in pair]
-        tokenizer = Tokenizer.train(sentences, vocab_size=data.vocab_size, model_type=data.tokenizer,
-                                    seed=self.config.train.seed, lowercase=data.lowercase)
-        self.log(f"trained a joint {data.tokenizer} tokenizer: {tokenizer.vocab_size} pieces"
-                 + (", lowercasing" if data.lowercase else ""))
+        tokenizer = Tokenizer.train(
+            sentences,
+            vocab_size=data.vocab_size,
+            model_type=data.tokenizer,
+            seed=self.config.train.seed,
+            lowercase=data.lowercase,
+        )
+        self.log(
+            f"trained a joint {data.tokenizer} tokenizer: {tokenizer.vocab_size} pieces"
+            + (", lowercasing" if data.lowercase else "")
+        )
         return tokenizer
 
     def _read_data(self) -> tuple[list, list, list]:
@@ -142,8 +166,10 @@ class Trainer:
 
     def _build_model(self) -> Transformer:
         model = build_model(self.config.model_config(self.tokenizer.vocab_size)).to(self.device)
-        self.log(f"model: {count_parameters(model):,} parameters, {model.config.n_encoder_layers}+"
-                 f"{model.config.n_decoder_layers} layers, d_model={model.config.d_model}")
+        self.log(
+            f"model: {count_parameters(model):,} parameters, {model.config.n_encoder_layers}+"
+            f"{model.config.n_decoder_layers} layers, d_model={model.config.d_model}"
+        )
         return model
 
     def _build_optimizer(self) -> torch.optim.Optimizer:
@@ -160,9 +186,15 @@ class Trainer:
         resample = None
         if data.bpe_dropout:  # a new segmentation of the training pairs each epoch
             resample = EpochResampler(self.train_examples, BpeDropout(self.tokenizer, data.bpe_dropout), seed)
-        return TokenBatchSampler(self.train_examples, data.batch_tokens, seed=seed, rank=self.rank,
-                                 world_size=self.world_size, batch_multiple=data.batch_multiple or self.world_size,
-                                 resample=resample)
+        return TokenBatchSampler(
+            self.train_examples,
+            data.batch_tokens,
+            seed=seed,
+            rank=self.rank,
+            world_size=self.world_size,
+            batch_multiple=data.batch_multiple or self.world_size,
+            resample=resample,
+        )
 
     # --- checkpoints ----------------------------------------------------------------------------------
     def _resume(self, ckpt: Checkpoint) -> None:
@@ -174,16 +206,22 @@ class Trainer:
         self.optimizer.load_state_dict(saved["optimizer"])
         self.sampler.load_state_dict(saved["sampler"])
         if saved["sampler"].get("batch_multiple", self.sampler.batch_multiple) != self.sampler.batch_multiple:
-            self.log(f"warning: batches were cut for a multiple of {saved['sampler']['batch_multiple']} sentences, "
-                     f"now {self.sampler.batch_multiple} (another number of processes): the rest of epoch "
-                     f"{self.sampler.epoch + 1} is cut differently, so some of its sentences may repeat or be skipped")
+            self.log(
+                f"warning: batches were cut for a multiple of {saved['sampler']['batch_multiple']} "
+                "sentences, "
+                f"now {self.sampler.batch_multiple} (another number of processes): the rest of epoch "
+                f"{self.sampler.epoch + 1} is cut differently, so some of its sentences may repeat or "
+                "be skipped"
+            )
         self.state = TrainState(**saved["trainer"])
         _set_rng_states(saved["rng"])  # rank 0's, as saved (ranks after 0 reseed at every step: _step)
         if self.rank == 0:
             _truncate_metrics(self.out / METRICS_FILE, self.state.metrics_lines)
         dist.barrier()  # no rank appends before the file is cut back
-        self.log(f"resumed at step {self.state.step}, epoch {self.sampler.epoch + 1}, "
-                 f"batch {self.sampler.position} of {len(self.sampler)}")
+        self.log(
+            f"resumed at step {self.state.step}, epoch {self.sampler.epoch + 1}, "
+            f"batch {self.sampler.position} of {len(self.sampler)}"
+        )
 
     def save(self, directory: Path | None = None) -> Path:
         """Write a checkpoint of the current state (rank 0 only), by default into checkpoints/."""
@@ -191,10 +229,18 @@ class Trainer:
         self._tick()  # the checkpoint carries the time spent up to now
         if self.rank == 0:
             self.state.metrics_lines = _count_lines(self.out / METRICS_FILE)
-            train_state = {"optimizer": self.optimizer.state_dict(), "sampler": self.sampler.state_dict(),
-                           "trainer": vars(self.state).copy(), "rng": _rng_states()}
-            config = {"kind": "translation", "model": self.model.config.to_dict(), "run": self.config.to_dict(),
-                      "step": self.state.step}
+            train_state = {
+                "optimizer": self.optimizer.state_dict(),
+                "sampler": self.sampler.state_dict(),
+                "trainer": vars(self.state).copy(),
+                "rng": _rng_states(),
+            }
+            config = {
+                "kind": "translation",
+                "model": self.model.config.to_dict(),
+                "run": self.config.to_dict(),
+                "step": self.state.step,
+            }
             save_checkpoint(path, self.model, config, self.tokenizer.to_bytes(), train_state)
             if directory is None:
                 prune_checkpoints(self.out, self.config.train.keep_last)
@@ -203,16 +249,21 @@ class Trainer:
 
     # --- the loop -------------------------------------------------------------------------------------
     def train(self) -> dict[str, Any]:
-        """Run until max_steps / max_epochs / max_hours / early stopping; return the last validation metrics."""
+        """Run until max_steps / max_epochs / max_hours / early stopping; return the last validation
+        metrics."""
         cfg = self.config.train
         if not (cfg.max_steps or cfg.max_epochs or cfg.max_hours):
-            raise UserError("set train.max_steps, train.max_epochs or train.max_hours "
-                            "(or --max-steps / --max-epochs / --max-hours)")
+            raise UserError(
+                "set train.max_steps, train.max_epochs or train.max_hours "
+                "(or --max-steps / --max-epochs / --max-hours)"
+            )
         self.out.mkdir(parents=True, exist_ok=True)
         if self.rank == 0:
             (self.out / RUN_CONFIG_FILE).write_text(yaml.safe_dump(self.config.to_dict(), sort_keys=False))
-        self.log(f"{len(self.sampler)} batches per epoch, padding {self._padding():.1%}, "
-                 f"device {self.device}, {self.precision}, {self.world_size} process(es)")
+        self.log(
+            f"{len(self.sampler)} batches per epoch, padding {self._padding():.1%}, "
+            f"device {self.device}, {self.precision}, {self.world_size} process(es)"
+        )
         metrics = self._loop()
         if self.state.validated_at != self.state.step:
             metrics = self._validate()
@@ -247,8 +298,12 @@ class Trainer:
 
     def _done(self) -> bool:
         cfg = self.config.train
-        return bool(self.state.stopped_early or (cfg.max_steps and self.state.step >= cfg.max_steps)
-                    or (cfg.max_epochs and self.sampler.epoch >= cfg.max_epochs) or self._out_of_time())
+        return bool(
+            self.state.stopped_early
+            or (cfg.max_steps and self.state.step >= cfg.max_steps)
+            or (cfg.max_epochs and self.sampler.epoch >= cfg.max_epochs)
+            or self._out_of_time()
+        )
 
     def _tick(self) -> None:
         """Add the time since the last tick to ``state.hours`` (steps, validations, checkpoints)."""
@@ -320,8 +375,14 @@ class Trainer:
 
     def _lr(self) -> float:
         optim = self.config.optim
-        lr = learning_rate(self.state.step, optim.lr_schedule, self.model.config.d_model, optim.warmup,
-                           optim.lr_factor, optim.peak_lr)
+        lr = learning_rate(
+            self.state.step,
+            optim.lr_schedule,
+            self.model.config.d_model,
+            optim.warmup,
+            optim.lr_factor,
+            optim.peak_lr,
+        )
         return lr * cooldown_factor(self._progress(), optim.cooldown)
 
     def _autocast(self):
@@ -336,9 +397,16 @@ class Trainer:
             batch = collate(self.valid_examples[start : start + 64]).to(self.device)
             with self._autocast():
                 loss, nll = self.loss_fn(batch.src, batch.tgt_in, batch.tgt_out)
-            loss_sum, nll_sum, n_tokens = loss_sum + loss.item(), nll_sum + nll.item(), n_tokens + batch.n_tgt_tokens
-        metrics: dict[str, Any] = {"loss": loss_sum / n_tokens, "nll": nll_sum / n_tokens,
-                                   "ppl": math.exp(min(nll_sum / n_tokens, 50.0))}
+            loss_sum, nll_sum, n_tokens = (
+                loss_sum + loss.item(),
+                nll_sum + nll.item(),
+                n_tokens + batch.n_tgt_tokens,
+            )
+        metrics: dict[str, Any] = {
+            "loss": loss_sum / n_tokens,
+            "nll": nll_sum / n_tokens,
+            "ppl": math.exp(min(nll_sum / n_tokens, 50.0)),
+        }
         if self.config.train.valid_bleu and self.rank == 0:
             metrics.update(self._bleu())
         self.state.validated_at = self.state.step
@@ -387,8 +455,14 @@ class Trainer:
         steps_per_epoch = math.ceil(len(self.sampler) / self.config.optim.accum_steps)
         by_epochs = cfg.max_epochs * steps_per_epoch if cfg.max_epochs else None
         total = min(filter(None, (cfg.max_steps, by_epochs)), default=None)  # for the ETA
-        return tqdm(total=total, initial=self.state.step, disable=not self.progress, unit="step",
-                    dynamic_ncols=True, leave=False)
+        return tqdm(
+            total=total,
+            initial=self.state.step,
+            disable=not self.progress,
+            unit="step",
+            dynamic_ncols=True,
+            leave=False,
+        )
 
     def _log_train(self, meter: "_Meter") -> None:
         values = meter.flush()
@@ -438,13 +512,17 @@ class _Meter:
     def flush(self) -> dict[str, float]:
         elapsed = max(time.perf_counter() - self.start, 1e-9)
         tokens = max(self.tokens, 1.0)
-        values = {"loss": self.loss / tokens, "ppl": math.exp(min(self.nll / tokens, 50.0)),
-                  "tokens_per_s": self.tokens / elapsed}
+        values = {
+            "loss": self.loss / tokens,
+            "ppl": math.exp(min(self.nll / tokens, 50.0)),
+            "tokens_per_s": self.tokens / elapsed,
+        }
         self.__init__()
         return values
 
 
 # --- helpers -----------------------------------------------------------------------------------------
+
 
 def _write(message: str) -> None:
     """Print a log line without tearing the progress bar."""
@@ -456,11 +534,20 @@ def _write(message: str) -> None:
 def _changed_settings(saved: RunConfig, new: RunConfig) -> list[str]:
     """``section.key saved -> new`` for each model, data and optim setting that differs, data.dir aside."""
     old, now = saved.to_dict(), new.to_dict()
-    old["model"], now["model"] = (c.model_config(vocab_size=64).to_dict() for c in (saved, new))  # presets resolved
-    keys = [(section, key) for section in ("model", "data", "optim")
-            for key in sorted(set(old[section]) | set(now[section])) if (section, key) != ("data", "dir")]
-    return [f"{section}.{key} {old[section].get(key)!r} -> {now[section].get(key)!r}"
-            for section, key in keys if old[section].get(key) != now[section].get(key)]
+    old["model"], now["model"] = (
+        c.model_config(vocab_size=64).to_dict() for c in (saved, new)
+    )  # presets resolved
+    keys = [
+        (section, key)
+        for section in ("model", "data", "optim")
+        for key in sorted(set(old[section]) | set(now[section]))
+        if (section, key) != ("data", "dir")
+    ]
+    return [
+        f"{section}.{key} {old[section].get(key)!r} -> {now[section].get(key)!r}"
+        for section, key in keys
+        if old[section].get(key) != now[section].get(key)
+    ]
 
 
 def _data_path(directory: str) -> Path:
@@ -470,8 +557,10 @@ def _data_path(directory: str) -> Path:
     if not path.exists():
         raise UserError(f"data directory not found: {path}")
     if not path.is_dir():  # one file is one split: validating on it would score the training data
-        raise UserError(f"data.dir {path} is a file; training reads a directory with a {{split}}.{{lang}} file "
-                        "per split and language (train and validation kept apart)")
+        raise UserError(
+            f"data.dir {path} is a file; training reads a directory with a {{split}}.{{lang}} file "
+            "per split and language (train and validation kept apart)"
+        )
     return path
 
 
@@ -496,8 +585,11 @@ def _seed_dropout(seed: int, rank: int, step: int) -> None:
 def _rng_states() -> dict[str, Any]:
     py_version, py_state, py_gauss = random.getstate()
     np_state = np.random.get_state()
-    states = {"torch": torch.get_rng_state(), "python": [py_version, list(py_state), py_gauss],
-              "numpy": [np_state[0], torch.from_numpy(np_state[1].astype(np.int64)), *map(_plain, np_state[2:])]}
+    states = {
+        "torch": torch.get_rng_state(),
+        "python": [py_version, list(py_state), py_gauss],
+        "numpy": [np_state[0], torch.from_numpy(np_state[1].astype(np.int64)), *map(_plain, np_state[2:])],
+    }
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         states["cuda"] = torch.cuda.get_rng_state()
     return states
