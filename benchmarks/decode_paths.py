@@ -38,12 +38,12 @@ import torch
 
 import aiayn.decode.search as search
 import aiayn.model.attention as attention
+from aiayn.checkpoint import load_translation_model
 from aiayn.data.corpus import read_parallel
 from aiayn.decode.search import DecodeOptions
 from aiayn.decode.translator import Translator
 from aiayn.malloc import keep_freed_memory
 from aiayn.model.transformer import DecoderCache
-from aiayn.train.checkpoint import load_translation_model
 from common import command, machine, peak_rss_mib, versions
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -53,8 +53,8 @@ def main() -> None:
     else:
         log(f"training {config.name} into {out}")
         training = train(config, out, args)
+    from aiayn.checkpoint import load_checkpoint
     from aiayn.train.average import average_checkpoints, last_checkpoints
-    from aiayn.train.checkpoint import load_checkpoint
     from aiayn.train.trainer import METRICS_FILE, RUN_CONFIG_FILE
 
     averaged = out / "averaged"
@@ -153,9 +153,9 @@ def best_alpha(scores: dict[float, dict]) -> dict:
 
 def earlier_training(results_path: Path, out: Path, direction: str) -> dict:
     """``--decode-only``: the training figures of the results file being replaced, if it is this run's."""
+    from aiayn.checkpoint import load_checkpoint
     from aiayn.errors import UserError
     from aiayn.train.average import last_checkpoints
-    from aiayn.train.checkpoint import load_checkpoint
 
     try:
         state = load_checkpoint(last_checkpoints(out, 1)[-1]).train_state["trainer"]
@@ -205,10 +205,10 @@ def train(config: Path, out: Path, args: argparse.Namespace) -> dict:
 def decode_and_score(
     checkpoint: Path, data: Path, split: str, src: str, tgt: str, beam: int, alpha: float
 ) -> dict:
+    from aiayn.checkpoint import load_translation_model
     from aiayn.data.corpus import read_parallel
     from aiayn.decode.translator import Translator
     from aiayn.evaluate import sacrebleu_scores, tokenized_bleu
-    from aiayn.train.checkpoint import load_translation_model
 
     model, tokenizer = load_translation_model(checkpoint)[:2]
     pairs, _ = read_parallel(data, split, src, tgt)

@@ -30,9 +30,9 @@ import aiayn.decode.search as current_search
 import aiayn.decode.translator as translator_module
 import aiayn.model.attention as attention
 import aiayn.model.transformer as transformer
+from aiayn.checkpoint import load_translation_model
 from aiayn.decode.translator import Translator
 from aiayn.malloc import keep_freed_memory
-from aiayn.train.checkpoint import load_translation_model
 from common import command, machine, versions
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -14,8 +14,7 @@ import pytest
 import torch
 
 from aiayn import TransformerConfig, build_model
-from aiayn.errors import UserError
-from aiayn.train.checkpoint import (
+from aiayn.checkpoint import (
     ABANDONED_AFTER_S,
     MODEL_FILE,
     STATE_JSON,
@@ -30,6 +29,7 @@ from aiayn.train.checkpoint import (
     temporary_path,
     unpack_state,
 )
+from aiayn.errors import UserError
 
 
 def _model(tie: str = "all"):

@@ -15,13 +15,13 @@ import pytest
 import torch
 
 from aiayn import TransformerConfig, build_model
+from aiayn.checkpoint import load_translation_model, save_checkpoint
 from aiayn.cli import main
 from aiayn.data.tokenizer import Tokenizer
 from aiayn.decode import Translator
 from aiayn.decode.cli import stdin_blocks
 from aiayn.device import resolve_device
 from aiayn.errors import UserError
-from aiayn.train.checkpoint import load_translation_model, save_checkpoint
 
 MAX_LEN = 24
 FAST = ["--max-len-b", "4"]
@@ -212,7 +212,7 @@ def test_translate_files_match_the_translator_and_no_cache(checkpoint, tmp_path,
 
 
 def test_unwritable_output_fails_before_any_decoding(checkpoint, tmp_path, monkeypatch, capsys) -> None:
-    import aiayn.train.checkpoint as checkpoint_module
+    import aiayn.checkpoint as checkpoint_module
 
     def never(*_args, **_kwargs):
         raise AssertionError("the model was loaded before the output was checked")

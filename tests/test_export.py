@@ -16,12 +16,12 @@ import pytest
 import torch
 
 from aiayn import TransformerConfig, build_model
+from aiayn.checkpoint import save_checkpoint
 from aiayn.cli import main
 from aiayn.data.tokenizer import Tokenizer
 from aiayn.decode import Translator
 from aiayn.decode.search import generate
 from aiayn.decode.translator import LINE_BREAKS
-from aiayn.train.checkpoint import save_checkpoint
 
 MAX_OUT = 20  # generated tokens before EOS
 N_SENTENCES = 20

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file
 from torch import Tensor
 
+from aiayn.checkpoint import MODEL_FILE, list_checkpoints, load_checkpoint
 from aiayn.cli import main
 from aiayn.data.batching import collate
 from aiayn.data.synthetic import write_task
@@ -24,7 +25,6 @@ from aiayn.errors import UserError
 from aiayn.malloc import ONEDNN_CACHES
 from aiayn.train import loss as loss_module
 from aiayn.train import trainer as trainer_module
-from aiayn.train.checkpoint import MODEL_FILE, list_checkpoints, load_checkpoint
 from aiayn.train.config import load_run_config, run_config_from_dict
 from aiayn.train.loss import label_smoothed_nll
 from aiayn.train.schedule import cooldown_factor, inverse_sqrt_lr, noam_lr

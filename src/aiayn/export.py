@@ -109,7 +109,7 @@ def export_ctranslate2(
     when a run is given: ``run/ct2`` is fine); ``force`` replaces only an earlier export, and only
     once the new export is complete.
     """
-    from aiayn.train.checkpoint import (
+    from aiayn.checkpoint import (
         load_translation_model,
         remove_abandoned_temporaries,
         replace_dir,

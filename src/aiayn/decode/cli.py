@@ -64,9 +64,9 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
 
 def _translator_loader(args, **overrides) -> Callable[[], "Translator"]:
     """Check the decoding options now; the returned function loads the model into a Translator."""
+    from aiayn.checkpoint import load_translation_model
     from aiayn.decode.search import DecodeOptions
     from aiayn.decode.translator import Translator
-    from aiayn.train.checkpoint import load_translation_model
 
     device = resolve_device(args.device, "--device")
     if args.batch_tokens < 1:
@@ -408,7 +408,7 @@ def _plot_done(path: Path) -> int:
 
 
 def run_plot_attention(args) -> int:
-    from aiayn.train.checkpoint import load_translation_model
+    from aiayn.checkpoint import load_translation_model
 
     device = resolve_device(args.device, "--device")
     model, tokenizer, _ = load_translation_model(args.checkpoint, device=device)

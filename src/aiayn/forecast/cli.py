@@ -17,11 +17,11 @@ import numpy as np
 import torch
 import yaml
 
+from aiayn.checkpoint import load, load_checkpoint
 from aiayn.errors import UserError
 from aiayn.forecast.data import FEATURE_MODES, SPLITS, Scaler, prepare, read_series, select_features
 from aiayn.forecast.model import ForecastConfig, Forecaster
 from aiayn.forecast.train import LAST_DIR, TrainConfig, evaluate, fit
-from aiayn.train.checkpoint import load_checkpoint, load_weights
 from aiayn.train.config import load_yaml
 
 DATA_DEFAULTS = {
@@ -214,12 +214,10 @@ def _check_same_run(out: Path, model_cfg: ForecastConfig) -> None:
 
 def load_forecaster(path: str | Path) -> tuple[Forecaster, dict[str, Any]]:
     """A trained model (eval mode) and its stored run config, from a run or checkpoint directory."""
-    ckpt = load_checkpoint(path, with_state=False)
-    if ckpt.kind != "forecast":
-        raise UserError(f"{ckpt.path} is a {ckpt.kind!r} checkpoint, not a forecaster")
-    model = Forecaster(_build("model", ForecastConfig, ckpt.config["model"], str(ckpt.path / "config.json")))
-    load_weights(model, ckpt.weights, ckpt.path)
-    return model.eval(), ckpt.config
+    loaded = load(path)
+    if loaded.kind != "forecast":
+        raise UserError(f"{loaded.checkpoint.path} is a {loaded.kind!r} checkpoint, not a forecaster")
+    return loaded.model, loaded.checkpoint.config
 
 
 def _data_for(config: dict[str, Any], data_path: str | None):

@@ -2,7 +2,7 @@
 
 A run directory holds ``last/`` (weights + training state, written after every epoch) and ``best/``
 (the weights with the lowest validation MSE so far), both through
-:mod:`aiayn.train.checkpoint` (safetensors + JSON, atomic directory writes, no pickle). Training
+:mod:`aiayn.checkpoint` (safetensors + JSON, atomic directory writes, no pickle). Training
 from a directory whose ``last/`` exists resumes: weights, optimizer, epoch, patience, the best
 score and the RNG state come back, and each epoch's data order depends only on (seed, epoch).
 """
@@ -23,11 +23,11 @@ import torch
 from torch import Tensor, nn
 from tqdm import tqdm
 
+from aiayn.checkpoint import load_checkpoint, load_weights, save_checkpoint
 from aiayn.config import strict_from_dict
 from aiayn.errors import UserError
 from aiayn.forecast.data import Windows
 from aiayn.forecast.metrics import Running
-from aiayn.train.checkpoint import load_checkpoint, load_weights, save_checkpoint
 
 LAST_DIR, BEST_DIR = "last", "best"
 LOSSES = ("mse", "mae")

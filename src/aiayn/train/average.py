@@ -6,8 +6,8 @@ from pathlib import Path
 
 import torch
 
+from aiayn.checkpoint import Checkpoint, list_checkpoints, load_checkpoint, save_checkpoint
 from aiayn.errors import UserError
-from aiayn.train.checkpoint import Checkpoint, list_checkpoints, load_checkpoint, save_checkpoint
 
 
 def average_checkpoints(inputs: list[Path], output: Path) -> Path:

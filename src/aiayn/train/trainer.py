@@ -2,7 +2,7 @@
 
 A run directory holds::
 
-    checkpoints/step-NNNNNNNN/   the last ``keep_last`` checkpoints (see aiayn.train.checkpoint)
+    checkpoints/step-NNNNNNNN/   the last ``keep_last`` checkpoints (see aiayn.checkpoint)
     best/                        the checkpoint with the best validation metric
     metrics.jsonl                one JSON record per log line / validation
     run.yaml                     the resolved run configuration
@@ -31,16 +31,7 @@ import torch
 import yaml
 from torch import nn
 
-from aiayn.data.batching import Batch, TokenBatchSampler, collate, padding_share
-from aiayn.data.bpe_dropout import BpeDropout, EpochResampler
-from aiayn.data.corpus import encode_corpus, read_parallel
-from aiayn.data.tokenizer import Tokenizer
-from aiayn.errors import UserError
-from aiayn.malloc import bound_onednn_caches
-from aiayn.model import Transformer, build_model, count_parameters
-from aiayn.precision import autocast, resolve_precision
-from aiayn.train import distributed as dist
-from aiayn.train.checkpoint import (
+from aiayn.checkpoint import (
     BEST_DIR,
     CHECKPOINTS_DIR,
     Checkpoint,
@@ -51,6 +42,15 @@ from aiayn.train.checkpoint import (
     prune_checkpoints,
     save_checkpoint,
 )
+from aiayn.data.batching import Batch, TokenBatchSampler, collate, padding_share
+from aiayn.data.bpe_dropout import BpeDropout, EpochResampler
+from aiayn.data.corpus import encode_corpus, read_parallel
+from aiayn.data.tokenizer import Tokenizer
+from aiayn.errors import UserError
+from aiayn.malloc import bound_onednn_caches
+from aiayn.model import Transformer, build_model, count_parameters
+from aiayn.precision import autocast, resolve_precision
+from aiayn.train import distributed as dist
 from aiayn.train.config import RunConfig, check_cooldown, run_config_from_dict
 from aiayn.train.loss import Seq2SeqObjective
 from aiayn.train.schedule import cooldown_factor, learning_rate
