@@ -15,7 +15,6 @@ import torch
 
 from aiayn import TransformerConfig, build_model
 from aiayn.checkpoint import (
-    ABANDONED_AFTER_S,
     MODEL_FILE,
     STATE_JSON,
     latest_checkpoint,
@@ -26,10 +25,11 @@ from aiayn.checkpoint import (
     pack_state,
     prune_checkpoints,
     save_checkpoint,
-    temporary_path,
+    seal,
     unpack_state,
 )
 from aiayn.errors import UserError
+from aiayn.io import ABANDONED_AFTER_S, temporary_path
 
 
 def _model(tie: str = "all"):
@@ -214,8 +214,99 @@ def test_config_json_that_is_not_an_object_is_a_user_error(tmp_path, text) -> No
     model, config = _model()
     path = save_checkpoint(tmp_path / "ck", model, {"kind": "translation", "model": config.to_dict()}, b"spm")
     (path / "config.json").write_text(text)
+    seal(path)  # a well-formed but wrong file, as a hand-assembled checkpoint's could be
     expected = re.escape(f"corrupt checkpoint file {path / 'config.json'}: expected a JSON object")
     with pytest.raises(UserError, match=expected):
         load_checkpoint(path)
     with pytest.raises(UserError, match="expected a JSON object"):
         load_translation_model(path)
+
+
+# --- integrity: every file checked against the manifest ---------------------------------------------
+
+
+def _full_checkpoint(tmp_path, multi30k_dir):
+    """A translation checkpoint with every kind of file: weights, config, tokenizer, training state."""
+    from aiayn.data.tokenizer import Tokenizer
+
+    lines = (multi30k_dir / "val.en").read_text(encoding="utf-8").splitlines()[:200]
+    tokenizer = Tokenizer.train(lines, vocab_size=400)
+    config = TransformerConfig(
+        src_vocab_size=tokenizer.vocab_size,
+        tgt_vocab_size=tokenizer.vocab_size,
+        d_model=16,
+        n_heads=2,
+        n_encoder_layers=1,
+        n_decoder_layers=1,
+        d_ff=32,
+        max_len=32,
+    )
+    model = build_model(config)
+    optimizer = torch.optim.Adam(model.parameters())
+    model(torch.tensor([[5, 6, 3]]), torch.tensor([[2, 7]])).sum().backward()
+    optimizer.step()
+    meta = {"kind": "translation", "model": config.to_dict()}
+    state = {"optimizer": optimizer.state_dict(), "step": 1}
+    return save_checkpoint(tmp_path / "ck", model, meta, tokenizer.to_bytes(), train_state=state)
+
+
+def _flip_middle_byte(file) -> None:
+    data = bytearray(file.read_bytes())
+    data[len(data) // 2] ^= 0x01  # one bit: headers and lengths stay intact
+    file.write_bytes(bytes(data))
+
+
+FILES = ["model.safetensors", "config.json", "tokenizer.model", "state.safetensors", "state.json"]
+
+
+def test_the_manifest_lists_every_file_with_its_sha256(tmp_path, multi30k_dir) -> None:
+    import hashlib
+
+    path = _full_checkpoint(tmp_path, multi30k_dir)
+    manifest = json.loads((path / "manifest.json").read_text())
+    assert sorted(manifest["files"]) == sorted(FILES)
+    for name, digest in manifest["files"].items():
+        assert hashlib.sha256((path / name).read_bytes()).hexdigest() == digest, name
+    assert load_checkpoint(path).train_state["step"] == 1
+
+
+@pytest.mark.parametrize("name", [*FILES, "manifest.json"])
+def test_a_flipped_byte_in_any_file_is_refused_naming_it(tmp_path, multi30k_dir, name) -> None:
+    path = _full_checkpoint(tmp_path, multi30k_dir)
+    _flip_middle_byte(path / name)
+    with pytest.raises(UserError, match=re.escape(f"corrupt checkpoint file {path / name}")):
+        load_checkpoint(path)
+
+
+@pytest.mark.parametrize("name", ["model.safetensors", "tokenizer.model", "manifest.json"])
+def test_translate_on_a_corrupted_checkpoint_is_one_line_and_exit_2(
+    tmp_path, multi30k_dir, name, capsys
+) -> None:
+    from aiayn.cli import main
+
+    path = _full_checkpoint(tmp_path, multi30k_dir)
+    _flip_middle_byte(path / name)
+    (tmp_path / "in.txt").write_text("A dog runs.\n")
+    code = main(["translate", "--checkpoint", str(path), "--input", str(tmp_path / "in.txt"), "--beam", "1"])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and f"corrupt checkpoint file {path / name}" in err
+
+
+def test_a_missing_listed_file_or_manifest_is_named(tmp_path, multi30k_dir) -> None:
+    path = _full_checkpoint(tmp_path, multi30k_dir)
+    (path / "tokenizer.model").unlink()
+    with pytest.raises(UserError, match=re.escape(f"checkpoint file missing: {path / 'tokenizer.model'}")):
+        load_checkpoint(path)
+    (path / "manifest.json").unlink()
+    with pytest.raises(UserError, match=re.escape(f"checkpoint file missing: {path / 'manifest.json'}")):
+        load_checkpoint(path)
+
+
+def test_a_format_1_checkpoint_without_a_manifest_still_loads(tmp_path, multi30k_dir) -> None:
+    """Checkpoints written before checksums existed (format 1) load, unchecked."""
+    path = _full_checkpoint(tmp_path, multi30k_dir)
+    config = json.loads((path / "config.json").read_text())
+    (path / "config.json").write_text(json.dumps({**config, "format": 1}))
+    (path / "manifest.json").unlink()
+    assert load_checkpoint(path).train_state["step"] == 1

@@ -15,13 +15,13 @@ import pytest
 import torch
 
 from aiayn import TransformerConfig, build_model
-from aiayn.checkpoint import load_translation_model, save_checkpoint
+from aiayn.checkpoint import load_translation_model, save_checkpoint, seal
 from aiayn.cli import main
 from aiayn.data.tokenizer import Tokenizer
 from aiayn.decode import Translator
-from aiayn.decode.cli import stdin_blocks
 from aiayn.device import resolve_device
 from aiayn.errors import UserError
+from aiayn.io import stdin_blocks
 
 MAX_LEN = 24
 FAST = ["--max-len-b", "4"]
@@ -352,18 +352,23 @@ def copy_checkpoint(checkpoint: Path, to: Path) -> Path:
 
 
 def corrupt(path: Path, how: str, sentences: list[str]) -> str:
-    """Damage the copy ``path`` in one of three ways; returns a phrase the error must contain."""
+    """Make the copy ``path`` inconsistent in one of three ways, each file well-formed and the
+    manifest resealed (as a hand-assembled checkpoint would be); returns a phrase the error must
+    contain."""
     if how == "shapes":  # config.json disagrees with the weights
         config = json.loads((path / "config.json").read_text())
         config["model"]["d_ff"] = 128
         (path / "config.json").write_text(json.dumps(config))
+        seal(path)
         return "wrong shape"
     if how == "not-an-object":
         (path / "config.json").write_text('["kind", "translation"]')
+        seal(path)
         return "expected a JSON object"
     tokenizer = Tokenizer.train(sentences, vocab_size=450)  # more pieces than the model's 400 tokens
     assert tokenizer.vocab_size > 400
     (path / "tokenizer.model").write_bytes(tokenizer.to_bytes())
+    seal(path)
     return f"tokenizer.model has {tokenizer.vocab_size} pieces"
 
 

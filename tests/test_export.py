@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from aiayn import TransformerConfig, build_model
-from aiayn.checkpoint import save_checkpoint
+from aiayn.checkpoint import save_checkpoint, seal
 from aiayn.cli import main
 from aiayn.data.tokenizer import Tokenizer
 from aiayn.decode import Translator
@@ -227,6 +227,7 @@ def test_checkpoint_config_disagreeing_with_its_weights_is_one_line(tmp_path, to
     stored = json.loads((checkpoint / "config.json").read_text())
     stored["model"]["d_ff"] = 64
     (checkpoint / "config.json").write_text(json.dumps(stored))
+    seal(checkpoint)  # well-formed files that disagree, as a hand-assembled checkpoint's could
     assert main(["export", "--checkpoint", str(checkpoint), "--out", str(tmp_path / "ct2")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and str(checkpoint / "model.safetensors") in err and "wrong shape" in err

@@ -3,37 +3,41 @@
 Layout of one checkpoint directory::
 
     model.safetensors   the weights (tied tensors stored once)
-    config.json         {"format": 1, "kind": "translation" | ..., "model": {...}, ...extra}
+    config.json         {"format": 2, "kind": "translation" | "forecast", "model": {...}, ...extra}
     tokenizer.model     the SentencePiece model (translation checkpoints)
     state.safetensors   tensors of the training state (optimizer moments, RNG states)
     state.json          the rest of the training state; tensors appear as {"__tensor__": key}
+    manifest.json       the SHA-256 of every other file, and of its own list
 
 It is written to a temporary sibling directory, every file fsync'ed, then renamed into place, so a
-crash at any moment leaves either the previous checkpoint or the complete new one. Nothing is ever
-read with pickle: weights and tensors through safetensors, everything else as JSON.
+crash at any moment leaves either the previous checkpoint or the complete new one. Every load checks
+each file it reads against the manifest, so a file changed on disk afterwards (a flipped byte, a
+truncation) is refused with one line naming it, never loaded as a silently different model.
+Checkpoints of format 1 (written before the manifest existed) load unchecked. Nothing is ever read
+with pickle: weights and tensors through safetensors, everything else as JSON.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
-import os
 import shutil
-import socket
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load as tensors_from_bytes
+from safetensors.torch import save as tensors_to_bytes
 from torch import Tensor, nn
 
 from aiayn.errors import UserError
+from aiayn.io import fsync_tree, in_place, remove_abandoned_temporaries, replace_dir, temporary_path
 
-FORMAT = 1
+FORMAT = 2  # 2: with manifest.json
 MODEL_FILE, CONFIG_FILE, TOKENIZER_FILE = "model.safetensors", "config.json", "tokenizer.model"
-STATE_TENSORS, STATE_JSON = "state.safetensors", "state.json"
+STATE_TENSORS, STATE_JSON, MANIFEST_FILE = "state.safetensors", "state.json", "manifest.json"
 CHECKPOINTS_DIR, BEST_DIR = "checkpoints", "best"
 
 
@@ -125,136 +129,23 @@ def save_checkpoint(
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     weights = unique_state_dict(model) if isinstance(model, nn.Module) else model
-    save_file(weights, str(tmp / MODEL_FILE))
-    _write_bytes(tmp / CONFIG_FILE, json.dumps({"format": FORMAT, **config}, indent=2).encode())
+    files = {
+        MODEL_FILE: tensors_to_bytes(weights),
+        CONFIG_FILE: json.dumps({"format": FORMAT, **config}, indent=2).encode(),
+    }
     if tokenizer_bytes is not None:
-        _write_bytes(tmp / TOKENIZER_FILE, tokenizer_bytes)
+        files[TOKENIZER_FILE] = tokenizer_bytes
     if train_state is not None:
         tensors: dict[str, Tensor] = {}
         skeleton = pack_state(train_state, tensors)
-        save_file(tensors, str(tmp / STATE_TENSORS))
-        _write_bytes(tmp / STATE_JSON, json.dumps(skeleton).encode())
-    _fsync_tree(tmp)
+        files[STATE_TENSORS], files[STATE_JSON] = tensors_to_bytes(tensors), json.dumps(skeleton).encode()
+    files[MANIFEST_FILE] = _manifest({name: _sha256(data) for name, data in files.items()})
+    for name, data in files.items():
+        (tmp / name).write_bytes(data)
+    fsync_tree(tmp)
     replace_dir(tmp, path)
     remove_abandoned_temporaries(path.parent)
     return path
-
-
-ABANDONED_AFTER_S = 3600.0  # a temporary untouched this long, its writer gone, is deleted by the next write
-
-
-def temporary_path(final: Path) -> Path:
-    """Where this process builds ``final`` before renaming it: ``.tmp-{name}@{host}+{pid}`` beside it."""
-    return final.parent / f".tmp-{final.name}@{socket.gethostname()}+{os.getpid()}"
-
-
-def remove_abandoned_temporaries(directory: Path) -> None:
-    """Delete the :func:`temporary_path` directories that writers on this host abandoned.
-
-    Abandoned: untouched for :data:`ABANDONED_AFTER_S` and its process gone. The age matters as much
-    as the pid: a container on this host (same hostname, its own pid namespace) may be writing under
-    a pid this process cannot see. Each is renamed to a private name before it is deleted, so a
-    writer that renames its temporary into place meanwhile keeps it whole. Off POSIX nothing is
-    deleted (no harmless way to ask whether a process exists), and no error here fails a write.
-    """
-    if os.name != "posix":
-        return
-    host, now = socket.gethostname(), time.time()
-    for tmp in directory.glob(".tmp-*@*+*"):
-        rest, _, pid = tmp.name.rpartition("+")
-        try:
-            if (
-                rest.rpartition("@")[2] != host
-                or not pid.isdigit()
-                or _process_exists(int(pid))
-                or now - tmp.stat().st_mtime < ABANDONED_AFTER_S
-            ):
-                continue
-            doomed = tmp.with_name(f".del-{tmp.name}@{host}+{os.getpid()}")
-            os.rename(tmp, doomed)
-        except (OSError, OverflowError):  # gone meanwhile, renamed into place, or an absurd pid
-            continue
-        shutil.rmtree(doomed, ignore_errors=True)
-
-
-def _process_exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)  # signal 0: only checks (POSIX)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # exists, owned by someone else
-        return True
-    return True
-
-
-def _write_bytes(path: Path, data: bytes) -> None:
-    with open(path, "wb") as handle:
-        handle.write(data)
-
-
-def _fsync_tree(directory: Path) -> None:
-    for file in directory.iterdir():
-        with open(file, "rb") as handle:
-            os.fsync(handle.fileno())
-    _fsync_dir(directory)
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def replace_dir(tmp: Path, final: Path) -> None:
-    """Move ``tmp`` to ``final``; an existing ``final`` is moved aside first, then deleted.
-
-    A crash between the two renames leaves no ``final`` but its previous version in ``.old-*``:
-    readers fall back to that copy (:func:`resolve_checkpoint`), and the next write here first moves
-    it back (:func:`recover_replaced`). Readers never rename: a writer may be between the renames.
-    """
-    recover_replaced(final)
-    old = final.parent / f".old-{final.name}-{os.getpid()}"
-    if final.exists():
-        os.rename(final, old)
-    os.rename(tmp, final)
-    _fsync_dir(final.parent)
-    shutil.rmtree(old, ignore_errors=True)
-
-
-def recover_replaced(final: Path) -> None:
-    """Undo an interrupted :func:`replace_dir`: put back the previous ``final``, drop stale copies.
-
-    When ``final`` is missing, the newest complete ``.old-{name}-*`` beside it (the version that was
-    being replaced) is renamed back. ``.old-*`` copies left once ``final`` exists are deleted.
-    """
-    if not final.exists() and (copy := _replaced_copy(final)) is not None:
-        os.rename(copy, final)
-        _fsync_dir(final.parent)
-    if final.exists():
-        for stale in final.parent.glob(f".old-{final.name}-*"):
-            shutil.rmtree(stale, ignore_errors=True)
-
-
-def _replaced_copy(final: Path) -> Path | None:
-    """The newest complete ``.old-*`` copy of ``final`` an interrupted replacement left, if any."""
-    if not final.parent.is_dir():
-        return None
-    complete = [p for p in final.parent.glob(f".old-{final.name}-*") if (p / CONFIG_FILE).is_file()]
-    return max(complete, key=_mtime, default=None)
-
-
-def _mtime(path: Path) -> float:
-    try:
-        return path.stat().st_mtime
-    except OSError:  # removed meanwhile by the writer
-        return 0.0
-
-
-def _in_place(path: Path) -> Path:
-    """``path``, or when it is missing the copy an interrupted replacement left (read-only fallback)."""
-    return path if path.exists() else (_replaced_copy(path) or path)
 
 
 # --- reading --------------------------------------------------------------------------------------
@@ -263,29 +154,113 @@ def _in_place(path: Path) -> Path:
 def load_checkpoint(path: str | Path, with_state: bool = True) -> Checkpoint:
     """Read a checkpoint directory (or a run directory: its best, else its latest checkpoint).
 
-    Any missing or unreadable file is a :class:`UserError` naming that file.
+    Any missing, unreadable or changed file (its SHA-256 not the manifest's) is a
+    :class:`UserError` naming that file.
     """
-    path = resolve_checkpoint(path)
-    config = _read_json(path / CONFIG_FILE)
+    files = _Files(resolve_checkpoint(path))
+    config = files.json(CONFIG_FILE)
     if not isinstance(config, dict):
         raise UserError(
-            f"corrupt checkpoint file {path / CONFIG_FILE}: expected a JSON object, "
+            f"corrupt checkpoint file {files.path / CONFIG_FILE}: expected a JSON object, "
             f"got {type(config).__name__}"
         )
-    weights = _read_tensors(path / MODEL_FILE)
-    tokenizer = (path / TOKENIZER_FILE).read_bytes() if (path / TOKENIZER_FILE).is_file() else None
+    files.require_manifest(config)
+    weights = files.tensors(MODEL_FILE)
+    tokenizer = files.read(TOKENIZER_FILE) if files.has(TOKENIZER_FILE) else None
     state = None
-    if with_state and (path / STATE_JSON).is_file():
-        state = unpack_state(_read_json(path / STATE_JSON), _read_tensors(path / STATE_TENSORS))
-    return Checkpoint(path, config, weights, tokenizer, state)
+    if with_state and files.has(STATE_JSON):
+        state = unpack_state(files.json(STATE_JSON), files.tensors(STATE_TENSORS))
+    return Checkpoint(files.path, config, weights, tokenizer, state)
+
+
+class _Files:
+    """The files of one checkpoint directory, each read once and checked against its manifest."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.expected = _read_manifest(path / MANIFEST_FILE) if (path / MANIFEST_FILE).is_file() else None
+
+    def require_manifest(self, config: dict[str, Any]) -> None:
+        """Only format-1 checkpoints (from before checksums) may lack the manifest."""
+        if self.expected is None and config.get("format", 1) != 1:
+            raise UserError(f"checkpoint file missing: {self.path / MANIFEST_FILE}")
+
+    def has(self, name: str) -> bool:
+        return name in self.expected if self.expected is not None else (self.path / name).is_file()
+
+    def read(self, name: str) -> bytes:
+        file = self.path / name
+        try:
+            data = file.read_bytes()
+        except FileNotFoundError:
+            raise UserError(f"checkpoint file missing: {file}") from None
+        except OSError as err:
+            raise UserError(f"cannot read checkpoint file {file}: {err.strerror}") from None
+        if self.expected is not None and self.expected.get(name) != _sha256(data):
+            raise UserError(
+                f"corrupt checkpoint file {file}: its SHA-256 is not the one in {MANIFEST_FILE} "
+                "(the file changed after it was written)"
+            )
+        return data
+
+    def json(self, name: str) -> Any:
+        try:
+            return json.loads(self.read(name).decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise UserError(f"corrupt checkpoint file {self.path / name}: {err}") from None
+
+    def tensors(self, name: str) -> dict[str, Tensor]:
+        data = self.read(name)
+        try:
+            return tensors_from_bytes(data)
+        except (SafetensorError, OSError, ValueError, RuntimeError) as err:
+            raise UserError(f"corrupt checkpoint file {self.path / name}: {err}") from None
+
+
+def seal(path: str | Path) -> None:
+    """(Re)write the manifest of the checkpoint directory ``path`` from the files in it now.
+
+    For checkpoints assembled by hand or converted by other tools; a checkpoint written by
+    :func:`save_checkpoint` is sealed already.
+    """
+    path = Path(path)
+    files = sorted(p for p in path.iterdir() if p.is_file() and p.name != MANIFEST_FILE)
+    (path / MANIFEST_FILE).write_bytes(_manifest({p.name: _sha256(p.read_bytes()) for p in files}))
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _manifest(digests: dict[str, str]) -> bytes:
+    """``{"files": {name: sha256}, "sha256": <of the files list>}``: the manifest checks itself too."""
+    return json.dumps({"files": digests, "sha256": _sha256(_canonical(digests))}, indent=2).encode()
+
+
+def _canonical(digests: dict[str, str]) -> bytes:
+    return json.dumps(digests, sort_keys=True, separators=(",", ":")).encode()
+
+
+def _read_manifest(file: Path) -> dict[str, str]:
+    try:
+        manifest = json.loads(file.read_bytes().decode("utf-8"))
+        digests = manifest["files"]
+        ok = isinstance(digests, dict) and manifest["sha256"] == _sha256(_canonical(digests))
+    except OSError as err:
+        raise UserError(f"cannot read checkpoint file {file}: {err.strerror}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as err:
+        raise UserError(f"corrupt checkpoint file {file}: {err}") from None
+    if not ok:
+        raise UserError(f"corrupt checkpoint file {file}: its own checksum does not match")
+    return digests
 
 
 def resolve_checkpoint(path: str | Path) -> Path:
     """A checkpoint directory itself, or for a run directory its ``best/``, else its latest."""
-    path = _in_place(Path(path))
+    path = in_place(Path(path))
     if (path / CONFIG_FILE).is_file() or (path / MODEL_FILE).is_file():
         return path
-    best = _in_place(path / BEST_DIR)
+    best = in_place(path / BEST_DIR)
     if (best / CONFIG_FILE).is_file():
         return best
     latest = latest_checkpoint(path)
@@ -294,24 +269,6 @@ def resolve_checkpoint(path: str | Path) -> Path:
     if not path.exists():
         raise UserError(f"checkpoint not found: {path}")
     raise UserError(f"no checkpoint in {path} (expected {CONFIG_FILE} and {MODEL_FILE}, or a run directory)")
-
-
-def _read_json(file: Path) -> Any:
-    try:
-        return json.loads(file.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UserError(f"checkpoint file missing: {file}") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise UserError(f"corrupt checkpoint file {file}: {err}") from None
-
-
-def _read_tensors(file: Path) -> dict[str, Tensor]:
-    if not file.is_file():
-        raise UserError(f"checkpoint file missing: {file}")
-    try:
-        return load_file(str(file))
-    except (SafetensorError, OSError, ValueError, RuntimeError) as err:
-        raise UserError(f"corrupt checkpoint file {file}: {err}") from None
 
 
 def load_weights(model: nn.Module, weights: dict[str, Tensor], source: Path | str = "checkpoint") -> None:

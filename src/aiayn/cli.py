@@ -21,6 +21,7 @@ COMMAND_MODULES = [
     "aiayn.data.cli",
     "aiayn.train.cli",
     "aiayn.decode.cli",
+    "aiayn.plots",
     "aiayn.export",
     "aiayn.forecast.cli",
 ]

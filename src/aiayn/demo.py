@@ -93,8 +93,7 @@ def _evaluate(data_dir: Path, run_dir: Path, beam: int) -> float:
 
 
 def _pictures(run_dir: Path, out: Path) -> None:
-    from aiayn.decode.cli import draw_attention
-    from aiayn.plots import plot_curves, plot_positional_encoding
+    from aiayn.plots import draw_attention, plot_curves, plot_positional_encoding
 
     model, tokenizer, _ = load_translation_model(run_dir)
     paths = [

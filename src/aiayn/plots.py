@@ -1,22 +1,23 @@
-"""Pictures: attention heatmaps, the positional-encoding table, training curves (matplotlib, Agg).
+"""Pictures: attention heatmaps, the positional-encoding table, training curves (matplotlib, Agg),
+and the ``aiayn plot attention | positional-encoding | curves`` commands that draw them.
 
 Each function writes one PNG and returns its path. Bad input (no metrics log, an empty one, a
 broken JSON line, maps whose shapes do not match the tokens) raises :class:`UserError`.
+matplotlib is imported on the first drawing, so that registering the commands costs nothing.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Sequence
 
-import matplotlib
+import torch
+from torch import Tensor
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from torch import Tensor  # noqa: E402
-
-from aiayn.errors import UserError  # noqa: E402
+from aiayn.device import resolve_device
+from aiayn.errors import UserError
 
 #: The attention kinds of ``Transformer.forward(..., return_attention=True)``: (title, query axis, key axis).
 ATTENTION_KINDS = {
@@ -24,6 +25,16 @@ ATTENTION_KINDS = {
     "decoder_self": ("decoder self-attention", "target", "target"),
     "cross": ("cross-attention (decoder -> encoder)", "target", "source"),
 }
+
+
+def _pyplot():
+    """matplotlib's pyplot on the Agg backend (files only, no display needed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
 
 
 # --- attention --------------------------------------------------------------------------------------
@@ -47,6 +58,7 @@ def plot_attention(
     n_heads = rows[0][2].shape[0]
     for kind, layer, weights in rows:
         _check_shape(kind, layer, weights, src_tokens, tgt_tokens)
+    plt = _pyplot()
     cell = min(max(1.8, 0.22 * max(len(src_tokens), len(tgt_tokens)) + 1.0), 6.0)
     fig, axes = plt.subplots(
         len(rows),
@@ -111,6 +123,7 @@ def plot_positional_encoding(
     if d_model < 2 or max_len < 1:
         raise UserError(f"need d_model >= 2 and max_len >= 1, got d_model={d_model}, max_len={max_len}")
     table = positional_encoding(max_len, d_model).numpy()  # (max_len, d_model)
+    plt = _pyplot()
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 9), height_ratios=(3, 2), layout="constrained")
     image = top.pcolormesh(table, cmap="RdBu", vmin=-1, vmax=1)
     top.set(
@@ -166,6 +179,7 @@ def plot_curves(run_dir: str | Path, path: str | Path) -> Path:
     panels = [(key, splits) for key, splits in panels if any(_series(records, s, key)[0] for s in splits)]
     if not panels:
         raise UserError(f"{Path(run_dir) / 'metrics.jsonl'} has no loss, lr or bleu values")
+    plt = _pyplot()
     fig, axes = plt.subplots(
         len(panels), 1, figsize=(8, 3.2 * len(panels)), sharex=True, squeeze=False, layout="constrained"
     )
@@ -192,5 +206,59 @@ def _save(fig, path: str | Path) -> Path:
     except OSError as err:
         raise UserError(f"cannot write {path}: {err.strerror}") from None
     finally:
-        plt.close(fig)
+        _pyplot().close(fig)
     return path
+
+
+# --- the commands -----------------------------------------------------------------------------------------
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("plot", help="draw attention maps, the positional encoding or training curves")
+    kinds = p.add_subparsers(dest="plot", required=True, metavar="WHAT")
+    att = kinds.add_parser("attention", help="attention heatmaps of one sentence, per layer and head")
+    att.add_argument("--checkpoint", required=True)
+    att.add_argument("--src", required=True, help="source sentence")
+    att.add_argument("--tgt", help="target sentence (default: the model's greedy translation)")
+    att.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: auto)")
+    att.add_argument("--out", required=True, help="PNG file to write")
+    att.set_defaults(func=run_plot_attention)
+    pe = kinds.add_parser("positional-encoding", help="the sinusoidal positional-encoding table")
+    pe.add_argument("--d-model", type=int, default=512)
+    pe.add_argument("--max-len", type=int, default=100)
+    pe.add_argument("--out", required=True)
+    pe.set_defaults(func=lambda a: _plot_done(plot_positional_encoding(a.d_model, a.max_len, a.out)))
+    cur = kinds.add_parser("curves", help="loss, learning rate and BLEU from RUN_DIR/metrics.jsonl")
+    cur.add_argument("run_dir")
+    cur.add_argument("--out", required=True)
+    cur.set_defaults(func=lambda a: _plot_done(plot_curves(a.run_dir, a.out)))
+
+
+def _plot_done(path: Path) -> int:
+    print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+def run_plot_attention(args) -> int:
+    from aiayn.checkpoint import load_translation_model
+
+    device = resolve_device(args.device, "--device")
+    model, tokenizer, _ = load_translation_model(args.checkpoint, device=device)
+    return _plot_done(draw_attention(model, tokenizer, args.src, args.tgt, args.out, device))
+
+
+def draw_attention(model, tokenizer, src_text: str, tgt_text: str | None, out, device="cpu") -> Path:
+    """Heatmaps of every layer's and head's attention for one sentence pair (greedy target if None)."""
+    from aiayn.decode.search import DecodeOptions
+    from aiayn.decode.translator import Translator
+
+    config = model.config
+    translator = Translator(model, tokenizer, device, options=DecodeOptions(beam=1, alpha=0.0))
+    src_ids = translator.encode_source(src_text)
+    tgt_text = tgt_text if tgt_text is not None else translator.translate([src_text])[0]
+    tgt_ids = [config.bos_id] + tokenizer.encode(tgt_text)[: config.max_len - 1]
+    with torch.inference_mode():
+        src, tgt = (torch.tensor([ids], device=device) for ids in (src_ids, tgt_ids))
+        _, maps = model(src, tgt, return_attention=True)
+    labels = [tokenizer.id_to_piece(i) for i in src_ids], [tokenizer.id_to_piece(i) for i in tgt_ids]
+    return plot_attention(maps, *labels, out)

@@ -16,8 +16,6 @@ from __future__ import annotations
 import gzip
 import hashlib
 import http.client
-import os
-import tempfile
 import urllib.error
 import urllib.request
 import zlib
@@ -25,6 +23,7 @@ from pathlib import Path
 from typing import Sequence
 
 from aiayn.errors import UserError
+from aiayn.io import atomic_write
 
 DEFAULT_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw"
 LANGUAGES = ("en", "de", "fr", "cs")
@@ -84,7 +83,7 @@ def fetch_verified(url: str, target: Path, sha256: str) -> Path:
     digest = _sha256(data)
     if digest != sha256:
         raise UserError(f"{target.name}: checksum mismatch for {url} (sha256 {digest}, expected {sha256})")
-    _write_atomic(target, data)
+    atomic_write(target, data)
     return target
 
 
@@ -106,24 +105,6 @@ def _gunzip(data: bytes, url: str, target: Path) -> bytes:
         return gzip.decompress(data)
     except (OSError, EOFError, zlib.error) as err:  # BadGzipFile is an OSError; EOFError = truncated
         raise UserError(f"{target.name}: {url} is not a complete gzip file ({err})") from None
-
-
-def _write_atomic(target: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part", dir=target.parent)
-    try:
-        with os.fdopen(fd, "wb") as file:
-            file.write(data)
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it 0600; a plain new file would not be
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def _sha256(data: bytes) -> str:
