@@ -1,13 +1,15 @@
 """glibc's allocator, set for tensors: keep freed memory in the heap instead of unmapping it.
 
+Why it exists: on a CPU, a training step's large blocks are otherwise unmapped and zeroed anew by
+the kernel at every step; keeping them cuts a step's CPU time by 1.21x on the tiny Multi30k shape
+(``benchmarks/allocator.py``, ``benchmarks/results/allocator.json``).
+
 glibc serves every block above its mmap threshold (at most 32 MiB) with a fresh ``mmap`` and gives it
 back with ``munmap`` on free. A training step allocates many such blocks (the generator's logits,
-tokens × vocabulary × 4 bytes, and their gradients), so the kernel maps and zeroes the same few
-hundred megabytes again on every step: ~100k page faults and about a sixth of a step's CPU time on
-the Multi30k configs. With ``mmap`` off and the heap never trimmed, freed blocks stay in the heap and,
-once it has grown to a step's peak (a few steps), serve the next steps' allocations without new
-page faults; the process keeps its peak footprint instead of returning it between steps. Measured by
-``benchmarks/allocator.py``.
+tokens × vocabulary × 4 bytes, and their gradients). With ``mmap`` off and the heap never trimmed,
+freed blocks stay in the heap and, once it has grown to a step's peak (a few steps), serve the next
+steps' allocations without new page faults; the process keeps its peak footprint instead of
+returning it between steps.
 
 :func:`keep_freed_memory` is what the ``aiayn`` command calls at start-up; set ``AIAYN_MALLOC=default``
 (or ``off``, ``0``) to keep glibc's defaults. It does nothing where ``malloc`` is not glibc's (macOS,
@@ -51,15 +53,14 @@ def bound_onednn_caches() -> dict[str, str]:
     for every new shape, and PyTorch's ideep layer caches again (1,024 entries each by default).
     Training batches take new shapes at nearly every step (the generator runs on the batch's real
     tokens), so both caches fill with entries that are never used again; interleaved with the
-    step's large blocks in a heap that keeps freed memory, they fragment it. Measured on the
-    Multi30k config (bf16, AVX512-BF16): resident memory grew past 17 GB within 15 minutes.
+    step's large blocks in a heap that keeps freed memory, they fragment it and resident memory
+    grows without bound (``benchmarks/memory_shapes.py``).
 
-    The price: every oneDNN call builds its primitive anew. For the trainer's small shapes that was
-    not measurable, but PyTorch's fused (flash) attention kernel and batched matmuls with repeated
-    shapes ran several times slower in one-off checks, so only the trainer sets this, for bf16 on a
-    CPU (:class:`~aiayn.train.trainer.Trainer`; it then holds for the whole process, the trainer's
-    validation decoding included), not ``translate`` or ``evaluate``. The capacities are read at
-    oneDNN's first use: called after it, this changes nothing. Returns the variables it set.
+    The price: every oneDNN call builds its primitive anew, which costs little for the trainer's
+    small shapes but slows kernels called again and again with one shape (decoding). So only
+    training sets this, for bf16 on a CPU (it then holds for the whole process, validation decoding
+    included), not ``translate`` or ``evaluate``. The capacities are read at oneDNN's first use:
+    called after it, this changes nothing. Returns the variables it set.
     """
     applied = {name: value for name, value in ONEDNN_CACHES.items() if name not in os.environ}
     os.environ.update(applied)

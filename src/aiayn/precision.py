@@ -2,10 +2,8 @@
 
 bf16 autocast is a large speed-up where bf16 matrix units exist (CUDA GPUs from Ampere on; CPUs
 with AMX-BF16 or AVX512-BF16, Intel's and AMD's from Zen 4 on) and a large slow-down where bf16 is
-emulated (measured on an AMD EPYC without AVX512: a bf16 training step 12x slower than fp32; on an
-AMD EPYC with AVX512-BF16, training ran 1.75x faster than in fp32: shape (a) of
-``benchmarks/train_throughput.py``). ``"auto"`` picks bf16 only where it is native. Softmax and
-loss stay in fp32 under autocast either way.
+emulated (``benchmarks/train_throughput.py`` measures both). ``"auto"`` picks bf16 only where it is
+native. Softmax and loss stay in fp32 under autocast either way.
 """
 
 from __future__ import annotations
