@@ -4,11 +4,11 @@
 
 ``aiayn.model.attention.scaled_dot_product_attention`` has two paths: the formula written out (two
 batched matmuls around an fp32 softmax) and ``F.scaled_dot_product_attention`` (on CPU, a flash
-kernel); this benchmark calls each directly, with q/k/v in the dtype the model's projections give
-(bf16 under bf16 autocast), and reports which one ``formula_is_faster`` picks for those tensors.
-The flash kernel pays a fixed cost per (batch row, head), several times larger in its
-backward, so the formula wins on small score matrices; ``formula_is_faster`` picks the formula
-below ``SMALL_SCORES`` (T_q * T_k without gradients) and ``SMALL_SCORES_GRAD`` (with them). This
+kernel); this benchmark calls each directly (``path="formula"`` and ``path="fused"``), with q/k/v in
+the dtype the model's projections give (bf16 under bf16 autocast), and reports which one
+``path="auto"`` takes for those tensors (``formula_is_faster``: the formula only for a bf16/fp16
+backward over at most ``SMALL_SCORES_GRAD`` scores T_q * T_k per (row, head), where the flash
+kernel's backward pays a large fixed cost per (batch row, head)). This
 benchmark measures both paths over (B, H, T, d_k) shapes, self-attention with a padding mask (about
 a quarter of the keys padded; ``(B, 1, 1, T)``, the encoder's) and, with gradients, also with the
 decoder's causal-and-padding mask ``(B, 1, T, T)``, forward only (``no_grad``) and forward +
@@ -16,7 +16,8 @@ backward, fp32 and bf16 (autocast, as training runs it), and prints which path t
 
 Timing: every round runs both paths once per shape, in alternating order; figures are medians of
 ``--rounds`` rounds of ``--reps`` calls each, and the paired ratio fused / formula (> 1: the formula
-is faster). Writes ``benchmarks/results/attention_paths.json`` (``--out``).
+is faster; median, min and max over the rounds). Writes ``benchmarks/results/attention_paths.json``
+(``--out``).
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ import time
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 import aiayn.model.attention as attention
 from common import command, machine, versions
@@ -57,10 +57,8 @@ def one_call(formula: bool, q, k, v, mask, backward: bool, bf16: bool) -> None:
     """One attention call on the chosen path, as the model makes it: q/k/v in the dtype that autocast's
     projections give (bf16 under bf16 autocast), under the same autocast."""
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-        if formula:  # the written-out formula (it also returns the weights it computes anyway)
-            out, _ = attention.scaled_dot_product_attention(q, k, v, mask, need_weights=True)
-        else:
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        path = "formula" if formula else "fused"
+        out, _ = attention.scaled_dot_product_attention(q, k, v, mask, path=path)
     if backward:
         out.float().sum().backward()
 
@@ -98,7 +96,7 @@ def measure(
             times["formula" if formula else "fused"].append(
                 time_path(formula, inputs, backward, bf16, args.reps)
             )
-    paired = statistics.median(f / g for f, g in zip(times["fused"], times["formula"]))
+    paired = [f / g for f, g in zip(times["fused"], times["formula"])]
     picks_formula = attention.formula_is_faster(q.detach().requires_grad_(backward), k)
     return {
         "shape": list(shape),
@@ -107,7 +105,9 @@ def measure(
         "precision": "bf16" if bf16 else "fp32",
         "formula_ms": 1e3 * statistics.median(times["formula"]),
         "fused_ms": 1e3 * statistics.median(times["fused"]),
-        "paired_fused_over_formula": paired,
+        "paired_fused_over_formula": statistics.median(paired),
+        "paired_min": min(paired),
+        "paired_max": max(paired),
         "rule_picks_formula": picks_formula,
     }
 
@@ -116,7 +116,8 @@ def main() -> None:
     args = parse_args()
     torch.set_num_threads(args.threads)
     rows = []
-    print("shape (B, H, T, d_k)   pass     mask     prec   formula ms   fused ms   fused/formula   rule")
+    header = "shape (B, H, T, d_k)   pass     mask     prec   formula ms   fused ms"
+    print(f"{header}   fused/formula [min-max]  auto")
     for shape in SHAPES:
         for backward, causal in ((False, False), (True, False), (True, True)):
             for bf16 in (False, True):
@@ -126,7 +127,8 @@ def main() -> None:
                     f"{str(shape):22} {'fwd+bwd' if backward else 'fwd':8} {row['mask']:8} "
                     f"{row['precision']}  "
                     f"{row['formula_ms']:10.2f} {row['fused_ms']:10.2f}   "
-                    f"{row['paired_fused_over_formula']:12.2f}×"
+                    f"{row['paired_fused_over_formula']:8.2f}×"
+                    f" [{row['paired_min']:.2f}-{row['paired_max']:.2f}]"
                     f"   {'formula' if row['rule_picks_formula'] else 'fused'}",
                     flush=True,
                 )
@@ -141,7 +143,6 @@ def main() -> None:
                     "rounds": args.rounds,
                     "reps": args.reps,
                     "threads": args.threads,
-                    "small_scores": attention.SMALL_SCORES,
                     "small_scores_grad": attention.SMALL_SCORES_GRAD,
                 },
                 "rows": rows,

@@ -2,19 +2,20 @@
 
     .venv/bin/python benchmarks/decode_paths.py          # runs/multi30k_en_de/averaged, test2016
 
-Each variant turns one fast path off (the rest stay on) and translates the same sentences with
-``Translator.translate`` (text in, text out, the Translator's own batches):
+Each variant turns one fast path off (the rest stay on), or takes the alternative to a library
+primitive, and translates the same sentences with ``Translator.translate`` (text in, text out, the
+Translator's own batches):
 
 * ``one-stage selection``: PyTorch's ``argmax``/``topk`` over the whole vocabulary instead of the
-  block-wise two-stage ones (``aiayn.decode.search.MIN_BLOCKS`` set out of reach);
-* ``fused attention kernel``: ``F.scaled_dot_product_attention`` for decoding steps too, instead of
-  the written-out formula for short queries and small score matrices
-  (``aiayn.model.attention.PREFER_FORMULA = False``);
+  block-wise two-stage ones (``DecodeOptions(two_stage=False)``);
+* ``written-out attention formula``: attention computed by the formula written out (two batched
+  matmuls around an fp32 softmax) instead of the fused ``F.scaled_dot_product_attention`` that
+  decoding takes (``path = "formula"`` on every ``MultiHeadAttention`` of the model);
 * ``memory per row`` (beam search): the encoder memory and cross-attention keys/values copied for
-  every beam instead of kept once per sentence (``DecoderCache.group_rows = False``);
+  every beam instead of kept once per sentence (``DecodeOptions(group_rows=False)``);
 * ``scores`` (greedy search): hypotheses scored (a log-softmax per step), as ``translate_nbest``
   needs, where ``translate`` skips it (``DecodeOptions(scores=True)``);
-* ``all off``: every switch above at once.
+* ``all off``: every fast path above off at once (attention as shipped).
 
 Timing is interleaved at the finest grain that keeps the search unchanged: for every batch, every
 round runs every variant once, in rotating order; a variant's round time sums its batches. The
@@ -32,26 +33,22 @@ import json
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 
-import aiayn.decode.search as search
-import aiayn.model.attention as attention
 from aiayn.checkpoint import load_translation_model
 from aiayn.data.corpus import read_parallel
 from aiayn.decode.search import DecodeOptions
 from aiayn.decode.translator import Translator
 from aiayn.malloc import keep_freed_memory
-from aiayn.model.transformer import DecoderCache
+from aiayn.model import MultiHeadAttention
 from common import command, machine, peak_rss_mib, versions
 
 ROOT = Path(__file__).resolve().parents[1]
-SWITCHES = {  # name -> (module or class, attribute, value that turns the fast path off)
-    "one-stage selection": (search, "MIN_BLOCKS", 10**9),
-    "fused attention kernel": (attention, "PREFER_FORMULA", False),
-    "memory per row": (DecoderCache, "group_rows", False),
-}
+OPTIONS = {"one-stage selection": "two_stage", "memory per row": "group_rows"}  # DecodeOptions fields
+FORMULA = "written-out attention formula"  # MultiHeadAttention.path, on the model
 
 
 def parse_args() -> argparse.Namespace:
@@ -69,27 +66,33 @@ def parse_args() -> argparse.Namespace:
 
 
 def variants(greedy: bool) -> dict[str, tuple[set[str], bool]]:
-    """name -> (switches turned off, scores) for one search; greedy search has no beams to group."""
-    switches = [name for name in SWITCHES if not (greedy and name == "memory per row")]
-    cases = {"shipped": (set(), False), **{name: ({name}, False) for name in switches}}
+    """name -> (changes from the shipped paths, scores) for one search; greedy search has no beams
+    to group."""
+    fast_paths = [name for name in OPTIONS if not (greedy and name == "memory per row")]
+    cases = {"shipped": (set(), False), **{name: ({name}, False) for name in [*fast_paths, FORMULA]}}
     if greedy:
         cases["scores"] = (set(), True)
-    cases["all off"] = (set(switches), greedy)
+    cases["all off"] = (set(fast_paths), greedy)
     return cases
 
 
+def set_attention_path(model, path: str) -> None:
+    for module in model.modules():
+        if isinstance(module, MultiHeadAttention):
+            module.path = path
+
+
 def run(translator: Translator, lines: list[str], off: set[str], scores: bool) -> list[str]:
-    defaults = {name: getattr(owner, attribute) for name, (owner, attribute, _) in SWITCHES.items()}
+    shipped = translator.options
     try:
-        for name in off:
-            owner, attribute, value = SWITCHES[name]
-            setattr(owner, attribute, value)
+        translator.options = replace(shipped, **{OPTIONS[name]: False for name in off if name in OPTIONS})
+        set_attention_path(translator.model, "formula" if FORMULA in off else "auto")
         if scores:  # what translate() returns, through the scored search
             return [nbest[0][1] if nbest else "" for nbest in translator.translate_nbest(lines, 1)]
         return translator.translate(lines)
     finally:
-        for name, (owner, attribute, _) in SWITCHES.items():
-            setattr(owner, attribute, defaults[name])
+        translator.options = shipped
+        set_attention_path(translator.model, "auto")
 
 
 def measure(translator: Translator, lines: list[str], rounds: int, greedy: bool) -> dict:
@@ -142,7 +145,7 @@ def main() -> None:
         for name, f in figures[search_name].items():
             s = f["speedup_of_shipped"]
             print(
-                f"{search_name:7s} {name:24s} {f['median_s']:6.2f} s/round  shipped is {s['median']:.3f}x "
+                f"{search_name:7s} {name:30s} {f['median_s']:6.2f} s/round  shipped is {s['median']:.3f}x "
                 f"[{s['min']:.3f}-{s['max']:.3f}]  same output: {f['same_output_as_shipped']}",
                 flush=True,
             )

@@ -1,13 +1,14 @@
 """Before/after for decoding changes: this tree's search and cache against a git revision's, in one process.
 
 The revision's ``aiayn/decode/search.py`` and ``aiayn/model/attention.py`` are loaded as separate
-modules; for its turns, its ``generate`` and its ``KVCache`` class (the one the decoder cache builds)
-are swapped in (a revision's cache from before ``KVCache.group`` gets ``group = 1``). Everything else,
-``MultiHeadAttention`` and ``DecoderCache`` included, is this tree's on both sides: compare changes
-there with ``benchmarks/decode_paths.py``. Model, tokenizer and sentences are shared. After an
-untimed warm-up of each side, rounds alternate the order and are timed in process CPU time (less
-sensitive to other work on a shared machine than wall time). Prints the per-round times, the median
-of the per-round ratios, and whether the outputs are identical; writes ``--results`` (JSON).
+modules; for its turns, its ``generate`` and its ``KVCache`` class (the self-attention cache that
+``aiayn.decode.cache`` builds) are swapped in (a revision's cache without ``KVCache.attend`` gets this
+tree's). Everything else, ``MultiHeadAttention``, ``ModelStep`` and the grouped cross-attention cache
+included, is this tree's on both sides: compare changes there with ``benchmarks/decode_paths.py``.
+Model, tokenizer and sentences are shared. After an untimed warm-up of each side, rounds alternate
+the order and are timed in process CPU time (less sensitive to other work on a shared machine than
+wall time). Prints the per-round times, the median of the per-round ratios, and whether the outputs
+are identical; writes ``--results`` (JSON).
 
     python benchmarks/search_ab.py --rev a18eaf8 --beam 4 --sentences 300 --threads 1
 """
@@ -26,10 +27,10 @@ from pathlib import Path
 
 import torch
 
+import aiayn.decode.cache as decode_cache
 import aiayn.decode.search as current_search
 import aiayn.decode.translator as translator_module
 import aiayn.model.attention as attention
-import aiayn.model.transformer as transformer
 from aiayn.checkpoint import load_translation_model
 from aiayn.decode.translator import Translator
 from aiayn.malloc import keep_freed_memory
@@ -70,8 +71,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         old_search = module_at(args.rev, "aiayn/decode/search.py", "old_search", Path(tmp))
         old_attention = module_at(args.rev, "aiayn/model/attention.py", "old_attention", Path(tmp))
-    if not hasattr(old_attention.KVCache, "group"):  # read by this tree's MultiHeadAttention
-        old_attention.KVCache.group = 1
+    if not hasattr(old_attention.KVCache, "attend"):  # called by this tree's MultiHeadAttention
+        old_attention.KVCache.attend = attention.KVCache.attend
     variants = {
         args.rev: (old_search.generate, old_attention.KVCache),
         "this tree": (current_search.generate, attention.KVCache),
@@ -80,7 +81,7 @@ def main() -> None:
     outputs, seconds = {}, {name: [] for name in variants}
 
     def run(name: str) -> float:
-        translator_module.generate, transformer.KVCache = variants[name]
+        translator_module.generate, decode_cache.KVCache = variants[name]
         start = time.process_time()
         outputs[name] = translator.translate(lines)
         return time.process_time() - start

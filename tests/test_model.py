@@ -11,7 +11,7 @@ import torch
 import aiayn
 import aiayn.model.attention as attention_module
 from aiayn import TransformerConfig, build_model, positional_encoding
-from aiayn.model.attention import KVCache, MultiHeadAttention, attention_weights, scaled_dot_product_attention
+from aiayn.model.attention import MultiHeadAttention, attention_weights, scaled_dot_product_attention
 from aiayn.model.masks import causal_mask, padding_mask
 
 PAD = 0
@@ -36,12 +36,18 @@ def tiny_model(**overrides):
     return build_model(tiny_config(**overrides)).eval()
 
 
-@pytest.fixture(params=[True, False], ids=["formula", "fused kernel"])
-def attention_path(request, monkeypatch) -> bool:
-    """Run a model test on both attention paths (small test shapes would otherwise always take the
-    formula)."""
-    monkeypatch.setattr(attention_module, "PREFER_FORMULA", request.param)
+@pytest.fixture(params=["formula", "fused"])
+def attention_path(request) -> str:
+    """Run a model test on both attention paths: the ``path`` to give the model with :func:`on_path`."""
     return request.param
+
+
+def on_path(model, path: str):
+    """``model`` with every attention module set to ``path``."""
+    for module in model.modules():
+        if isinstance(module, MultiHeadAttention):
+            module.path = path
+    return model
 
 
 def tokens(lengths: list[int], total: int, vocab: int = 50) -> torch.Tensor:
@@ -105,11 +111,10 @@ def test_positional_encoding_none_changes_nothing() -> None:
     torch.testing.assert_close(model.src_pos(x), x)
 
 
-def test_fast_and_reference_attention_agree(monkeypatch) -> None:
-    monkeypatch.setattr(attention_module, "PREFER_FORMULA", False)  # the fused kernel as the fast path
+def test_fast_and_reference_attention_agree() -> None:
     q, k, v = torch.randn(2, 4, 6, 8), torch.randn(2, 4, 9, 8), torch.randn(2, 4, 9, 8)
     mask = padding_mask(tokens([9, 3], 9), PAD)
-    fast, none = scaled_dot_product_attention(q, k, v, mask)
+    fast, none = scaled_dot_product_attention(q, k, v, mask, path="fused")
     ref, weights = scaled_dot_product_attention(q, k, v, mask, need_weights=True)
     assert none is None
     torch.testing.assert_close(fast, ref, atol=1e-5, rtol=1e-5)
@@ -117,9 +122,27 @@ def test_fast_and_reference_attention_agree(monkeypatch) -> None:
     assert (weights[1, :, :, 3:] == 0).all()
 
 
-def test_attention_path_follows_the_shape_dtype_and_gradients() -> None:
-    """The formula for small score matrices and decoding steps; with gradients for larger ones, in bf16
-    only."""
+@pytest.mark.parametrize("path, fused_calls", [("auto", 6), ("fused", 6), ("formula", 0)])
+def test_path_chooses_the_kernel_of_every_attention_module(path: str, fused_calls: int, monkeypatch) -> None:
+    """Without gradients "auto" is the fused kernel; the path can be forced on a built model."""
+    fused, calls = attention_module.F.scaled_dot_product_attention, []
+
+    def counting(*args, **kwargs):
+        calls.append(args[0].shape)
+        return fused(*args, **kwargs)
+
+    monkeypatch.setattr(attention_module.F, "scaled_dot_product_attention", counting)
+    model = on_path(tiny_model(), path)
+    with torch.no_grad():
+        model(tokens([5, 3], 5), tokens([4, 4], 4, 60))
+    assert len(calls) == fused_calls  # 2 encoder self, 2 decoder self, 2 cross
+    with pytest.raises(ValueError, match="path: unknown value 'fast'"):
+        MultiHeadAttention(16, 4, path="fast")
+
+
+def test_auto_path_takes_the_formula_only_for_a_small_bf16_backward() -> None:
+    """ "auto": the formula when gradients flow through bf16/fp16 attention over at most 64 x 64 scores
+    per (row, head); the fused kernel for inference, fp32 and larger score matrices."""
     faster = attention_module.formula_is_faster
 
     def qk(t_q: int, t_k: int, grad: bool = False, dtype=torch.bfloat16) -> tuple[torch.Tensor, torch.Tensor]:
@@ -127,18 +150,17 @@ def test_attention_path_follows_the_shape_dtype_and_gradients() -> None:
             1, 1, t_k, 4, dtype=dtype
         )
 
-    assert faster(*qk(24, 24)) and not faster(*qk(24, 25)) and not faster(*qk(64, 64))
-    assert faster(*qk(24, 24, dtype=torch.float32)) and faster(*qk(1, 900, dtype=torch.float32))
-    assert faster(*qk(64, 64, grad=True)) and not faster(*qk(65, 64, grad=True))
+    assert faster(*qk(64, 64, grad=True)) and faster(*qk(1, 4096, grad=True))
+    assert not faster(*qk(65, 64, grad=True)) and not faster(*qk(1, 5000, grad=True))
+    assert faster(*qk(8, 8, grad=True, dtype=torch.float16))
     assert not faster(*qk(8, 8, grad=True, dtype=torch.float32))  # an fp32 backward: the fused kernel
-    assert faster(*qk(1, 5000)) and faster(*qk(16, 300)) and not faster(*qk(17, 300))
-    assert not faster(*qk(1, 5000, grad=True))  # a decoding step's rule is for inference only
+    assert not faster(*qk(1, 8)) and not faster(*qk(8, 8)) and not faster(*qk(8, 8, dtype=torch.float32))
     with torch.no_grad():
-        assert not faster(*qk(64, 64, grad=True))
+        assert not faster(*qk(8, 8, grad=True))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_formula_and_fused_kernel_give_the_same_gradients(dtype: torch.dtype, monkeypatch) -> None:
+def test_formula_and_fused_kernel_give_the_same_gradients(dtype: torch.dtype) -> None:
     """bf16 training takes the formula for short sequences (and any precision with weights asked for):
     its backward through the padding mask must equal the fused kernel's, in fp32 and under bf16 autocast."""
     torch.manual_seed(0)
@@ -146,37 +168,34 @@ def test_formula_and_fused_kernel_give_the_same_gradients(dtype: torch.dtype, mo
     x, memory = torch.randn(3, 5, 16), torch.randn(3, 7, 16)
     mask = padding_mask(tokens([7, 4, 2], 7), PAD)
     grads = {}
-    for prefer in (True, False):
-        monkeypatch.setattr(attention_module, "PREFER_FORMULA", prefer)
+    for path in ("formula", "fused"):
+        attention.path = path
         attention.zero_grad()
         query = x.clone().requires_grad_()
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
-            out, _ = attention(query, memory, mask, need_weights=prefer)  # True: the formula, in fp32 too
+            out, _ = attention(query, memory, mask)
         out.float().square().sum().backward()
-        grads[prefer] = [query.grad] + [p.grad.clone() for p in attention.parameters()]
+        grads[path] = [query.grad] + [p.grad.clone() for p in attention.parameters()]
     tol = 1e-5 if dtype == torch.float32 else 3e-2
-    for ours, fused in zip(grads[True], grads[False]):
+    for ours, fused in zip(grads["formula"], grads["fused"]):
         torch.testing.assert_close(ours, fused, atol=tol, rtol=tol)
 
 
-@pytest.mark.parametrize("prefer_formula", [True, False], ids=["formula", "fused kernel"])
+@pytest.mark.parametrize("path", ["formula", "fused"])
 @pytest.mark.parametrize("need_weights", [False, True])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_fully_padded_row_gives_zeros_not_nan(
-    need_weights: bool, dtype: torch.dtype, prefer_formula: bool, monkeypatch
-) -> None:
-    monkeypatch.setattr(attention_module, "PREFER_FORMULA", prefer_formula)
+def test_fully_padded_row_gives_zeros_not_nan(need_weights: bool, dtype: torch.dtype, path: str) -> None:
     q, k, v = torch.randn(2, 2, 3, 8), torch.randn(2, 2, 4, 8), torch.randn(2, 2, 4, 8)
     mask = torch.ones(2, 1, 1, 4, dtype=torch.bool)
     mask[1] = False
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
-        out, _ = scaled_dot_product_attention(q, k, v, mask, need_weights=need_weights)
+        out, _ = scaled_dot_product_attention(q, k, v, mask, need_weights=need_weights, path=path)
     assert torch.isfinite(out).all()
     assert (out[1] == 0).all()
 
 
-def test_model_on_all_padding_source_is_finite_in_fp32_and_bf16(attention_path: bool) -> None:
-    model = tiny_model()
+def test_model_on_all_padding_source_is_finite_in_fp32_and_bf16(attention_path: str) -> None:
+    model = on_path(tiny_model(), attention_path)
     src = tokens([5, 0], 5)  # second sentence is all padding
     tgt = tokens([4, 1], 4, 60)
     for enabled in (False, True):
@@ -213,8 +232,8 @@ def test_decoder_is_causal(norm_first: bool) -> None:
     assert not torch.allclose(a[:, 5:], b[:, 5:])
 
 
-def test_padding_invariance(attention_path: bool) -> None:
-    model = tiny_model()
+def test_padding_invariance(attention_path: str) -> None:
+    model = on_path(tiny_model(), attention_path)
     src, tgt = tokens([5], 5), tokens([4], 4, 60)
     with torch.no_grad():
         alone = model(src, tgt)
@@ -229,8 +248,8 @@ def test_padding_invariance(attention_path: bool) -> None:
 
 
 @pytest.mark.parametrize("norm_first", [False, True])
-def test_cached_decoding_equals_full_forward(norm_first: bool, attention_path: bool) -> None:
-    model = tiny_model(norm_first=norm_first)
+def test_cached_decoding_equals_full_forward(norm_first: bool, attention_path: str) -> None:
+    model = on_path(tiny_model(norm_first=norm_first), attention_path)
     src, tgt = tokens([7, 3], 7), tokens([6, 6], 6, 60)
     with torch.no_grad():
         full = model(src, tgt)
@@ -257,104 +276,26 @@ def test_cache_reorder_selects_batch_rows() -> None:
     torch.testing.assert_close(step[:, 0], full[:, 3], atol=1e-5, rtol=1e-5)
 
 
-def test_cache_reorder_copies_only_what_changes() -> None:
-    """Shuffling rows that hold the same source keeps the source-only tensors, stored once per group
-    of rows; results stay exact."""
-    model = tiny_model()
-    sentences, tgt = tokens([7, 3], 7), tokens([6, 6, 6, 6], 6, 60)
-    src = sentences[[0, 0, 1, 1]]  # two beams per sentence, as beam search expands them
-    with torch.no_grad():
-        src_mask = padding_mask(sentences, PAD)
-        cache = model.init_cache(model.encode(sentences, src_mask), src_mask)
-        cache.reorder(torch.tensor([0, 0, 1, 1]))
-        assert cache.group == 2 and cache.memory.size(0) == 2  # each source once, read by 2 rows
-        model.decode(tgt[:, :3], None, cache=cache)
-        memory, self_k = cache.memory, cache.layers[0][0].k
-        cache.reorder(torch.arange(4))  # identity: nothing is copied
-        assert cache.memory is memory and cache.layers[0][0].k is self_k
-        order = torch.tensor([1, 1, 3, 2])  # beams move within their sentence
-        cache.reorder(order)
-        assert cache.memory is memory and cache.layers[0][0].k is not self_k
-        step = model.generator(model.decode(tgt[order, 3:4], None, cache=cache))
-        cache.reorder(torch.tensor([2, 3]))  # the first sentence leaves the batch
-        assert cache.memory.size(0) == 1 and torch.equal(cache.sources, torch.tensor([0, 0]))
-        last = model.generator(model.decode(tgt[order][[2, 3], 4:5], None, cache=cache))
-        full = model(src[order], tgt[order, :5])
-    torch.testing.assert_close(step[:, 0], full[:, 3], atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(last[:, 0], full[[2, 3], 4], atol=1e-5, rtol=1e-5)
-
-
-@pytest.mark.parametrize("prefer_formula", [True, False], ids=["formula", "fused kernel"])
-@pytest.mark.parametrize("need_weights", [False, True])
-def test_grouped_cross_attention_equals_one_memory_row_per_query_row(
-    need_weights: bool, prefer_formula: bool, monkeypatch
-) -> None:
-    """A static cache with group g (rows i*g .. i*g+g-1 read cached row i) gives what copying the
-    memory for every row gives, outputs and weights, with a padded source; on both decoding paths."""
-    monkeypatch.setattr(attention_module, "PREFER_FORMULA", prefer_formula)
-    torch.manual_seed(0)
-    attention = MultiHeadAttention(16, 4).eval()
-    memory, query = torch.randn(2, 5, 16), torch.randn(6, 2, 16)  # 2 sources, 3 rows each, 2 new positions
-    mask = torch.tensor([[True] * 5, [True, True, False, False, False]])[:, None, None]  # (2, 1, 1, 5)
-    grouped, copied = KVCache(static=True), KVCache(static=True)
-    with torch.no_grad():
-        attention(query[::3], memory, mask, cache=grouped)  # fills the cache, one row per source
-        grouped.group = 3
-        out, weights = attention(query, memory, mask, cache=grouped, need_weights=need_weights)
-        rows = torch.tensor([0, 0, 0, 1, 1, 1])
-        expected, expected_weights = attention(
-            query, memory[rows], mask[rows], cache=copied, need_weights=True
-        )
-    torch.testing.assert_close(out, expected, atol=1e-6, rtol=1e-5)
-    if need_weights:
-        torch.testing.assert_close(weights, expected_weights, atol=1e-6, rtol=1e-5)
-        assert weights.shape == (6, 4, 2, 5) and bool((weights[3:, :, :, 2:] == 0).all())
-
-
-def test_attention_weights_stay_fp32_under_autocast(monkeypatch) -> None:
-    """The written-out formula (the reference, and decoding's path for short queries) scores in fp32."""
+def test_attention_weights_stay_fp32_under_autocast() -> None:
+    """The written-out formula (the reference, and bf16 training's path for small score matrices)
+    scores in fp32."""
     q, k = torch.randn(2, 4, 1, 8), torch.randn(2, 4, 5, 8)
     mask = torch.tensor([[True] * 5, [True, True, False, False, False]])[:, None, None]
     with torch.autocast("cpu", dtype=torch.bfloat16):
         weights = attention_weights(q, k, mask)
-        out, _ = scaled_dot_product_attention(q, k, k, mask)
-    monkeypatch.setattr(attention_module, "PREFER_FORMULA", False)  # the fused kernel as the comparison
+        out, _ = scaled_dot_product_attention(q, k, k, mask, path="formula")
     assert weights.dtype == torch.float32
     torch.testing.assert_close(weights, attention_weights(q, k, mask), atol=0, rtol=0)
     # the product with V is autocast's bf16 matmul, as the fused kernel's would be
-    torch.testing.assert_close(
-        out.float(), scaled_dot_product_attention(q, k, k, mask)[0], atol=2e-2, rtol=2e-2
-    )
-
-
-def test_cache_reorder_into_unequal_groups() -> None:
-    """Runs of unequal length (sampling's copies of a sentence after one finished) fall back to one
-    memory row per row; grouped and ungrouped steps give the full forward's logits."""
-    model = tiny_model()
-    sentences, tgt = tokens([7, 3], 7), tokens([6, 6, 6, 6, 6], 6, 60)
-    with torch.no_grad():
-        src_mask = padding_mask(sentences, PAD)
-        cache = model.init_cache(model.encode(sentences, src_mask), src_mask)
-        cache.reorder(torch.tensor([0, 0, 0, 1, 1, 1]))
-        assert cache.group == 3 and cache.memory.size(0) == 2
-        model.decode(tgt[[0, 0, 0, 1, 1, 1], :3], None, cache=cache)
-        grouped = model.generator(model.decode(tgt[[0, 0, 0, 1, 1, 1], 3:4], None, cache=cache))
-        order = torch.tensor([0, 2, 3, 4, 5])  # one copy of the first sentence has finished
-        cache.reorder(order)
-        assert cache.group == 1 and cache.memory.size(0) == 5
-        last = model.generator(model.decode(tgt[[0, 0, 1, 1, 1], 4:5], None, cache=cache))
-        full = model(sentences[[0, 0, 1, 1, 1]], tgt[[0, 0, 1, 1, 1], :5])
-    torch.testing.assert_close(grouped[:, 0], full[[0, 0, 0, 2, 2, 2], 3], atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(last[:, 0], full[:, 4], atol=1e-5, rtol=1e-5)
-    cache.reorder(torch.tensor([], dtype=torch.long))  # every row finished
-    assert cache.memory.size(0) == 0 and cache.layers[0][0].k.size(0) == 0
+    fused, _ = scaled_dot_product_attention(q, k, k, mask, path="fused")
+    torch.testing.assert_close(out.float(), fused, atol=2e-2, rtol=2e-2)
 
 
 # --- precision and gradients --------------------------------------------------------------------
 
 
-def test_bf16_autocast_is_close_to_fp32(attention_path: bool) -> None:
-    model = tiny_model()
+def test_bf16_autocast_is_close_to_fp32(attention_path: str) -> None:
+    model = on_path(tiny_model(), attention_path)
     src, tgt = tokens([7, 5], 7), tokens([6, 4], 6, 60)
     with torch.no_grad():
         ref = model(src, tgt)

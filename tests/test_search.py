@@ -4,11 +4,11 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 import torch
 
-import aiayn.decode.search as search_module
 from aiayn import TransformerConfig, build_model
 from aiayn.decode import (
     DecodeOptions,
@@ -20,9 +20,12 @@ from aiayn.decode import (
     max_output_lengths,
     sample_search,
 )
+from aiayn.decode.cache import GroupedDecoderCache, GroupedKVCache
 from aiayn.decode.search import BLOCK, MIN_BLOCKS, _blocks, first_argmax, stable_topk
 from aiayn.decode.step import source_lengths
 from aiayn.errors import UserError
+from aiayn.model import KVCache, MultiHeadAttention
+from aiayn.model.masks import padding_mask
 
 PAD, UNK, BOS, EOS, A, B = range(6)
 V = 6
@@ -324,13 +327,14 @@ def test_decoding_over_a_vocabulary_large_enough_for_the_two_stage_selection(opt
     with torch.inference_mode():  # the one-stage reference: PyTorch's argmax and topk
         step = ModelStep(model, src)
         max_lens = max_output_lengths(source_lengths(src, PAD), options.max_len_a, options.max_len_b, 64)
-        with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(search_module, "MIN_BLOCKS", 10**9)
-            if options.beam == 1:
-                reference = greedy_search(step, max_lens, options.alpha)
-            else:
-                reference = beam_search(step, max_lens, options.beam, options.alpha, options.nbest)
+        if options.beam == 1:
+            reference = greedy_search(step, max_lens, options.alpha, two_stage=False)
+        else:
+            reference = beam_search(
+                step, max_lens, options.beam, options.alpha, options.nbest, two_stage=False
+            )
     assert_same(cached, reference)
+    assert_same(cached, generate(model, src, replace(options, two_stage=False)))
 
 
 def test_only_greedy_search_takes_logits() -> None:
@@ -401,20 +405,20 @@ class RoundedStep(ModelStep):
 
 
 @pytest.mark.parametrize("step_class", [ModelStep, RoundedStep], ids=["model", "ties"])
-def test_beam_shortlist_equals_scoring_every_token(step_class, monkeypatch) -> None:
+def test_beam_shortlist_equals_scoring_every_token(step_class) -> None:
     """Scoring each row's best 2K tokens gives exactly the beams of scoring all K * V candidates."""
-    from aiayn.decode.search import _Beams
-
     model, src = tiny_model(), pad(sources([5, 9, 3, 7], seed=4))
     max_lens = [12] * 4
 
-    def run():
+    def run(shortlist: bool):
         with torch.no_grad():
-            return beam_search(step_class(model, src), max_lens, beam=4, alpha=0.6, nbest=4)
+            return beam_search(
+                step_class(model, src), max_lens, beam=4, alpha=0.6, nbest=4, shortlist=shortlist
+            )
 
-    shortlisted = run()
-    monkeypatch.setattr(_Beams, "shortlist", False)
-    assert_same(shortlisted, run())
+    assert_same(run(shortlist=True), run(shortlist=False))
+    options = DecodeOptions(beam=4, nbest=4, max_len_b=8)
+    assert_same(generate(model, src, options), generate(model, src, replace(options, shortlist=False)))
 
 
 def test_sampling_without_a_seed_differs_between_calls_and_follows_torch_manual_seed() -> None:
@@ -437,3 +441,118 @@ def test_huge_or_infinite_max_len_gives_the_cap_and_options_refuse_non_finite_va
             with pytest.raises(UserError, match=f"{field}: must be finite and >= 0"):
                 DecodeOptions(**{field: value})
     assert DecodeOptions(max_len_a=1e30).max_len_a == 1e30  # huge but finite: the cap applies
+
+
+# --- the decoding cache: rows of one source share its memory -------------------------------------
+
+
+def targets(rows: int, length: int, seed: int = 0) -> torch.Tensor:
+    return torch.randint(4, 30, (rows, length), generator=torch.Generator().manual_seed(seed))
+
+
+def grouped_cache(model, sentences: torch.Tensor, group_rows: bool = True) -> GroupedDecoderCache:
+    src_mask = padding_mask(sentences, PAD)
+    return GroupedDecoderCache(
+        len(model.decoder.layers), model.encode(sentences, src_mask), src_mask, group_rows
+    )
+
+
+def test_cache_reorder_copies_only_what_changes() -> None:
+    """Shuffling rows that hold the same source keeps the source-only tensors, stored once per group
+    of rows; results stay exact."""
+    model = tiny_model()
+    sentences, tgt = pad(sources([7, 3])), targets(4, 6)
+    src = sentences[[0, 0, 1, 1]]  # two beams per sentence, as beam search expands them
+    with torch.no_grad():
+        cache = grouped_cache(model, sentences)
+        cache.reorder(torch.tensor([0, 0, 1, 1]))
+        assert cache.group == 2 and cache.memory.size(0) == 2  # each source once, read by 2 rows
+        model.decode(tgt[:, :3], None, cache=cache)
+        memory, self_k = cache.memory, cache.layers[0][0].k
+        cache.reorder(torch.arange(4))  # identity: nothing is copied
+        assert cache.memory is memory and cache.layers[0][0].k is self_k
+        order = torch.tensor([1, 1, 3, 2])  # beams move within their sentence
+        cache.reorder(order)
+        assert cache.memory is memory and cache.layers[0][0].k is not self_k
+        step = model.generator(model.decode(tgt[order, 3:4], None, cache=cache))
+        cache.reorder(torch.tensor([2, 3]))  # the first sentence leaves the batch
+        assert cache.memory.size(0) == 1 and torch.equal(cache.sources, torch.tensor([0, 0]))
+        last = model.generator(model.decode(tgt[order][[2, 3], 4:5], None, cache=cache))
+        full = model(src[order], tgt[order, :5])
+    torch.testing.assert_close(step[:, 0], full[:, 3], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(last[:, 0], full[[2, 3], 4], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("path", ["formula", "fused"])
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_grouped_cross_attention_equals_one_memory_row_per_query_row(need_weights: bool, path: str) -> None:
+    """A grouped cache with group g (rows i*g .. i*g+g-1 read cached row i) gives what copying the
+    memory for every row into a plain cache gives, outputs and weights, with a padded source; on
+    both attention paths."""
+    torch.manual_seed(0)
+    attention = MultiHeadAttention(16, 4, path=path).eval()
+    memory, query = torch.randn(2, 5, 16), torch.randn(6, 2, 16)  # 2 sources, 3 rows each, 2 new positions
+    mask = torch.tensor([[True] * 5, [True, True, False, False, False]])[:, None, None]  # (2, 1, 1, 5)
+    grouped, copied = GroupedKVCache(), KVCache(static=True)
+    with torch.no_grad():
+        attention(query[::3], memory, mask, cache=grouped)  # fills the cache, one row per source
+        grouped.group = 3
+        out, weights = attention(query, memory, mask, cache=grouped, need_weights=need_weights)
+        rows = torch.tensor([0, 0, 0, 1, 1, 1])
+        expected, expected_weights = attention(
+            query, memory[rows], mask[rows], cache=copied, need_weights=True
+        )
+    torch.testing.assert_close(out, expected, atol=1e-6, rtol=1e-5)
+    if need_weights:
+        torch.testing.assert_close(weights, expected_weights, atol=1e-6, rtol=1e-5)
+        assert weights.shape == (6, 4, 2, 5) and bool((weights[3:, :, :, 2:] == 0).all())
+
+
+def test_cache_reorder_into_unequal_groups() -> None:
+    """Runs of unequal length (sampling's copies of a sentence after one finished) fall back to one
+    memory row per row; grouped and ungrouped steps give the full forward's logits."""
+    model = tiny_model()
+    sentences, tgt = pad(sources([7, 3])), targets(5, 6)
+    with torch.no_grad():
+        cache = grouped_cache(model, sentences)
+        cache.reorder(torch.tensor([0, 0, 0, 1, 1, 1]))
+        assert cache.group == 3 and cache.memory.size(0) == 2
+        model.decode(tgt[[0, 0, 0, 1, 1, 1], :3], None, cache=cache)
+        grouped = model.generator(model.decode(tgt[[0, 0, 0, 1, 1, 1], 3:4], None, cache=cache))
+        order = torch.tensor([0, 2, 3, 4, 5])  # one copy of the first sentence has finished
+        cache.reorder(order)
+        assert cache.group == 1 and cache.memory.size(0) == 5
+        last = model.generator(model.decode(tgt[[0, 0, 1, 1, 1], 4:5], None, cache=cache))
+        full = model(sentences[[0, 0, 1, 1, 1]], tgt[[0, 0, 1, 1, 1], :5])
+    torch.testing.assert_close(grouped[:, 0], full[[0, 0, 0, 2, 2, 2], 3], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(last[:, 0], full[:, 4], atol=1e-5, rtol=1e-5)
+    cache.reorder(torch.tensor([], dtype=torch.long))  # every row finished
+    assert cache.memory.size(0) == 0 and cache.layers[0][0].k.size(0) == 0
+
+
+def test_without_group_rows_every_row_keeps_its_own_memory_row() -> None:
+    model = tiny_model()
+    with torch.no_grad():
+        cache = grouped_cache(model, pad(sources([7, 3])), group_rows=False)
+        cache.reorder(torch.tensor([0, 0, 0, 1, 1, 1]))
+        model.decode(targets(6, 1), None, cache=cache)
+    assert cache.group == 1 and cache.memory.size(0) == 6
+    assert all(cross.group == 1 and cross.k.size(0) == 6 for _, cross in cache.layers)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [DecodeOptions(beam=4, nbest=4, max_len_b=8), DecodeOptions(sample=True, seed=3, nbest=3, max_len_b=8)],
+    ids=["beam", "sample"],
+)
+def test_grouped_and_per_row_memory_give_the_same_hypotheses(options: DecodeOptions) -> None:
+    model, src = tiny_model(), pad(sources([5, 9, 3, 7], seed=5))
+    grouped = generate(model, src, options)
+    assert_same(grouped, generate(model, src, replace(options, group_rows=False)))
+    assert [h.tokens for hyps in grouped for h in hyps] == [
+        h.tokens for hyps in generate(model, src, replace(options, group_rows=False)) for h in hyps
+    ]
+    with torch.no_grad():  # the grouped path was taken: one memory row per sentence after expansion
+        step = ModelStep(model, src)
+        step.reorder(torch.arange(4).repeat_interleave(3))
+    assert step.cache.group == 3 and step.cache.memory.size(0) == 4

@@ -278,8 +278,8 @@ def load_weights(model: nn.Module, weights: dict[str, Tensor], source: Path | st
     tied = {name for name, tensor in state.items() if name not in weights and tensor.data_ptr() in stored}
     wrong = [
         f"{name} {list(weights[name].shape)} (the model's {list(state[name].shape)})"
-        for name in weights
-        if name in state and weights[name].shape != state[name].shape
+        for name in state  # the model's order: the file's is not fixed
+        if name in weights and weights[name].shape != state[name].shape
     ]
     if wrong:
         raise UserError(

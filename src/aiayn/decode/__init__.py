@@ -5,9 +5,12 @@
     >>> translator.translate(["A man is riding a bike."])               # doctest: +SKIP
 
 :mod:`aiayn.decode.search` holds the searches (their conventions: length, score, stopping rule);
-:mod:`aiayn.decode.step` the model as a step function; :mod:`aiayn.decode.translator` text in/out.
+:mod:`aiayn.decode.step` the model as a step function; :mod:`aiayn.decode.cache` the key/value
+cache it decodes with (rows of one source share its memory); :mod:`aiayn.decode.translator` text
+in/out.
 """
 
+from aiayn.decode.cache import GroupedDecoderCache
 from aiayn.decode.search import (
     DecodeOptions,
     Hypothesis,
@@ -23,6 +26,7 @@ from aiayn.decode.translator import Translator
 
 __all__ = [
     "DecodeOptions",
+    "GroupedDecoderCache",
     "Hypothesis",
     "ModelStep",
     "SpecialIds",

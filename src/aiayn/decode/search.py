@@ -4,6 +4,11 @@ Every search works on a *step function* (see :mod:`aiayn.decode.step`): ``step(p
 the next-token log-probabilities of each row, ``step.reorder(new_order)`` selects rows. The real
 model goes through :class:`~aiayn.decode.step.ModelStep`; the tests use a fake one.
 
+Exact speed-ups, each with its reference behind an argument (and a :class:`DecodeOptions` field), so
+that tests and ``benchmarks/decode_paths.py`` compare the two: ``two_stage`` (block-wise argmax and
+top-k over the vocabulary, against PyTorch's one-stage ones), ``shortlist`` (beam search scores each
+row's best ``2 * beam`` tokens, not all of them) and ``group_rows`` (see :mod:`aiayn.decode.cache`).
+
 Conventions, the same in every search:
 
 * **Length** ``|Y|`` counts the generated tokens *including* the final EOS (not BOS).
@@ -29,12 +34,13 @@ the worst of them: the best live log-prob, scored as if it ended at the next ste
 That bound is exact for ``alpha = 0`` (log-probs only fall) and the usual heuristic for
 ``alpha > 0`` (HF transformers' ``early_stopping=False``). fairseq stops as soon as ``beam``
 hypotheses have finished; with a confident model that can drop the best, still-live hypothesis
-in favour of short ones that ended early (seen on the demo task: 12% of outputs lost a digit).
+in favour of short ones that ended early.
 The n-best list is the finished hypotheses sorted by score (ties: the earlier-finished first).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Callable, Protocol
@@ -88,23 +94,24 @@ BLOCK = 64  # elements per block in the two-stage row reductions below
 MIN_BLOCKS = 16  # rows shorter than BLOCK * MIN_BLOCKS take PyTorch's one-stage kernels
 
 
-def _blocks(x: Tensor) -> Tensor | None:
+def _blocks(x: Tensor, two_stage: bool = True) -> Tensor | None:
     """``x`` ``(N, M)`` viewed as ``(N, M // BLOCK, BLOCK)``, or None when that is not worth it
-    (short rows) or not possible (M not a multiple of BLOCK, or rows not contiguous)."""
+    (short rows, or not ``two_stage``) or not possible (M not a multiple of BLOCK, or rows not
+    contiguous)."""
     n, m = x.shape
-    if m % BLOCK or m < BLOCK * MIN_BLOCKS or x.stride(-1) != 1:
+    if not two_stage or m % BLOCK or m < BLOCK * MIN_BLOCKS or x.stride(-1) != 1:
         return None
     return x.as_strided((n, m // BLOCK, BLOCK), (x.stride(0), BLOCK, 1))
 
 
-def first_argmax(x: Tensor) -> Tensor:
+def first_argmax(x: Tensor, two_stage: bool = True) -> Tensor:
     """``x.argmax(dim=-1)`` of ``(N, M)`` -> ``(N,)``: the first (lowest) index of each row's maximum.
 
-    Over a vocabulary PyTorch's CPU ``argmax`` is slow (it does not vectorise; ~10 ms for 1000 rows
-    of 8000 here). Two stages give the same index: the block maxima (a vectorised ``amax``), the first
-    block holding the row's maximum, then the first maximum inside that block.
+    Over a vocabulary PyTorch's CPU ``argmax`` is slow (it does not vectorise). Two stages give the
+    same index: the block maxima (a vectorised ``amax``), the first block holding the row's maximum,
+    then the first maximum inside that block. ``two_stage=False``: PyTorch's ``argmax``.
     """
-    blocks = _blocks(x)
+    blocks = _blocks(x, two_stage)
     if blocks is None:
         return x.argmax(dim=-1)
     block = blocks.amax(dim=-1).argmax(dim=-1)  # (N,) first block with the maximum
@@ -112,14 +119,14 @@ def first_argmax(x: Tensor) -> Tensor:
     return block * BLOCK + blocks[rows, block].argmax(dim=-1)
 
 
-def _topk(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
+def _topk(x: Tensor, k: int, two_stage: bool = True) -> tuple[Tensor, Tensor]:
     """``x.topk(k, dim=-1)`` of ``(N, M)``: the same values; indices of ties may differ, as topk's may.
 
     Two stages over a vocabulary: the ``k`` blocks with the largest maxima hold the top ``k`` values
     (a block left out has a maximum no larger than ``k`` elements of the chosen blocks, so none of its
     elements can be needed), then ``topk`` over those ``k * BLOCK`` candidates.
     """
-    blocks = _blocks(x)
+    blocks = _blocks(x, two_stage)
     if blocks is None or k > blocks.size(1):
         return x.topk(k, dim=-1)
     n = x.size(0)
@@ -129,14 +136,15 @@ def _topk(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
     return values, chosen.gather(1, position // BLOCK) * BLOCK + position % BLOCK
 
 
-def stable_topk(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
+def stable_topk(x: Tensor, k: int, two_stage: bool = True) -> tuple[Tensor, Tensor]:
     """Top ``k`` of each row of ``x`` ``(N, M)``, descending; equal values: lower index first.
 
     ``torch.topk`` leaves the order of ties unspecified; this makes it deterministic. It costs one
     ``topk`` of ``k + 1`` (:func:`_topk`) plus a sort of ``k`` elements per row, and a full stable
     sort of only the rows with a tie across the cut (their k-th and (k+1)-th largest values are equal).
+    ``two_stage=False``: one ``torch.topk`` over the whole row instead of :func:`_topk`'s two stages.
     """
-    top_values, top_index = _topk(x, min(k + 1, x.size(-1)))
+    top_values, top_index = _topk(x, min(k + 1, x.size(-1)), two_stage)
     index = top_index[:, :k].sort(dim=-1).values  # (N, k), ascending index
     values, perm = x.gather(-1, index).sort(dim=-1, descending=True, stable=True)
     index = index.gather(-1, perm)
@@ -179,6 +187,7 @@ def greedy_search(
     alpha: float = 0.0,
     ids: SpecialIds = SpecialIds(),
     scores: bool = True,
+    two_stage: bool = True,
 ) -> list[list[Hypothesis]]:
     """The most probable next token at each step (argmax; ties: the lowest id). One hypothesis per row.
 
@@ -186,10 +195,11 @@ def greedy_search(
     ``ModelStep(..., log_probs=False)``): the argmax is taken over them as they are, and the chosen
     token's log-probability comes from their ``log_softmax``. ``scores=False`` skips that, as
     CTranslate2 does when no scores are asked for: the tokens are the same, ``score`` and
-    ``log_prob`` are NaN.
+    ``log_prob`` are NaN. ``two_stage``: see :func:`first_argmax`.
     """
     logits = not getattr(step, "log_probs", True)
-    return _single_path(step, max_lens, alpha, ids, first_argmax, normalise=logits, scores=scores)
+    choose = functools.partial(first_argmax, two_stage=two_stage)
+    return _single_path(step, max_lens, alpha, ids, choose, normalise=logits, scores=scores)
 
 
 def sample_search(
@@ -314,14 +324,19 @@ def beam_search(
     alpha: float = 0.6,
     nbest: int = 1,
     ids: SpecialIds = SpecialIds(),
+    shortlist: bool = True,
+    two_stage: bool = True,
 ) -> list[list[Hypothesis]]:
     """Beam search (stopping rule in the module docstring). Returns ``nbest`` hypotheses per row,
     best score first. ``step`` holds one row per sentence on entry; it is expanded to ``beam`` rows.
+
+    ``shortlist``: score only each row's best ``2 * beam`` tokens (exact, see ``_Beams.advance``);
+    False scores all ``beam * V`` candidates. ``two_stage``: see :func:`stable_topk`.
     """
     if not 1 <= nbest <= beam:
         raise ValueError(f"nbest ({nbest}) must be between 1 and beam ({beam})")
     _need_log_probs(step, "beam search")
-    state = _Beams(step, max_lens, beam, alpha, ids)
+    state = _Beams(step, max_lens, beam, alpha, ids, shortlist, two_stage)
     while state.active:
         state.advance()
     return [sorted(f, key=lambda h: -h.score)[:nbest] for f in state.finished]
@@ -330,12 +345,18 @@ def beam_search(
 class _Beams:
     """The live beams of the unfinished sentences and the finished hypotheses of every sentence."""
 
-    shortlist = True  # score only each row's best 2K tokens (exact; False: all K*V, the tests' reference)
-
     def __init__(
-        self, step: StepFunction, max_lens: list[int], beam: int, alpha: float, ids: SpecialIds
+        self,
+        step: StepFunction,
+        max_lens: list[int],
+        beam: int,
+        alpha: float,
+        ids: SpecialIds,
+        shortlist: bool = True,
+        two_stage: bool = True,
     ) -> None:
         self.step, self.max_lens, self.beam, self.alpha, self.ids = step, max_lens, beam, alpha, ids
+        self.shortlist, self.two_stage = shortlist, two_stage
         device = _device_of(step)
         n = len(max_lens)
         self.active = list(range(n))  # sentence ids still searching
@@ -357,11 +378,11 @@ class _Beams:
         # included: both selections prefer the lower beam, then the lower token id), so only those
         # K * 2K candidates per sentence are scored, not K * V.
         per_row = min(2 * K, log_probs.size(-1)) if self.shortlist else log_probs.size(-1)
-        row_scores, row_tokens = stable_topk(log_probs, per_row)  # (n*rows, per_row)
+        row_scores, row_tokens = stable_topk(log_probs, per_row, self.two_stage)  # (n*rows, per_row)
         if rows == 1:  # beams 1..K-1 are copies of beam 0 with log-prob -inf
             row_scores, row_tokens = row_scores.repeat_interleave(K, 0), row_tokens.repeat_interleave(K, 0)
         cand = (self.cum.reshape(-1, 1) + row_scores.double()).reshape(len(self.active), K * per_row)
-        scores, flat = stable_topk(cand, 2 * K)  # (n, 2K)
+        scores, flat = stable_topk(cand, 2 * K, self.two_stage)  # (n, 2K)
         origin = flat // per_row  # beam index of each candidate
         token = row_tokens.reshape(len(self.active), K * per_row).gather(-1, flat)  # (n, 2K)
         is_eos = (token == self.ids.eos) & torch.isfinite(scores)  # (n, 2K)
@@ -422,6 +443,8 @@ class DecodeOptions:
     tokens (its EOS included); the paper's "input length + 50" is a=1, b=50.
     ``scores=False``: the caller needs no scores (``Translator.translate``), so a search that does
     not need them to choose (greedy) skips them; its hypotheses' ``score``/``log_prob`` are NaN.
+    ``group_rows``, ``shortlist``, ``two_stage``: exact speed-ups (module docstring); False gives
+    the reference path, the same output.
     """
 
     beam: int = 4
@@ -436,6 +459,9 @@ class DecodeOptions:
     top_p: float = 1.0
     seed: int | None = None
     scores: bool = True
+    group_rows: bool = True
+    shortlist: bool = True
+    two_stage: bool = True
 
     def __post_init__(self) -> None:
         checks = [
@@ -470,7 +496,8 @@ def generate(model, src: Tensor, options: DecodeOptions = DecodeOptions()) -> li
     )
     greedy = options.beam == 1 and not options.sample
     with torch.inference_mode():
-        step = ModelStep(model, src, options.use_cache, log_probs=not greedy)  # greedy: argmax of the logits
+        # greedy: argmax of the logits
+        step = ModelStep(model, src, options.use_cache, log_probs=not greedy, group_rows=options.group_rows)
         if options.sample:
             return sample_search(
                 step,
@@ -484,5 +511,14 @@ def generate(model, src: Tensor, options: DecodeOptions = DecodeOptions()) -> li
                 ids,
             )
         if greedy:
-            return greedy_search(step, max_lens, options.alpha, ids, options.scores)
-        return beam_search(step, max_lens, options.beam, options.alpha, options.nbest, ids)
+            return greedy_search(step, max_lens, options.alpha, ids, options.scores, options.two_stage)
+        return beam_search(
+            step,
+            max_lens,
+            options.beam,
+            options.alpha,
+            options.nbest,
+            ids,
+            options.shortlist,
+            options.two_stage,
+        )

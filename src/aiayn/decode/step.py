@@ -21,6 +21,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from aiayn.decode.cache import GroupedDecoderCache
 from aiayn.model.masks import padding_mask
 
 
@@ -28,17 +29,22 @@ class ModelStep:
     """The Transformer as a step function, with (default) or without the key/value cache.
 
     ``src`` ``(B, S)`` padded source ids. With ``use_cache=True`` each call feeds only the last
-    prefix token and reuses the cached keys/values; with ``use_cache=False`` it recomputes the
-    decoder over the whole prefix (slow, the reference the cached path is tested against).
+    prefix token and reuses the cached keys/values (a :class:`GroupedDecoderCache`: rows with the
+    same source share its memory unless ``group_rows=False``); with ``use_cache=False`` it recomputes
+    the decoder over the whole prefix (slow, the reference the cached path is tested against).
     ``log_probs=False``: calls return the generator's logits, not log-probabilities.
     """
 
-    def __init__(self, model, src: Tensor, use_cache: bool = True, log_probs: bool = True) -> None:
+    def __init__(
+        self, model, src: Tensor, use_cache: bool = True, log_probs: bool = True, group_rows: bool = True
+    ) -> None:
         self.model, self.use_cache, self.log_probs = model, use_cache, log_probs
         src_mask = padding_mask(src, model.config.pad_id)  # (B, 1, 1, S), True = may attend
         self.memory = model.encode(src, src_mask)  # (B, S, D)
         self.src_mask = src_mask
-        self.cache = model.init_cache(self.memory, src_mask) if use_cache else None
+        self.cache = None
+        if use_cache:
+            self.cache = GroupedDecoderCache(len(model.decoder.layers), self.memory, src_mask, group_rows)
 
     @property
     def device(self) -> torch.device:

@@ -7,19 +7,20 @@ Masks follow :mod:`aiayn.model.masks`: bool, **True = may attend**, broadcastabl
 from __future__ import annotations
 
 import math
+from typing import Callable, Optional
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-# On CPU, PyTorch's fused (flash) kernel pays a fixed cost per (batch row, head), several times larger
-# in its bf16 backward, while the written-out formula costs about T_q * T_k per (row, head): below
-# these sizes the formula is the faster path (crossovers: ``benchmarks/attention_paths.py``). In an
-# fp32 backward the fused kernel stays faster, so training in fp32 keeps it.
-SHORT_QUERY = 16  # at most this many queries per (row, head): a decoding step
-SMALL_SCORES = 576  # at most this many scores T_q * T_k per (row, head), without gradients (24 x 24)
-SMALL_SCORES_GRAD = 4096  # the same when gradients flow through bf16/fp16 attention (~64 x 64)
-PREFER_FORMULA = True  # False: the fused kernel wherever no weights are asked for (to compare the paths)
+PATHS = ("auto", "fused", "formula")  # how Eq. 1 is computed: see scaled_dot_product_attention
+# On CPU, the backward of PyTorch's fused (flash) kernel in bf16/fp16 pays a large fixed cost per
+# (batch row, head), while the written-out formula costs about T_q * T_k per (row, head): for score
+# matrices up to this size the formula's backward is the faster one (``benchmarks/attention_paths.py``).
+SMALL_SCORES_GRAD = 4096  # T_q * T_k per (row, head), ~64 x 64
+
+# q, k, v, mask, need_weights -> (output, weights or None): what a cache's ``attend`` calls
+AttentionFn = Callable[[Tensor, Tensor, Tensor, Optional[Tensor], bool], tuple[Tensor, Optional[Tensor]]]
 
 
 def attention_weights(q: Tensor, k: Tensor, mask: Tensor | None) -> Tensor:
@@ -44,16 +45,20 @@ def scaled_dot_product_attention(
     mask: Tensor | None = None,
     dropout_p: float = 0.0,
     need_weights: bool | None = False,
+    path: str = "auto",
 ) -> tuple[Tensor, Tensor | None]:
     """Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V  (Eq. 1).
 
     ``q`` ``(B, H, T_q, d_k)``, ``k``/``v`` ``(B, H, T_k, d_k)``; ``mask`` bool, True = may attend.
-    ``need_weights=True``: the formula written out (the reference), returning the weights too.
-    Otherwise (``False`` or ``None``) no weights, and the faster of two paths for the shape
-    (:func:`formula_is_faster`): the written-out formula, or PyTorch's fused
-    ``F.scaled_dot_product_attention``. Both agree to 1e-5 in fp32.
+    Two paths, which agree to 1e-5 in fp32: PyTorch's fused ``F.scaled_dot_product_attention``, and
+    the formula written out (the reference, which also gives the weights). ``path``: "fused",
+    "formula", or "auto" (the default): the fused kernel unless the formula is the faster one
+    (:func:`formula_is_faster`). ``need_weights=True`` always takes the formula and returns the
+    weights ``(B, H, T_q, T_k)``; otherwise (``False`` or ``None``) the weights are None.
     """
-    if not (need_weights or formula_is_faster(q, k)):
+    if path not in PATHS:
+        raise ValueError(f"path: unknown value {path!r}; valid: {', '.join(PATHS)}")
+    if not (need_weights or path == "formula" or (path == "auto" and formula_is_faster(q, k))):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p), None
     weights = attention_weights(q, k, mask)  # (B, H, T_q, T_k), fp32
     dropped = F.dropout(weights, dropout_p) if dropout_p > 0 else weights
@@ -61,23 +66,18 @@ def scaled_dot_product_attention(
 
 
 def formula_is_faster(q: Tensor, k: Tensor) -> bool:
-    """Whether the written-out formula beats the fused kernel for these shapes: on CPU, for a small
-    score matrix per (row, head) or a decoding step (few queries); with gradients, only in bf16/fp16
-    and for a small score matrix."""
-    if not PREFER_FORMULA or q.device.type != "cpu":
-        return False
-    t_q, t_k = q.size(-2), k.size(-2)
-    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad):
-        return q.dtype != torch.float32 and t_q * t_k <= SMALL_SCORES_GRAD
-    return t_q <= SHORT_QUERY or t_q * t_k <= SMALL_SCORES
+    """Whether "auto" takes the written-out formula: on CPU, when gradients will flow back through
+    bf16/fp16 attention over at most ``SMALL_SCORES_GRAD`` scores per (row, head). Everywhere else
+    (no gradients, fp32, larger score matrices, GPUs) the fused kernel."""
+    grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad)
+    small = q.size(-2) * k.size(-2) <= SMALL_SCORES_GRAD
+    return q.device.type == "cpu" and grad and q.dtype != torch.float32 and small
 
 
 class KVCache:
     """Keys and values of one attention module, kept across decoding steps.
 
     ``static=True`` (cross-attention): keys/values of the encoder memory, computed once per source.
-    With ``group`` g > 1, query rows ``i*g .. i*g+g-1`` all attend to cached row i (see
-    :class:`~aiayn.model.transformer.DecoderCache`).
     ``static=False`` (decoder self-attention): grows by one position per step.
     """
 
@@ -85,7 +85,6 @@ class KVCache:
         self.static = static
         self.k: Tensor | None = None  # (B, H, T, d_k)
         self.v: Tensor | None = None
-        self.group = 1  # static only: consecutive query rows per cached row (beam search's beams)
 
     def update(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Store (static) or append (incremental) new keys/values; return all of them."""
@@ -105,6 +104,13 @@ class KVCache:
         if self.k is not None:
             self.k, self.v = self.k.index_select(0, new_order), self.v.index_select(0, new_order)
 
+    def attend(
+        self, attention: AttentionFn, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, need_weights: bool
+    ) -> tuple[Tensor, Tensor | None]:
+        """``attention(q, k, v, mask, need_weights)``: query row i attends to cached row i. (A decoder
+        may keep fewer rows than it has queries by overriding this; see :mod:`aiayn.decode.cache`.)"""
+        return attention(q, k, v, mask, need_weights)
+
 
 class MultiHeadAttention(nn.Module):
     """MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O,  head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V).
@@ -112,14 +118,18 @@ class MultiHeadAttention(nn.Module):
     The three input projections W^Q, W^K, W^V are stored stacked in one ``in_proj`` of shape
     ``(3 d_model, d_model)`` (rows: Q, then K, then V), so self-attention does one matmul; cross
     attention uses the Q rows on the decoder states and the K/V rows on the memory.
+    ``path``: how :func:`scaled_dot_product_attention` computes Eq. 1 ("auto", "fused" or
+    "formula"); an attribute, so it can be changed on a built model.
     """
 
-    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0) -> None:
+    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, path: str = "auto") -> None:
         super().__init__()
         if d_model % n_heads:
             raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
+        if path not in PATHS:
+            raise ValueError(f"path: unknown value {path!r}; valid: {', '.join(PATHS)}")
         self.d_model, self.n_heads, self.d_k = d_model, n_heads, d_model // n_heads
-        self.dropout = dropout
+        self.dropout, self.path = dropout, path
         self.in_proj = nn.Linear(d_model, 3 * d_model)  # [W^Q; W^K; W^V]
         self.out_proj = nn.Linear(d_model, d_model)  # W^O
 
@@ -138,12 +148,18 @@ class MultiHeadAttention(nn.Module):
         Returns the output ``(B, T_q, D)`` and, when ``need_weights``, the weights ``(B, H, T_q, T_k)``.
         """
         q, k, v = self._project(query, key_value, cache)
+        if cache is None:
+            out, weights = self._attention(q, k, v, mask, need_weights)
+        else:
+            out, weights = cache.attend(self._attention, q, k, v, mask, need_weights)
+        return self.out_proj(self._merge_heads(out)), weights
+
+    def _attention(
+        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, need_weights: bool
+    ) -> tuple[Tensor, Tensor | None]:
+        """Eq. 1 on every head at once: ``(B, H, T_q, d_k)``, with this module's dropout and path."""
         dropout_p = self.dropout if self.training else 0.0
-        group = cache.group if cache is not None and cache.static else 1
-        out, weights = scaled_dot_product_attention(_fold(q, group), k, v, mask, dropout_p, need_weights)
-        if weights is not None and group > 1:
-            weights = _fold(weights, group, inverse=True)
-        return self.out_proj(self._merge_heads(out, group)), weights
+        return scaled_dot_product_attention(q, k, v, mask, dropout_p, need_weights, self.path)
 
     def _project(
         self, query: Tensor, key_value: Tensor | None, cache: KVCache | None
@@ -166,18 +182,7 @@ class MultiHeadAttention(nn.Module):
         """``(B, T, D)`` -> ``(B, H, T, d_k)``."""
         return x.unflatten(-1, (self.n_heads, self.d_k)).transpose(1, 2)
 
-    def _merge_heads(self, x: Tensor, group: int = 1) -> Tensor:
-        """``(B, H, T, d_k)`` -> ``(B, T, D)``; from :func:`_fold` ed queries ``(B, H, g*T, d_k)``,
-        ``(B*g, T, D)``."""
+    def _merge_heads(self, x: Tensor) -> Tensor:
+        """``(B, H, T, d_k)`` -> ``(B, T, D)``."""
         b, h, t, d = x.shape
-        return x.transpose(1, 2).reshape(b * group, t // group, h * d)
-
-
-def _fold(x: Tensor, group: int, inverse: bool = False) -> Tensor:
-    """``(B*g, H, T, d)`` -> ``(B, H, g*T, d)``: the g rows that share keys become one row's queries
-    (``inverse``: back). A view, no copy, for queries from ``_split_heads``."""
-    if group == 1:
-        return x
-    n, h, t, d = x.shape
-    b, t = (n * group, t // group) if inverse else (n // group, t * group)
-    return x.transpose(1, 2).reshape(b, t, h, d).transpose(1, 2)
+        return x.transpose(1, 2).reshape(b, t, h * d)

@@ -7,8 +7,6 @@ import math
 import torch
 from torch import Tensor, nn
 
-from aiayn.model.dropout import Dropout
-
 
 def positional_encoding(max_len: int, d_model: int) -> Tensor:
     """The sinusoidal table ``(max_len, d_model)``.
@@ -52,7 +50,7 @@ class PositionalEncoding(nn.Module):
     def __init__(self, d_model: int, max_len: int, kind: str = "sinusoidal", dropout: float = 0.0) -> None:
         super().__init__()
         self.kind, self.max_len = kind, max_len
-        self.dropout = Dropout(dropout)
+        self.dropout = nn.Dropout(dropout)
         if kind == "sinusoidal":
             self.register_buffer("table", positional_encoding(max_len, d_model), persistent=False)
         elif kind == "learned":

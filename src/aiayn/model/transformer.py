@@ -56,55 +56,23 @@ class DecoderCache:
     """Everything incremental decoding keeps between steps.
 
     Per decoder layer: a growing self-attention :class:`KVCache` and a static cross-attention one
-    (the memory's keys/values, projected once per source). ``reorder`` selects batch rows, as beam
-    search needs after each step.
-
-    The source-only tensors (memory, mask, cross-attention keys/values) hold one row per *group*:
-    when the rows come in runs of ``group`` equal sources, as beam search's ``beam`` rows per
-    sentence do, each source is kept (and read by cross-attention) once per run, not once per row.
+    (the memory's keys/values, projected once per source); the memory and its mask; the number of
+    target positions decoded. ``reorder`` selects batch rows, as beam search needs after each step.
     """
-
-    group_rows = True  # False: one memory row per row (the reference; benchmarks/decode_paths.py)
 
     def __init__(self, n_layers: int, memory: Tensor, src_mask: Tensor | None) -> None:
         self.layers = [(KVCache(static=False), KVCache(static=True)) for _ in range(n_layers)]
-        self.memory, self.src_mask = memory, src_mask  # (B, S, D), (B, 1, 1, S): one row per group
+        self.memory, self.src_mask = memory, src_mask  # (B, S, D), (B, 1, 1, S)
         self.length = 0  # target positions already decoded
-        self.group = 1  # rows per memory row (consecutive rows share it)
-        self.sources = torch.arange(memory.size(0), device=memory.device)  # memory row of each row
 
     def reorder(self, new_order: Tensor) -> None:
-        """Row i of every cached tensor becomes old row ``new_order[i]``.
-
-        Only the rows' contents matter, so copies are skipped where they would change nothing: an
-        identity order (greedy search with no sentence finished) copies nothing, and the tensors
-        that depend on the source alone are copied only when the sources of the groups change —
-        not when beam search shuffles the beams of a sentence among that sentence's rows.
-        """
-        if new_order.numel() == self.sources.numel() and torch.equal(
-            new_order, torch.arange(new_order.numel(), device=new_order.device)
-        ):
-            return
-        for self_cache, _ in self.layers:
+        """Row i of every cached tensor becomes old row ``new_order[i]`` (rows may repeat or go)."""
+        for self_cache, cross_cache in self.layers:
             self_cache.reorder(new_order)
-        sources = self.sources.index_select(0, new_order)  # (N',) memory row of each new row
-        if torch.equal(sources, self.sources):
-            return
-        rows, counts = torch.unique_consecutive(sources, return_counts=True)  # runs of equal sources
-        group = int(counts[0]) if counts.numel() else 1  # no rows left: nothing to group
-        if not self.group_rows or not bool((counts == group).all()):  # unequal runs: one memory row per row
-            rows, group = sources, 1
-        self.group = group
-        self.sources = torch.arange(rows.numel(), device=rows.device).repeat_interleave(group)
-        for _, cross_cache in self.layers:
-            cross_cache.group = group
-        if torch.equal(rows, torch.arange(self.memory.size(0), device=rows.device)):
-            return  # the same sources, now in groups of ``group`` rows
-        for _, cross_cache in self.layers:
-            cross_cache.reorder(rows)
-        self.memory = self.memory.index_select(0, rows)
+            cross_cache.reorder(new_order)
+        self.memory = self.memory.index_select(0, new_order)
         if self.src_mask is not None:
-            self.src_mask = self.src_mask.index_select(0, rows)
+            self.src_mask = self.src_mask.index_select(0, new_order)
 
 
 class Decoder(nn.Module):
