@@ -55,7 +55,7 @@ def main() -> None:
         training = train(config, out, args)
     from aiayn.checkpoint import load_checkpoint
     from aiayn.train.average import average_checkpoints, last_checkpoints
-    from aiayn.train.trainer import METRICS_FILE, RUN_CONFIG_FILE
+    from aiayn.train.engine import METRICS_FILE, RUN_CONFIG_FILE
 
     averaged = out / "averaged"
     inputs = last_checkpoints(out, args.average)

@@ -5,14 +5,21 @@ from __future__ import annotations
 import csv
 import importlib.util
 import json
+import os
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+import yaml
+from safetensors.torch import load_file
 
 from aiayn import cli
+from aiayn.checkpoint import MODEL_FILE, latest_checkpoint, list_checkpoints
 from aiayn.errors import UserError
 from aiayn.forecast import cli as forecast_cli
 from aiayn.forecast.data import read_series
@@ -125,13 +132,22 @@ def test_bom_and_trailing_blank_lines_are_accepted(tmp_path) -> None:
 @pytest.mark.parametrize(
     "section, needles",
     [
-        ("data: {horizn: 24}", ["data: unknown field(s) horizn", "valid: path, target, features, input_len"]),
-        ("data: {input_len: '16'}", ["data: input_len: must be an integer, got '16'"]),
-        ("data: {target: [OT]}", ["data: target: must be a string"]),
-        ("data: 5", ["data: must be a mapping"]),
-        (SHORT + "train: {lr: abc}", ["train: lr: must be a number, got 'abc'"]),
-        (SHORT + "train: {max_epochs: '2'}", ["train: max_epochs: must be an integer, got '2'"]),
-        (SHORT + "model: {dropout: true}", ["model: dropout: must be a number, got True"]),
+        (
+            "data: {horizn: 24}",
+            ["unknown config field(s) data.horizn", "valid: path, target, features, input_len"],
+        ),
+        ("data: {input_len: '16'}", ["bad.yaml: data.input_len must be an integer; got '16'"]),
+        ("data: {target: [OT]}", ["data.target must be a string"]),
+        ("data: {features: X}", ["data.features must be one of M, S, MS; got 'X'"]),
+        ("data: 5", ["bad.yaml: data must be a mapping"]),
+        ("optim: {lr: 1}", ["unknown config field(s) optim; valid: data, model, train"]),
+        ("train: {lr: 1", ["bad.yaml:2: not valid YAML"]),
+        (SHORT + "train: {lr: abc}", ["train.lr must be a number; got 'abc'"]),
+        (SHORT + "train: {max_epochs: '2'}", ["train.max_epochs must be an integer; got '2'"]),
+        (SHORT + "train: {patience: 0}", ["train.patience must be >= 1; got 0"]),
+        (SHORT + "model: {dropout: true}", ["model.dropout must be a number; got True"]),
+        (SHORT + "model: {d_modle: 16}", ["unknown config field(s) model.d_modle"]),
+        (SHORT + "model: {patch_len: 5}", ["model.seq_len must be a multiple of patch_len=5"]),
     ],
 )
 def test_bad_config_fields_exit_2_naming_the_field(section, needles, tmp_path, small_csv, capsys) -> None:
@@ -145,8 +161,8 @@ def test_exponents_in_the_config_are_numbers(tmp_path) -> None:
     """PyYAML (YAML 1.1) reads ``1e-3`` as a string; the config reads it as the number."""
     (tmp_path / "c.yaml").write_text("train: {lr: 1e-3, weight_decay: 1e-2, max_epochs: 2}\n")
     config = forecast_cli.load_config(tmp_path / "c.yaml")
-    assert config["train"]["lr"] == 1e-3
-    train = forecast_cli._build("train", TrainConfig, config["train"], "c.yaml")
+    assert config.train["lr"] == 1e-3
+    train = TrainConfig.from_dict(config.train)
     assert train.lr == 1e-3 and train.weight_decay == 1e-2 and train.max_epochs == 2
 
 
@@ -161,13 +177,13 @@ def test_shipped_etth1_config_is_the_benchmarked_one(data_dir: Path) -> None:
     finally:
         sys.path.remove(str(repo / "benchmarks"))
     config = forecast_cli.load_config(repo / "configs" / "etth1.yaml")
-    assert Path(config["data"]["path"]) == (data_dir / "ett" / "ETTh1.csv").resolve()
-    assert {k: config["data"][k] for k in ("features", "target")} == {"features": "M", "target": "OT"}
-    assert config["data"]["input_len"] == bench.INPUT_LEN
+    assert Path(config.data.path) == (data_dir / "ett" / "ETTh1.csv").resolve()
+    assert (config.data.features, config.data.target) == ("M", "OT")
+    assert config.data.input_len == bench.INPUT_LEN
     shape = dict(n_features=7, outputs=list(range(7)), seq_len=bench.INPUT_LEN, horizon=96)
-    shipped = ForecastConfig(**config["model"], label_len=config["data"]["label_len"], **shape)
+    shipped = ForecastConfig(**config.model, label_len=config.data.label_len, **shape)
     assert shipped == ForecastConfig(**bench.MODEL, **shape)
-    assert TrainConfig(**config["train"]) == TrainConfig(**bench.TRAIN)
+    assert TrainConfig(**config.train) == TrainConfig(**bench.TRAIN)
 
 
 def _with_columns(src: Path, dst: Path, order: list[str], extra: bool = False) -> Path:
@@ -238,7 +254,10 @@ def test_missing_file_and_checkpoint(tmp_path, config, capsys) -> None:
 def test_train_evaluate_predict_plot_and_resume(tmp_path, small_csv, config, capsys) -> None:
     run = tmp_path / "run"
     assert _train(config, small_csv, run) == 0
-    assert (run / "best" / "model.safetensors").is_file() and (run / "last" / "state.json").is_file()
+    assert sorted(p.name for p in run.iterdir()) == ["best", "checkpoints", "metrics.jsonl", "run.yaml"]
+    assert [p.name for p in list_checkpoints(run)] == ["step-00000003"]  # 1 epoch of 3 steps
+    assert (run / "best" / "model.safetensors").is_file()
+    assert yaml.safe_load((run / "run.yaml").read_text())["train"]["max_steps_per_epoch"] == 3
     stored = json.loads((run / "best" / "config.json").read_text())
     assert stored["kind"] == "forecast" and len(stored["scaler"]["mean"]) == 7
 
@@ -266,9 +285,13 @@ def test_train_evaluate_predict_plot_and_resume(tmp_path, small_csv, config, cap
     capsys.readouterr()
     assert _train(config, small_csv, run, "--max-epochs", "2") == 0  # resume for one more epoch
     out = capsys.readouterr().out
-    assert "resuming from" in out and "after epoch 1" in out and "epoch 2:" in out and "epoch 1:" not in out
-    state = json.loads((run / "last" / "state.json").read_text())
-    assert state["epoch"] == 2 and len(state["history"]) == 2
+    assert "resuming from" in out and "resumed at step 3, epoch 2," in out
+    assert "epoch 2:" in out and "epoch 1:" not in out
+    state = json.loads((latest_checkpoint(run) / "state.json").read_text())
+    assert state["sampler"]["epoch"] == 2 and len(state["task"]["history"]) == 2
+    assert [p.name for p in list_checkpoints(run)] == ["step-00000006"]  # keeps the last one
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["split"], r["step"]) for r in records] == [("valid", 3), ("valid", 6)]
 
 
 def test_resume_with_the_weight_average_switched_exits_2(tmp_path, small_csv, config, capsys) -> None:
@@ -279,8 +302,17 @@ def test_resume_with_the_weight_average_switched_exits_2(tmp_path, small_csv, co
     capsys.readouterr()
     assert _train(config, small_csv, tmp_path / "run", "--max-epochs", "2") == 2
     _one_line_error(capsys, "without a weight average (train.ema)", "new --out")
-    state = json.loads((tmp_path / "run" / "last" / "state.json").read_text())
-    assert state["epoch"] == 1  # nothing trained, nothing overwritten
+    state = json.loads((latest_checkpoint(tmp_path / "run") / "state.json").read_text())
+    assert state["sampler"]["epoch"] == 1  # nothing trained, nothing overwritten
+
+
+def test_resume_with_another_model_exits_2(tmp_path, small_csv, config, capsys) -> None:
+    assert _train(config, small_csv, tmp_path / "run", "--max-epochs", "1") == 0
+    config.write_text(config.read_text().replace("d_model: 16", "d_model: 32"))
+    capsys.readouterr()
+    assert _train(config, small_csv, tmp_path / "run", "--max-epochs", "2") == 2
+    _one_line_error(capsys, "holds a run with other settings (model.d_model 16 -> 32)", "new --out")
+    assert [p.name for p in list_checkpoints(tmp_path / "run")] == ["step-00000003"]
 
 
 @pytest.mark.parametrize("ema", [0.0, 0.5])
@@ -288,8 +320,6 @@ def test_resume_is_exact(tmp_path, small_csv, config, ema) -> None:
     """Two epochs in one go = one epoch, then resume for the second (same weights, same average).
 
     Dropout is on, so the weights only match if the RNG state is saved and restored."""
-    from safetensors.torch import load_file
-
     text = (
         config.read_text()
         .replace("seed: 0}", f"seed: 0, ema: {ema}}}")
@@ -300,11 +330,77 @@ def test_resume_is_exact(tmp_path, small_csv, config, ema) -> None:
     assert _train(config, small_csv, tmp_path / "a", "--max-epochs", "2") == 0
     assert _train(config, small_csv, tmp_path / "b", "--max-epochs", "1") == 0
     assert _train(config, small_csv, tmp_path / "b", "--max-epochs", "2") == 0
-    for kind in ("last", "best"):
+    for kind in ("checkpoints/step-00000006", "best"):
         wa, wb = (load_file(str(tmp_path / run / kind / "model.safetensors")) for run in ("a", "b"))
         assert wa.keys() == wb.keys() and all((wa[k] == wb[k]).all() for k in wa)
     if ema:  # best/ holds the average, which differs from the trained weights
         best, last = (
-            load_file(str(tmp_path / "a" / kind / "model.safetensors")) for kind in ("best", "last")
+            load_file(str(tmp_path / "a" / kind / "model.safetensors"))
+            for kind in ("best", "checkpoints/step-00000006")
         )
         assert any(not torch.equal(best[k], last[k]) for k in best)
+
+
+def _train_command(config: Path, data: Path, out: Path) -> list[str]:
+    forecast = ["forecast", "train", "--config", str(config), "--data", str(data), "--out", str(out)]
+    return [sys.executable, "-m", "aiayn", *forecast, "--threads", "1"]
+
+
+def test_sigkill_then_resume_is_bit_identical(tmp_path, data_dir) -> None:
+    """A run killed after its first checkpoint and resumed ends with the uninterrupted run's weights,
+    best/ and log (dropout and the weight average on: the RNG state and the average are restored)."""
+    lines = (data_dir / "ett" / "ETTh1.csv").read_text().splitlines(keepends=True)[:2001]
+    data = tmp_path / "series.csv"
+    data.write_text("".join(lines))
+    config = tmp_path / "run.yaml"
+    config.write_text(
+        TINY_CONFIG.replace("dropout: 0.0", "dropout: 0.1")
+        .replace("batch_size: 64", "batch_size: 128")
+        .replace(
+            "max_epochs: 1, max_steps_per_epoch: 3, seed: 0",
+            "max_epochs: 5, patience: 5, lr_decay: 0.9, ema: 0.5, log_every: 4, seed: 0",
+        )
+    )
+    assert "ema: 0.5" in config.read_text()
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    straight = subprocess.run(
+        _train_command(config, data, tmp_path / "straight"), env=env, capture_output=True
+    )
+    assert straight.returncode == 0, straight.stderr[-2000:]
+    assert b"\r" not in straight.stderr and b"split=train" in straight.stdout  # no bar in a log: lines
+
+    victim = subprocess.Popen(
+        _train_command(config, data, tmp_path / "killed"),
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.time() + 120
+    while not list_checkpoints(tmp_path / "killed") and victim.poll() is None and time.time() < deadline:
+        time.sleep(0.01)
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+    assert victim.returncode == -signal.SIGKILL, "the run finished before it could be killed"
+    killed_at = list_checkpoints(tmp_path / "killed")[-1].name
+    resumed = subprocess.run(
+        _train_command(config, data, tmp_path / "killed"), env=env, capture_output=True, text=True
+    )
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "resuming from" in resumed.stdout
+
+    final = [p.name for p in list_checkpoints(tmp_path / "straight")]
+    assert [p.name for p in list_checkpoints(tmp_path / "killed")] == final and final[-1] != killed_at
+    for kind in (f"checkpoints/{final[-1]}", "best"):
+        wa, wb = (load_file(str(tmp_path / run / kind / MODEL_FILE)) for run in ("straight", "killed"))
+        assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa), kind
+    logs = [(tmp_path / run / "metrics.jsonl").read_text() for run in ("straight", "killed")]
+    assert logs[0] == logs[1] and logs[0].count('"valid"') == 5
+
+
+def test_inference_never_imports_the_training_package() -> None:
+    code = (
+        "import sys, aiayn.forecast, aiayn.forecast.cli; aiayn.forecast.evaluate; "
+        "assert not [m for m in sys.modules if m.startswith('aiayn.train')], sorted(sys.modules); "
+        "aiayn.forecast.TrainConfig; assert 'aiayn.train.engine' in sys.modules"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -17,15 +17,16 @@ import torch.nn.functional as F
 from safetensors.torch import load_file
 from torch import Tensor
 
-from aiayn.checkpoint import MODEL_FILE, list_checkpoints, load_checkpoint
+from aiayn.checkpoint import MODEL_FILE, list_checkpoints, load_checkpoint, seal
 from aiayn.cli import main
 from aiayn.data.batching import collate
 from aiayn.data.synthetic import write_task
 from aiayn.errors import UserError
 from aiayn.malloc import ONEDNN_CACHES
+from aiayn.train import distributed
 from aiayn.train import loss as loss_module
-from aiayn.train import trainer as trainer_module
 from aiayn.train.config import load_run_config, run_config_from_dict
+from aiayn.train.engine import Engine
 from aiayn.train.loss import label_smoothed_nll
 from aiayn.train.schedule import cooldown_factor, inverse_sqrt_lr, noam_lr
 from aiayn.train.trainer import Trainer
@@ -218,18 +219,33 @@ def test_accumulating_small_batches_equals_one_big_batch(task_dir: Path) -> None
 
 
 def test_unknown_keys_and_bad_values_name_the_field(task_dir: Path, tmp_path: Path) -> None:
-    with pytest.raises(UserError, match=r"unknown key\(s\) optim\.warmpu; valid: lr_schedule, warmup"):
+    with pytest.raises(
+        UserError, match=r"^config: unknown config field\(s\) optim\.warmpu; valid: lr_schedule, warmup"
+    ):
         load_run_config(None, ["optim.warmpu=10"])
     with pytest.raises(UserError, match=r"model\.d_modle.*valid:.*d_model"):
         run_config_from_dict({"model": {"d_modle": 3}})
-    with pytest.raises(UserError, match=r"train\.precision 'fp8' unknown; valid: auto, bf16, fp32"):
+    with pytest.raises(UserError, match=r"train\.precision must be one of auto, bf16, fp32; got 'fp8'"):
         load_run_config(None, ["train.precision=fp8"])
-    with pytest.raises(UserError, match=r"config model\.d_model: \(30\) must be divisible by n_heads"):
+    with pytest.raises(UserError, match=r"^config: model\.d_model \(30\) must be divisible by n_heads"):
         run_config_from_dict({"model": {"d_model": 30, "n_heads": 4}})
-    with pytest.raises(UserError, match=r"train\.max_steps must be int"):
+    with pytest.raises(UserError, match=r"^config: train\.max_steps must be an integer; got 'many'"):
         load_run_config(None, ["train.max_steps=many"])
     with pytest.raises(UserError, match="config file not found"):
         load_run_config(tmp_path / "missing.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("train:\n  patience: 0\n  log_every: -1\n")
+    with pytest.raises(UserError, match=rf"^{bad}: train\.log_every must be >= 0; got -1$"):
+        load_run_config(bad)
+    bad.write_text("train:\n  patience: [1\n")
+    with pytest.raises(UserError, match=rf"^{bad}:3: not valid YAML: "):
+        load_run_config(bad)
+    bad.write_text("- model\n")
+    with pytest.raises(UserError, match=rf"^{bad}: must be a mapping of sections; got list$"):
+        load_run_config(bad)
+    bad.write_text("train: 5\n")
+    with pytest.raises(UserError, match=rf"^{bad}: train must be a mapping of key: value; got int$"):
+        load_run_config(bad)
 
 
 def test_config_yaml_reads_exponents_as_numbers_and_rejects_zero_sizes(
@@ -242,10 +258,10 @@ def test_config_yaml_reads_exponents_as_numbers_and_rejects_zero_sizes(
     assert (
         loaded.model["layer_norm_eps"] == 1e-6 and loaded.optim.peak_lr == 5e-4 and loaded.optim.beta2 == 0.98
     )
-    with pytest.raises(UserError, match=r"layer_norm_eps: must be a positive number"):
+    with pytest.raises(UserError, match=r"model\.layer_norm_eps must be a number; got 'tiny'"):
         run_config_from_dict({"model": {"layer_norm_eps": "tiny"}})
     for key in ("optim.warmup", "optim.accum_steps", "data.batch_tokens"):
-        with pytest.raises(UserError, match=rf"{key} must be > 0, got 0"):
+        with pytest.raises(UserError, match=rf"{key} must be > 0; got 0"):
             load_run_config(None, [f"{key}=0"])
 
 
@@ -313,6 +329,17 @@ def test_cli_bad_config_is_one_line_and_exit_2(tmp_path: Path, capsys) -> None:
     assert main(["train", "--config", str(config), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("aiayn: error:") and "\n" not in err and "divisible by n_heads" in err
+
+
+def test_a_log_gets_plain_lines_and_no_progress_bar(task_dir: Path, tmp_path: Path, capsys) -> None:
+    """The progress bar is drawn only on a terminal: a log file gets a line every log_every steps."""
+    config = _write_config(
+        tmp_path / "run.yaml", run_config(task_dir, train={"max_steps": 4, "log_every": 2})
+    )
+    assert main(["train", "--config", str(config), "--out", str(tmp_path / "run")]) == 0
+    captured = capsys.readouterr()
+    assert "\r" not in captured.err and "it/s" not in captured.err, captured.err
+    assert "step=2 epoch=0 split=train loss=" in captured.out and "step=4 epoch=0 split=train" in captured.out
 
 
 def test_shipped_configs_are_valid() -> None:
@@ -503,16 +530,16 @@ def test_each_process_draws_its_own_dropout_masks_and_resumes_them(
     optimizer step starts: ranks start from the same weights and draw other masks at every step, and
     rank 1 resumed from a checkpoint draws what it drew uninterrupted."""
     states: dict[tuple[str, int], torch.Tensor] = {}  # (run, step before it) -> torch's RNG state
-    accumulate = Trainer.accumulate_gradients
+    accumulate = Engine.accumulate_gradients
 
     def recording(self, batches):
         states[(self.out.name, self.state.step)] = torch.get_rng_state()
         return accumulate(self, batches)
 
-    monkeypatch.setattr(Trainer, "accumulate_gradients", recording)
+    monkeypatch.setattr(Engine, "accumulate_gradients", recording)
 
     def run(rank: int, world_size: int, out: Path, max_steps: int) -> Trainer:
-        monkeypatch.setattr(trainer_module.dist, "setup", lambda: (rank, world_size))
+        monkeypatch.setattr(distributed, "setup", lambda: (rank, world_size))
         config = run_config(task_dir, train={"max_steps": max_steps, "save_every": 2, "valid_every": 0})
         trainer = Trainer(run_config_from_dict(config), out, log=lambda _: None, progress=False)
         trainer.train()
@@ -524,11 +551,11 @@ def test_each_process_draws_its_own_dropout_masks_and_resumes_them(
     run(1, 2, tmp_path / "resumed", 4)  # rank 1 resumes it
     for step in (2, 3):
         assert torch.equal(states[("resumed", step)], states[("rank1", step)]), step
-    monkeypatch.setattr(trainer_module.dist, "setup", lambda: (1, 2))
+    monkeypatch.setattr(distributed, "setup", lambda: (1, 2))
     fresh = Trainer(
         run_config_from_dict(run_config(task_dir)), tmp_path / "fresh", log=lambda _: None, progress=False
     )
-    monkeypatch.setattr(trainer_module.dist, "setup", lambda: (0, 2))
+    monkeypatch.setattr(distributed, "setup", lambda: (0, 2))
     fresh0 = Trainer(
         run_config_from_dict(run_config(task_dir)), tmp_path / "fresh0", log=lambda _: None, progress=False
     )
@@ -659,6 +686,7 @@ def test_resuming_with_other_model_data_or_optim_settings_is_refused(task_dir: P
     state = json.loads(state_file.read_text())
     state["sampler"]["batch_multiple"] = 2
     state_file.write_text(json.dumps(state))
+    seal(state_file.parent)
     logs: list[str] = []
     trainer = Trainer(run_config_from_dict(longer), tmp_path / "run", log=logs.append, progress=False)
     assert trainer.state.step == 4 and trainer.config.data.dir == str(moved)

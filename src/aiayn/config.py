@@ -1,4 +1,4 @@
-"""One typed configuration for the model, validated on construction.
+"""Typed configuration: the model's :class:`TransformerConfig`, and the one strict way to read any config.
 
 Every hyper-parameter of the Transformer lives in :class:`TransformerConfig`. A wrong value raises
 ``ValueError`` naming the field; the config round-trips through JSON (it is stored inside every
@@ -6,14 +6,38 @@ checkpoint and read back without pickle).
 
 Paper defaults (Vaswani et al. 2017, Table 3 "base") are the defaults here; every deviation is an
 option documented on its field.
+
+Every config dataclass of the project (this one, the training run's sections, the forecaster's) is
+read the same way:
+
+- a field states its type in its annotation and its choices or range once, with :func:`setting`
+  (``warmup: int = setting(4000, gt=0)``);
+- a :class:`Checked` dataclass checks every field on construction (:func:`check_fields`), then its
+  cross-field rules (:meth:`Checked.check`); a failure is a :class:`ConfigError` (a ``ValueError``)
+  whose message starts with the field's name;
+- :func:`from_mapping` builds a dataclass, and its nested section dataclasses, from a mapping,
+  refusing unknown keys; :func:`reported` turns its errors into one :class:`UserError` line that names
+  the file and the dotted field (``configs/x.yaml: train.patience must be >= 1; got 0``);
+- :func:`read_yaml` is the one YAML reader (``1e-6`` is a number).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 import json
+import operator
+import re
+import types
+import typing
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, Iterator
+
+import yaml
+
+from aiayn.errors import UserError
 
 POSITIONAL_KINDS = ("sinusoidal", "learned", "none")
 TIE_KINDS = ("none", "decoder", "all")
@@ -23,84 +47,291 @@ ACTIVATIONS = ("relu", "gelu")
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 
 
+# --- fields that state their rules ----------------------------------------------------------------
+
+
+class ConfigError(ValueError):
+    """A config value that breaks its field's rule: ``field`` (dotted within its file) and the problem.
+
+    ``str()`` is ``"field: problem"`` (``ValueError`` naming the field); ``field`` is empty when the
+    problem names its own keys (unknown keys).
+    """
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(f"{field}: {problem}" if field else problem)
+        self.field, self.problem = field, problem
+
+    def within(self, prefix: str) -> "ConfigError":
+        """The same error for a field nested under ``prefix`` (e.g. ``"train."``)."""
+        return ConfigError(prefix + self.field, self.problem) if self.field else self
+
+
+@dataclass(frozen=True)
+class Rule:
+    """Choices or bounds of a field (besides its annotated type); ``says`` replaces the wording."""
+
+    choices: tuple[Any, ...] | None = None
+    ge: float | None = None
+    gt: float | None = None
+    le: float | None = None
+    lt: float | None = None
+    says: str | None = None
+
+    def holds(self, value: Any) -> bool:
+        if self.choices is not None:
+            return value in self.choices
+        return all(bound is None or compare(value, bound) for compare, bound in self._bounds())  # NaN fails
+
+    def requirement(self) -> str:
+        if self.says:
+            return self.says
+        if self.choices is not None:
+            return f"must be one of {', '.join(map(str, self.choices))}"
+        bounds = [(SIGNS[compare], bound) for compare, bound in self._bounds() if bound is not None]
+        if len(bounds) == 1:
+            return f"must be {bounds[0][0]} {bounds[0][1]}"
+        (low_sign, low), (high_sign, high) = bounds
+        return (
+            f"must be in {'[' if low_sign == '>=' else '('}{low}, {high}{']' if high_sign == '<=' else ')'}"
+        )
+
+    def _bounds(self) -> tuple[tuple[Any, float | None], ...]:
+        return (operator.ge, self.ge), (operator.gt, self.gt), (operator.le, self.le), (operator.lt, self.lt)
+
+
+SIGNS = {operator.ge: ">=", operator.gt: ">", operator.le: "<=", operator.lt: "<"}
+
+
+def setting(
+    default: Any = dataclasses.MISSING,
+    *,
+    factory: Any = dataclasses.MISSING,
+    choices: tuple[Any, ...] | None = None,
+    ge: float | None = None,
+    gt: float | None = None,
+    le: float | None = None,
+    lt: float | None = None,
+    says: str | None = None,
+) -> Any:
+    """A dataclass field with its rule: ``choices``, or bounds ``ge``/``gt``/``le``/``lt``.
+
+    ``says`` words the requirement in the error instead (``"is a probability below 1"``).
+    """
+    rule = Rule(choices, ge, gt, le, lt, says)
+    return dataclasses.field(default=default, default_factory=factory, metadata={"rule": rule})
+
+
+TYPE_WORDS = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
+ITEM_WORDS = {int: "integers", float: "numbers", str: "strings"}
+
+
+def type_problem(value: Any, kind: Any) -> str | None:
+    """Why ``value`` is not of the annotated type ``kind`` (None when it is). YAML's true is not 1."""
+    origin, args = typing.get_origin(kind), typing.get_args(kind)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        return type_problem(value, next(a for a in args if a is not type(None)))
+    if kind is Any:
+        return None
+    if origin is list:
+        ok = isinstance(value, list) and all(type_problem(v, args[0]) is None for v in value)
+        return None if ok else f"must be a list of {ITEM_WORDS[args[0]]}"
+    if origin is dict or kind is dict:
+        return None if isinstance(value, dict) else "must be a mapping of key: value"
+    if dataclasses.is_dataclass(kind):
+        return None if isinstance(value, kind) else f"must be a {kind.__name__}"
+    if isinstance(value, bool) and kind is not bool:
+        return f"must be {TYPE_WORDS[kind]}"
+    ok = isinstance(value, (int, float)) if kind is float else isinstance(value, kind)
+    return None if ok else f"must be {TYPE_WORDS[kind]}"
+
+
+@functools.cache
+def field_types(cls: type) -> dict[str, Any]:
+    """The annotated type of each field of dataclass ``cls`` (string annotations resolved)."""
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+
+
+def check_fields(obj: Any) -> None:
+    """Check each field of a dataclass instance against its type and rule; :class:`ConfigError` if not."""
+    for name, kind in field_types(type(obj)).items():
+        value = getattr(obj, name)
+        problem = type_problem(value, kind)
+        rule = type(obj).__dataclass_fields__[name].metadata.get("rule")
+        if problem is None and rule is not None and value is not None and not rule.holds(value):
+            problem = rule.requirement()
+        if problem is not None:
+            raise ConfigError(name, f"{problem}; got {value!r}")
+
+
+def require(field: str, ok: bool, problem: str) -> None:
+    """A cross-field rule: :class:`ConfigError` naming ``field`` unless ``ok``."""
+    if not ok:
+        raise ConfigError(field, problem)
+
+
+class Checked:
+    """Base of the config dataclasses: fields checked on construction, then :meth:`check`."""
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        self.check()
+
+    def check(self) -> None:
+        """Rules between fields (subclasses override); raise :class:`ConfigError` via :func:`require`."""
+
+
+# --- building from a mapping ------------------------------------------------------------------------
+
+
+def from_mapping(cls: type, values: Any, prefix: str = "") -> Any:
+    """``cls(**values)`` for a dataclass, sections (fields typed as dataclasses) built recursively.
+
+    Unknown keys, wrong types and values out of range raise :class:`ConfigError` naming the dotted
+    field (``prefix`` + name). A section given as ``None`` (an empty YAML section) is its defaults.
+    """
+    if not isinstance(values, dict):
+        raise ConfigError(prefix.rstrip("."), f"must be a mapping of key: value; got {type(values).__name__}")
+    kinds = field_types(cls)
+    unknown = sorted(map(str, set(values) - set(kinds)))
+    if unknown:
+        names = ", ".join(prefix + name for name in unknown)
+        raise ConfigError("", f"unknown config field(s) {names}; valid: {', '.join(kinds)}")
+    built = {name: _section(kinds[name], value, f"{prefix}{name}.") for name, value in values.items()}
+    try:
+        return cls(**built)
+    except ConfigError as err:
+        raise err.within(prefix) from None
+
+
+def _section(kind: Any, value: Any, prefix: str) -> Any:
+    if dataclasses.is_dataclass(kind):
+        return from_mapping(kind, {} if value is None else value, prefix)
+    if (kind is dict or typing.get_origin(kind) is dict) and value is None:
+        return {}
+    return value
+
+
+def assign(values: dict[str, Any], dotted: str, value: Any) -> None:
+    """Set ``values[section][key]`` for ``dotted`` = ``"section.key"`` (an override from the command line)."""
+    section, _, key = dotted.partition(".")
+    if values.get(section) is None:  # absent, or an empty section in the file
+        values[section] = {}
+    if isinstance(values[section], dict):  # else the loader reports the section, naming the file
+        values[section][key] = value
+
+
+@contextlib.contextmanager
+def reported(source: str | Path) -> Iterator[None]:
+    """Turn a :class:`ConfigError` inside the block into one :class:`UserError` line naming ``source``."""
+    try:
+        yield
+    except ConfigError as err:
+        where = f"{err.field} " if err.field else ""
+        raise UserError(f"{source}: {where}{err.problem}") from None
+
+
+# --- YAML --------------------------------------------------------------------------------------------
+
+
+class _YamlLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, reading ``1e-6`` as a float (YAML 1.2) rather than a string (YAML 1.1)."""
+
+
+_YamlLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$"), list("-+0123456789.")
+)
+
+
+def parse_yaml(text: str) -> Any:
+    """Plain data from YAML text (``1e-6`` is a number); ``yaml.YAMLError`` if it does not parse."""
+    return yaml.load(text, Loader=_YamlLoader)  # a SafeLoader: plain data only
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    """A YAML config file as a mapping (empty file: ``{}``); a :class:`UserError` line when it is missing,
+    does not parse, or is not a mapping."""
+    path = Path(path)
+    try:
+        values = parse_yaml(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UserError(f"config file not found: {path}") from None
+    except UnicodeDecodeError as err:
+        raise UserError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise UserError(f"{where}: not valid YAML: {problem}") from None
+    if values is None:
+        return {}
+    if not isinstance(values, dict):
+        raise UserError(f"{path}: must be a mapping of sections; got {type(values).__name__}")
+    return values
+
+
+# --- the model ---------------------------------------------------------------------------------------
+
+
 @dataclass
-class TransformerConfig:
+class TransformerConfig(Checked):
     """Hyper-parameters of the encoder-decoder Transformer.
 
     Paper names throughout: ``d_model`` (model width), ``n_heads`` (h), ``d_ff`` (inner width of the
     position-wise feed-forward network), ``n_encoder_layers`` / ``n_decoder_layers`` (N).
     """
 
-    src_vocab_size: int = 37000
-    tgt_vocab_size: int = 37000
-    d_model: int = 512
-    n_heads: int = 8
-    n_encoder_layers: int = 6
-    n_decoder_layers: int = 6
-    d_ff: int = 2048
-    dropout: float = 0.1
+    src_vocab_size: int = setting(37000, gt=0)
+    tgt_vocab_size: int = setting(37000, gt=0)
+    d_model: int = setting(512, gt=0)
+    n_heads: int = setting(8, gt=0)
+    n_encoder_layers: int = setting(6, ge=1)
+    n_decoder_layers: int = setting(6, ge=1)
+    d_ff: int = setting(2048, gt=0)
+    dropout: float = setting(0.1, ge=0, lt=1)
     #: Dropout on attention weights. The paper applies none (0.0); tensor2tensor later added it.
-    attention_dropout: float = 0.0
+    attention_dropout: float = setting(0.0, ge=0, lt=1)
     #: Longest sequence the positional table covers (source or target, in tokens).
-    max_len: int = 1024
+    max_len: int = setting(1024, gt=0)
     #: False = post-norm, LayerNorm(x + Sublayer(x)) as in the paper. True = pre-norm,
     #: x + Sublayer(LayerNorm(x)), with a final LayerNorm on each stack (more stable when deep).
     norm_first: bool = False
     #: "sinusoidal" (paper §3.5), "learned" (the paper's Table 3 row E), or "none".
-    positional: str = "sinusoidal"
+    positional: str = setting("sinusoidal", choices=POSITIONAL_KINDS)
     #: Weight tying (§3.4): "none"; "decoder" shares the target embedding with the pre-softmax
     #: projection; "all" also shares it with the source embedding (needs one shared vocabulary).
     #: The paper ties all three (its shared BPE vocabulary); the default is "none" because it cannot
     #: assume one vocabulary: the shipped configs set "all", as the paper does.
-    tie_embeddings: str = "none"
+    tie_embeddings: str = setting("none", choices=TIE_KINDS)
     #: Feed-forward activation: "relu" (paper) or "gelu".
-    activation: str = "relu"
+    activation: str = setting("relu", choices=ACTIVATIONS)
     #: LayerNorm epsilon (the paper does not state one; PyTorch's default).
-    layer_norm_eps: float = 1e-5
-    pad_id: int = PAD_ID
-    unk_id: int = UNK_ID
-    bos_id: int = BOS_ID
-    eos_id: int = EOS_ID
+    layer_norm_eps: float = setting(1e-5, gt=0)
+    pad_id: int = setting(PAD_ID, ge=0)
+    unk_id: int = setting(UNK_ID, ge=0)
+    bos_id: int = setting(BOS_ID, ge=0)
+    eos_id: int = setting(EOS_ID, ge=0)
 
-    def __post_init__(self) -> None:
-        for name in ("src_vocab_size", "tgt_vocab_size", "d_model", "n_heads", "d_ff", "max_len"):
-            _require(
-                name, _is_int(getattr(self, name)) and getattr(self, name) > 0, "must be a positive integer"
-            )
-        for name in ("n_encoder_layers", "n_decoder_layers"):
-            _require(
-                name, _is_int(getattr(self, name)) and getattr(self, name) >= 1, "must be an integer >= 1"
-            )
-        _require(
+    def check(self) -> None:
+        require(
             "d_model",
             self.d_model % self.n_heads == 0,
             f"({self.d_model}) must be divisible by n_heads ({self.n_heads})",
         )
-        for name in ("dropout", "attention_dropout"):
-            value = getattr(self, name)
-            _require(name, isinstance(value, (int, float)) and 0.0 <= value < 1.0, "must be in [0, 1)")
-        eps = self.layer_norm_eps
-        _require(
-            "layer_norm_eps",
-            isinstance(eps, (int, float)) and not isinstance(eps, bool) and eps > 0,
-            "must be a positive number",
-        )
-        _choice("positional", self.positional, POSITIONAL_KINDS)
-        _choice("tie_embeddings", self.tie_embeddings, TIE_KINDS)
-        _choice("activation", self.activation, ACTIVATIONS)
-        _require("norm_first", isinstance(self.norm_first, bool), "must be true or false")
         if self.tie_embeddings == "all":
-            _require(
+            require(
                 "tie_embeddings",
                 self.src_vocab_size == self.tgt_vocab_size,
                 f"'all' needs one shared vocabulary, got src_vocab_size={self.src_vocab_size} "
                 f"and tgt_vocab_size={self.tgt_vocab_size}",
             )
         ids = {"pad_id": self.pad_id, "unk_id": self.unk_id, "bos_id": self.bos_id, "eos_id": self.eos_id}
+        limit = min(self.src_vocab_size, self.tgt_vocab_size)
         for name, value in ids.items():
-            limit = min(self.src_vocab_size, self.tgt_vocab_size)
-            _require(name, _is_int(value) and 0 <= value < limit, f"must be in [0, {limit})")
-        _require("pad_id", len(set(ids.values())) == 4, f"special ids must differ, got {ids}")
+            require(name, value < limit, f"must be in [0, {limit}); got {value}")
+        require("pad_id", len(set(ids.values())) == 4, f"special ids must differ, got {ids}")
 
     @property
     def d_k(self) -> int:
@@ -114,7 +345,7 @@ class TransformerConfig:
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> "TransformerConfig":
         """Build from a mapping; an unknown key is a ``ValueError`` listing the valid names."""
-        return strict_from_dict(cls, values, "config")
+        return from_mapping(cls, values)
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True)
@@ -132,31 +363,8 @@ class TransformerConfig:
     def preset(cls, name: str, **overrides: Any) -> "TransformerConfig":
         """A named preset with optional overrides, e.g. ``preset("base", src_vocab_size=8000)``."""
         if name not in PRESETS:
-            raise ValueError(f"unknown preset {name!r}; valid: {', '.join(PRESETS)}")
+            raise ConfigError("preset", f"unknown preset {name!r}; valid: {', '.join(PRESETS)}")
         return cls.from_dict({**PRESETS[name], **overrides})
-
-
-def strict_from_dict(cls: type, values: dict[str, Any], what: str) -> Any:
-    """``cls(**values)`` for a dataclass, refusing unknown keys with a ``ValueError`` listing the valid
-    ones."""
-    names = [f.name for f in dataclasses.fields(cls)]
-    unknown = sorted(set(values) - set(names))
-    if unknown:
-        raise ValueError(f"unknown {what} field(s) {', '.join(unknown)}; valid: {', '.join(names)}")
-    return cls(**values)
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)  # YAML's true is not 1
-
-
-def _require(field: str, ok: bool, message: str) -> None:
-    if not ok:
-        raise ValueError(f"{field}: {message}")
-
-
-def _choice(field: str, value: str, options: tuple[str, ...]) -> None:
-    _require(field, value in options, f"unknown value {value!r}; valid: {', '.join(options)}")
 
 
 #: Named presets. "base" and "big" are the paper's Table 3 rows; the others are CPU-sized.

@@ -1,8 +1,10 @@
 """``aiayn forecast train | evaluate | predict | plot``.
 
-A YAML config has three sections: ``data`` (path relative to the config file, target, features,
-input_len, label_len, horizon), ``model`` (:class:`ForecastConfig` fields) and ``train``
-(:class:`TrainConfig` fields). Command-line flags override it.
+A YAML config has three sections: ``data`` (:class:`~aiayn.forecast.data.DataConfig`: path relative to
+the config file, target, features, input_len, label_len, horizon), ``model`` (:class:`ForecastConfig`
+fields) and ``train`` (:class:`~aiayn.forecast.train.TrainConfig` fields), all read by the one strict
+loader of :mod:`aiayn.config`. Command-line flags override it. The evaluate/predict/plot commands never
+import the training package.
 """
 
 from __future__ import annotations
@@ -10,30 +12,36 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-import yaml
 
-from aiayn.checkpoint import load, load_checkpoint
+from aiayn.checkpoint import load
+from aiayn.config import Checked, assign, from_mapping, read_yaml, reported
 from aiayn.errors import UserError
-from aiayn.forecast.data import FEATURE_MODES, SPLITS, Scaler, prepare, read_series, select_features
+from aiayn.forecast.data import (
+    FEATURE_MODES,
+    SPLITS,
+    DataConfig,
+    Scaler,
+    prepare,
+    read_series,
+    select_features,
+)
+from aiayn.forecast.metrics import evaluate
 from aiayn.forecast.model import ForecastConfig, Forecaster
-from aiayn.forecast.train import LAST_DIR, TrainConfig, evaluate, fit
-from aiayn.train.config import load_yaml
 
-DATA_DEFAULTS = {
-    "path": None,
-    "target": "OT",
-    "features": "M",
-    "input_len": 96,
-    "label_len": 48,
-    "horizon": 96,
-}
-KIND_WORDS = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
-DATA_TYPES = {"path": str, "target": str, "features": str, "input_len": int, "label_len": int, "horizon": int}
+
+@dataclass
+class ForecastRun(Checked):
+    """A forecasting config file; ``model`` and ``train`` are checked once the data gives the shapes."""
+
+    data: DataConfig = field(default_factory=DataConfig)
+    model: dict[str, Any] = field(default_factory=dict)  #: ForecastConfig fields but the data's
+    train: dict[str, Any] = field(default_factory=dict)  #: TrainConfig fields
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -76,140 +84,78 @@ def _add_train(commands: argparse._SubParsersAction) -> None:
 # --- config ------------------------------------------------------------------------------------
 
 
-def load_config(path: str | Path) -> dict[str, Any]:
-    """The YAML config as ``{"data", "model", "train"}`` dicts; data.path made absolute."""
-    path = Path(path)
-    if not path.is_file():
-        raise UserError(f"config not found: {path}")
-    try:
-        raw = load_yaml(path.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as err:
-        raise UserError(f"{path}: not valid YAML: {str(err).splitlines()[0]}") from None
-    raw = _mapping(raw, "config", path)
-    unknown = sorted(map(str, set(raw) - {"data", "model", "train"}))
-    if unknown:
-        raise UserError(f"{path}: unknown section(s) {', '.join(unknown)}; valid: data, model, train")
-    sections = {name: _mapping(raw.get(name) or {}, name, path) for name in ("data", "model", "train")}
-    data = {**DATA_DEFAULTS, **_check_data(sections["data"], path)}
-    if data["path"] is not None:
-        data["path"] = str((path.parent / data["path"]).resolve())
-    return {"data": data, "model": sections["model"], "train": sections["train"]}
+def load_config(path: str | Path, **flags: Any) -> ForecastRun:
+    """The YAML config with ``flags`` (``"section.key"``: value, None = not given) applied; data.path
+    made absolute (relative to the config file; a --data path stays as given)."""
+    raw = read_yaml(path)
+    data = raw.get("data")
+    if isinstance(data, dict) and isinstance(data.get("path"), str):
+        raw["data"] = {**data, "path": str((Path(path).parent / data["path"]).resolve())}
+    for key, value in flags.items():
+        if value is not None:
+            assign(raw, key, value)
+    with reported(path):
+        return from_mapping(ForecastRun, raw)
 
 
-def _mapping(value: Any, name: str, source: Path) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise UserError(f"{source}: {name}: must be a mapping of field: value, got {type(value).__name__}")
-    return dict(value)
-
-
-def _check_data(data: dict[str, Any], source: Path) -> dict[str, Any]:
-    """The ``data`` section, refusing unknown fields and wrong types (one line naming the field)."""
-    unknown = sorted(map(str, set(data) - set(DATA_TYPES)))
-    if unknown:
-        raise UserError(
-            f"{source}: data: unknown field(s) {', '.join(unknown)}; valid: {', '.join(DATA_TYPES)}"
-        )
-    set_fields = {k: v for k, v in data.items() if not (k == "path" and v is None)}  # path: null = unset
-    try:
-        return _typed(DATA_TYPES, set_fields)
-    except ValueError as err:
-        raise UserError(f"{source}: data: {err}") from None
-
-
-def _typed(types: dict[str, type], values: dict[str, Any]) -> dict[str, Any]:
-    """``values``, checked against ``types`` (ValueError naming the field); names not in ``types`` pass."""
-    for name, value in values.items():
-        kind = types.get(name)
-        if kind is not None and not _is(value, kind):
-            raise ValueError(f"{name}: must be {KIND_WORDS[kind]}, got {value!r}")
-    return values
-
-
-def _is(value: Any, kind: type) -> bool:
-    if isinstance(value, bool):
-        return kind is bool
-    return isinstance(value, (int, float)) if kind is float else isinstance(value, kind)
-
-
-def _field_types(cls: type) -> dict[str, type]:
-    """The scalar fields of a dataclass and their types (annotations are strings here)."""
-    scalars = {"int": int, "float": float, "str": str, "bool": bool}
-    names = {f.name: getattr(f.type, "__name__", f.type) for f in dataclasses.fields(cls)}
-    return {name: scalars[kind] for name, kind in names.items() if kind in scalars}
-
-
-def _apply_flags(config: dict[str, Any], args: argparse.Namespace) -> None:
-    flags = {
-        "path": args.data,
-        "horizon": args.horizon,
-        "input_len": args.input_len,
-        "target": args.target,
-        "features": args.features,
+def _flags(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "data.path": args.data,
+        "data.horizon": args.horizon,
+        "data.input_len": args.input_len,
+        "data.target": args.target,
+        "data.features": args.features,
+        "train.max_epochs": args.max_epochs,
+        "train.seed": args.seed,
     }
-    config["data"].update({k: v for k, v in flags.items() if v is not None})
-    if args.max_epochs is not None:
-        config["train"]["max_epochs"] = args.max_epochs
-    if args.seed is not None:
-        config["train"]["seed"] = args.seed
-    if config["data"]["path"] is None:
-        raise UserError("no data file: set data.path in the config or pass --data")
 
 
-def _build(kind: str, cls: type, values: dict[str, Any], source: str):
-    try:
-        return cls.from_dict(_typed(_field_types(cls), values))
-    except (ValueError, TypeError) as err:
-        raise UserError(f"{source}: {kind}: {err}") from None
+def model_config(config: ForecastRun, columns: list[str], outputs: list[int], source: str | Path):
+    """The :class:`ForecastConfig` of the config's ``model`` section, shaped by the data."""
+    d = config.data
+    shape = {
+        "n_features": len(columns),
+        "outputs": outputs,
+        "seq_len": d.input_len,
+        "label_len": min(d.label_len, d.input_len),
+        "horizon": d.horizon,
+    }
+    with reported(source):
+        return from_mapping(ForecastConfig, {**config.model, **shape}, "model.")
 
 
 # --- commands ----------------------------------------------------------------------------------
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    from aiayn.forecast.train import TrainConfig, fit
+
     if args.threads:
         torch.set_num_threads(args.threads)
-    config = load_config(args.config)
-    _apply_flags(config, args)
-    d = config["data"]
-    data = prepare(d["path"], d["features"], d["target"], d["input_len"], d["horizon"])
-    model_cfg = _build(
-        "model",
-        ForecastConfig,
-        {
-            **config["model"],
-            "n_features": len(data.columns),
-            "outputs": data.outputs,
-            "seq_len": d["input_len"],
-            "label_len": min(d["label_len"], d["input_len"]),
-            "horizon": d["horizon"],
-        },
-        args.config,
-    )
-    train_cfg = _build("train", TrainConfig, config["train"], args.config)
-    out = Path(args.out)
-    if (out / LAST_DIR).is_dir():
-        _check_same_run(out, model_cfg)
+    config = load_config(args.config, **_flags(args))
+    with reported(args.config):
+        train_cfg = from_mapping(TrainConfig, config.train, "train.")
+    d = config.data
+    if d.path is None:
+        raise UserError("no data file: set data.path in the config or pass --data")
+    data = prepare(d.path, d.features, d.target, d.input_len, d.horizon)
+    model_cfg = model_config(config, data.columns, data.outputs, args.config)
     torch.manual_seed(train_cfg.seed)
     model = Forecaster(model_cfg)
     run_config = {
         "model": model_cfg.to_dict(),
-        "data": {**d, "columns": data.columns},
+        "data": {**dataclasses.asdict(d), "columns": data.columns},
         "scaler": data.scaler.to_dict(),
-        "train": train_cfg.__dict__,
+        "train": dataclasses.asdict(train_cfg),
     }
-    windows = {s: data.windows(s, d["input_len"], d["horizon"]) for s in ("train", "val")}
+    windows = {s: data.windows(s, d.input_len, d.horizon) for s in ("train", "val")}
+    out = Path(args.out)
     print(f"train {len(windows['train'])} windows, val {len(windows['val'])}; run directory {out}")
     state = fit(model, windows["train"], windows["val"], data.outputs, train_cfg, out, run_config)
     print(
         f"done after {state.epoch} epochs; best val MSE {state.best_val:.4f}; best weights in {out / 'best'}"
     )
     return 0
-
-
-def _check_same_run(out: Path, model_cfg: ForecastConfig) -> None:
-    stored = load_checkpoint(out / LAST_DIR, with_state=False).config.get("model")
-    if stored != model_cfg.to_dict():
-        raise UserError(f"{out / LAST_DIR} holds a different model config; use another --out to start afresh")
 
 
 def load_forecaster(path: str | Path) -> tuple[Forecaster, dict[str, Any]]:

@@ -21,12 +21,25 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from aiayn.config import Checked, setting
 from aiayn.data.corpus import decode_utf8
 from aiayn.errors import UserError
 
 FEATURE_MODES = ("M", "S", "MS")  # multivariate in/out, univariate target, multivariate in -> target
 SPLITS = ("train", "val", "test")
 ETT_HOURLY_BORDERS = (8640, 11520, 14400)
+
+
+@dataclass
+class DataConfig(Checked):
+    """The ``data`` section of a forecasting config: the file, its columns and the windows' shape."""
+
+    path: str | None = None  #: CSV file (in a config file: relative to it); None: given by --data
+    target: str = "OT"  #: the column to forecast (features S and MS)
+    features: str = setting("M", choices=FEATURE_MODES)
+    input_len: int = setting(96, ge=1)  #: steps the model reads
+    label_len: int = setting(48, ge=0)  #: known steps the decoder starts from
+    horizon: int = setting(96, ge=1)  #: steps forecast
 
 
 @dataclass

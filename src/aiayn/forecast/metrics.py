@@ -1,8 +1,13 @@
-"""Forecast errors, computed in fp64 on the standardised scale (the literature's convention)."""
+"""Forecast errors, computed in fp64 on the standardised scale (the literature's convention), and
+:func:`evaluate`, the scores of a model on a split (inference code: nothing from training here)."""
 
 from __future__ import annotations
 
-from torch import Tensor
+import torch
+from torch import Tensor, nn
+
+from aiayn.forecast.data import Windows
+from aiayn.precision import autocast
 
 
 def mse(prediction: Tensor, truth: Tensor) -> float:
@@ -29,3 +34,26 @@ class Running:
 
     def result(self) -> dict[str, float]:
         return {"mse": self.sq / max(self.count, 1), "mae": self.abs / max(self.count, 1)}
+
+
+@torch.no_grad()
+def evaluate(
+    model: nn.Module,
+    windows: Windows,
+    outputs: list[int],
+    batch_size: int = 256,
+    bf16: bool = False,
+    limit: int | None = None,
+) -> dict[str, float]:
+    """MSE and MAE over every window of a split (standardised scale), or over its first ``limit``."""
+    model.eval()
+    running = Running()
+    if limit is not None and limit < 1:
+        raise ValueError(f"evaluate: limit must be >= 1 (got {limit}); no windows would score a perfect 0")
+    count = len(windows) if limit is None else min(limit, len(windows))
+    for start in range(0, count, batch_size):
+        idx = torch.arange(start, min(start + batch_size, count))
+        with autocast(torch.device("cpu"), "bf16" if bf16 else "fp32"):
+            pred = model(windows.inputs(idx))
+        running.update(pred.float(), windows.targets(idx)[..., outputs])
+    return running.result()

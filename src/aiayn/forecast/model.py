@@ -38,7 +38,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from aiayn.config import TransformerConfig, strict_from_dict
+from aiayn.config import Checked, TransformerConfig, from_mapping, require, setting
 from aiayn.model import Decoder, Encoder, PositionalEncoding, causal_mask
 
 DECODING = ("one_pass", "autoregressive")
@@ -46,14 +46,17 @@ PLACEHOLDERS = ("zeros", "last_patch")
 
 
 @dataclass
-class ForecastConfig:
-    """Shape and options of a :class:`Forecaster`; validated on construction (ValueError names the field)."""
+class ForecastConfig(Checked):
+    """Shape and options of a :class:`Forecaster`; validated on construction (ValueError names the field).
 
-    n_features: int = 7
-    outputs: list[int] = dataclasses.field(default_factory=lambda: list(range(7)))
-    seq_len: int = 96
-    label_len: int = 48
-    horizon: int = 96
+    The stacks' fields (``d_model`` to ``activation``) follow :class:`TransformerConfig`'s rules.
+    """
+
+    n_features: int = setting(7, ge=1)
+    outputs: list[int] = setting(factory=lambda: list(range(7)))
+    seq_len: int = setting(96, ge=1)
+    label_len: int = setting(48, ge=0)
+    horizon: int = setting(96, ge=1)
     d_model: int = 64
     n_heads: int = 4
     n_encoder_layers: int = 2
@@ -66,60 +69,43 @@ class ForecastConfig:
     activation: str = "relu"
     instance_norm: bool = True
     channel_independent: bool = False
-    patch_len: int = 1
-    patch_stride: int = 0  # encoder patches start every patch_stride steps (0 = patch_len: no overlap)
-    decoding: str = "one_pass"
+    patch_len: int = setting(1, ge=1)
+    #: encoder patches start every patch_stride steps (0 = patch_len: no overlap)
+    patch_stride: int = setting(0, ge=0)
+    decoding: str = setting("one_pass", choices=DECODING)
     #: One-pass placeholders for the horizon: "zeros" (Informer) or "last_patch" (the last p known
     #: steps repeated: a seasonal-naive guess with period p for the decoder to correct).
-    placeholders: str = "zeros"
+    placeholders: str = setting("zeros", choices=PLACEHOLDERS)
 
-    def __post_init__(self) -> None:
-        for name in ("n_features", "seq_len", "horizon", "patch_len"):
-            _require(
-                name,
-                isinstance(getattr(self, name), int) and getattr(self, name) >= 1,
-                "must be an integer >= 1",
-            )
-        _require("label_len", 0 <= self.label_len <= self.seq_len, f"must be in [0, seq_len={self.seq_len}]")
+    def check(self) -> None:
+        require("label_len", self.label_len <= self.seq_len, f"must be in [0, seq_len={self.seq_len}]")
         for name in ("seq_len", "label_len", "horizon"):
-            _require(
+            require(
                 name,
                 getattr(self, name) % self.patch_len == 0,
                 f"must be a multiple of patch_len={self.patch_len}",
             )
-        _require(
+        require(
             "patch_stride",
-            isinstance(self.patch_stride, int)
-            and 0 <= self.patch_stride <= self.patch_len
-            and (self.seq_len - self.patch_len) % self.stride == 0,
+            self.patch_stride <= self.patch_len and (self.seq_len - self.patch_len) % self.stride == 0,
             f"must be in [0, patch_len={self.patch_len}] with (seq_len - patch_len) a multiple of it",
         )
-        _require(
+        require(
             "label_len",
             self.decoding == "one_pass" or self.label_len + self.patch_len <= self.seq_len,
             "autoregressive decoding needs label_len + patch_len <= seq_len (a start token)",
         )
-        _require(
+        require(
             "outputs",
             bool(self.outputs) and all(0 <= o < self.n_features for o in self.outputs),
             f"must be indices in [0, {self.n_features})",
         )
-        _require(
-            "decoding",
-            self.decoding in DECODING,
-            f"unknown value {self.decoding!r}; valid: {', '.join(DECODING)}",
-        )
-        _require(
-            "placeholders",
-            self.placeholders in PLACEHOLDERS,
-            f"unknown value {self.placeholders!r}; valid: {', '.join(PLACEHOLDERS)}",
-        )
-        _require(
+        require(
             "placeholders",
             self.decoding == "one_pass" or self.placeholders == "zeros",
             f"{self.placeholders!r} applies to one-pass decoding only (autoregressive decoding has none)",
         )
-        _require(
+        require(
             "channel_independent",
             not self.channel_independent or len(self.outputs) == self.n_features,
             "needs every variable as an output (features M or S)",
@@ -164,12 +150,8 @@ class ForecastConfig:
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> "ForecastConfig":
-        return strict_from_dict(cls, values, "model")
-
-
-def _require(field: str, ok: bool, message: str) -> None:
-    if not ok:
-        raise ValueError(f"{field}: {message}")
+        """Build from a mapping; an unknown key is a ``ValueError`` listing the valid names."""
+        return from_mapping(cls, values)
 
 
 class InstanceNorm(nn.Module):

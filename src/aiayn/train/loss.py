@@ -19,7 +19,7 @@ def label_smoothed_nll(logits: Tensor, target: Tensor, epsilon: float) -> tuple[
     One fused autograd function (:class:`_LabelSmoothedNLL`): the forward needs only ``logsumexp``,
     a gather and a row mean, and the backward writes the gradient ``softmax - smoothed target`` in
     one pass, instead of log-softmax's output, its backward and the gather's scatter (each a pass
-    over ``N × V`` floats; together about a tenth of a small model's training step on a CPU). On a
+    over ``N × V`` floats). On a
     CPU both go over blocks of rows (:data:`CHUNK_ELEMENTS` logits each), so that a block's fp32
     temporaries are still in cache for the next operation on them instead of streaming the whole
     ``N × V`` through memory once per operation; only the logits, in their own dtype (half the
