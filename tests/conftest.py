@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -36,3 +39,24 @@ def _one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+def _kill_after_checkpoints(command: list[str], run_dir: Path, n: int, env: dict) -> str:
+    """Start ``command`` (a training run into ``run_dir``), SIGKILL it once it has written ``n``
+    checkpoints (at most 120 s), and return the name of its newest checkpoint."""
+    from aiayn.checkpoint import list_checkpoints
+
+    victim = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while len(list_checkpoints(run_dir)) < n and victim.poll() is None and time.time() < deadline:
+        time.sleep(0.01)
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+    assert victim.returncode == -signal.SIGKILL, "the run finished before it could be killed"
+    return list_checkpoints(run_dir)[-1].name
+
+
+@pytest.fixture()
+def kill_after_checkpoints():
+    """:func:`_kill_after_checkpoints`: kill a training subprocess mid-run, for the resume tests."""
+    return _kill_after_checkpoints

@@ -6,10 +6,8 @@ import csv
 import importlib.util
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -346,7 +344,7 @@ def _train_command(config: Path, data: Path, out: Path) -> list[str]:
     return [sys.executable, "-m", "aiayn", *forecast, "--threads", "1"]
 
 
-def test_sigkill_then_resume_is_bit_identical(tmp_path, data_dir) -> None:
+def test_sigkill_then_resume_is_bit_identical(tmp_path, data_dir, kill_after_checkpoints) -> None:
     """A run killed after its first checkpoint and resumed ends with the uninterrupted run's weights,
     best/ and log (dropout and the weight average on: the RNG state and the average are restored)."""
     lines = (data_dir / "ett" / "ETTh1.csv").read_text().splitlines(keepends=True)[:2001]
@@ -369,19 +367,9 @@ def test_sigkill_then_resume_is_bit_identical(tmp_path, data_dir) -> None:
     assert straight.returncode == 0, straight.stderr[-2000:]
     assert b"\r" not in straight.stderr and b"split=train" in straight.stdout  # no bar in a log: lines
 
-    victim = subprocess.Popen(
-        _train_command(config, data, tmp_path / "killed"),
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+    killed_at = kill_after_checkpoints(
+        _train_command(config, data, tmp_path / "killed"), tmp_path / "killed", 1, env
     )
-    deadline = time.time() + 120
-    while not list_checkpoints(tmp_path / "killed") and victim.poll() is None and time.time() < deadline:
-        time.sleep(0.01)
-    victim.send_signal(signal.SIGKILL)
-    victim.wait()
-    assert victim.returncode == -signal.SIGKILL, "the run finished before it could be killed"
-    killed_at = list_checkpoints(tmp_path / "killed")[-1].name
     resumed = subprocess.run(
         _train_command(config, data, tmp_path / "killed"), env=env, capture_output=True, text=True
     )

@@ -5,10 +5,8 @@ from __future__ import annotations
 import json
 import math
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -383,7 +381,9 @@ def _write_config(path: Path, values: dict) -> Path:
 @pytest.mark.parametrize(
     "bpe_dropout", [0.0, 0.1]
 )  # with BPE-dropout: the 40 steps span 3 epochs, each resampled
-def test_sigkill_then_resume_is_bit_identical(task_dir: Path, tmp_path: Path, bpe_dropout: float) -> None:
+def test_sigkill_then_resume_is_bit_identical(
+    task_dir: Path, tmp_path: Path, bpe_dropout: float, kill_after_checkpoints
+) -> None:
     values = run_config(
         task_dir,
         optim={"cooldown": 0.5},  # a cool-down over max_steps is deterministic too
@@ -394,19 +394,9 @@ def test_sigkill_then_resume_is_bit_identical(task_dir: Path, tmp_path: Path, bp
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     subprocess.run(_train_command(config, tmp_path / "straight"), check=True, env=env, capture_output=True)
 
-    victim = subprocess.Popen(
-        _train_command(config, tmp_path / "killed"),
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+    killed_at = kill_after_checkpoints(
+        _train_command(config, tmp_path / "killed"), tmp_path / "killed", 3, env
     )
-    deadline = time.time() + 120
-    while len(list_checkpoints(tmp_path / "killed")) < 3 and victim.poll() is None and time.time() < deadline:
-        time.sleep(0.02)
-    victim.send_signal(signal.SIGKILL)
-    victim.wait()
-    assert victim.returncode == -signal.SIGKILL, "the run finished before it could be killed"
-    killed_at = list_checkpoints(tmp_path / "killed")[-1].name
     resumed = subprocess.run(
         _train_command(config, tmp_path / "killed"), env=env, capture_output=True, text=True
     )
