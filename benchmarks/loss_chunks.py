@@ -7,8 +7,10 @@ in the same process.
 blocks of ``CHUNK_ELEMENTS`` logits (rows of V) on a CPU, so that a block's fp32 temporaries are still
 in cache for the next operation on them. This benchmark times the loss's forward and backward on
 random logits of shape (a) of ``train_throughput.py`` (N = 64 x 24 target tokens, V = 8,000;
-``--tokens``, ``--vocab``) with ``CHUNK_ELEMENTS`` set to each of ``--chunks``, against the
-implementation it replaced (``WholeLogits`` below, the function as of commit 2eda7f0: an fp32 copy of
+``--tokens``, ``--vocab``) with ``CHUNK_ELEMENTS`` set to each of ``--chunks``, against PyTorch's
+``F.cross_entropy`` with ``label_smoothing`` (the library primitive it stands in for; compared with
+the shipped ``CHUNK_ELEMENTS``, which ``--chunks`` must include), and against the implementation it
+replaced (``WholeLogits`` below, the function as of commit 2eda7f0: an fp32 copy of
 the whole logits kept for the backward, each operation a pass over all N x V), for bf16 logits (what
 bf16 autocast's generator gives) and fp32.
 
@@ -26,6 +28,7 @@ import time
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 
 import aiayn.train.loss as loss
 from common import command, machine, peak_rss_mib, versions
@@ -78,19 +81,19 @@ class WholeLogits(torch.autograd.Function):
 
 
 BEFORE = 0  # the setting that runs WholeLogits
+PEER = -1  # the setting that runs PyTorch's F.cross_entropy (the library primitive)
 
 
 def forward_backward(logits: torch.Tensor, target: torch.Tensor, chunk_elements: int) -> torch.Tensor:
     leaf = logits.detach().requires_grad_()
     if chunk_elements == BEFORE:
         smoothed, nll = WholeLogits.apply(leaf, target, 0.1)
+    elif chunk_elements == PEER:  # the same two sums from the library's loss, as autograd sees them
+        x = leaf.float()
+        smoothed = F.cross_entropy(x, target, label_smoothing=0.1, reduction="sum")
+        nll = F.cross_entropy(x, target, reduction="sum")
     else:
-        shipped = loss.CHUNK_ELEMENTS
-        loss.CHUNK_ELEMENTS = chunk_elements
-        try:
-            smoothed, nll = loss.label_smoothed_nll(leaf, target, 0.1)
-        finally:
-            loss.CHUNK_ELEMENTS = shipped
+        smoothed, nll = loss.label_smoothed_nll(leaf, target, 0.1, chunk_elements)
     (smoothed + nll).backward()
     return leaf.grad
 
@@ -107,7 +110,7 @@ def measure(dtype: torch.dtype, args: argparse.Namespace) -> dict:
     logits = (4 * torch.randn(args.tokens, args.vocab, generator=generator)).to(dtype)
     target = torch.randint(0, args.vocab, (args.tokens,), generator=generator)
     before = BEFORE
-    settings = [before, *args.chunks]
+    settings = [before, PEER, *args.chunks]
     reference = forward_backward(logits, target, before).float()
     max_diff = {
         c: (forward_backward(logits, target, c).float() - reference).abs().max().item() for c in args.chunks
@@ -130,9 +133,16 @@ def measure(dtype: torch.dtype, args: argparse.Namespace) -> dict:
                 "grad_max_abs_diff_vs_before": max_diff[c],
             }
         )
+    shipped = loss.CHUNK_ELEMENTS
+    peer_ratios = sorted(p / s for p, s in zip(times[PEER], times[shipped])) if shipped in times else []
     return {
         "dtype": str(dtype).removeprefix("torch."),
         "before_ms": 1e3 * statistics.median(times[before]),
+        "f_cross_entropy_ms": 1e3 * statistics.median(times[PEER]),
+        "paired_f_cross_entropy_over_shipped": statistics.median(peer_ratios) if peer_ratios else None,
+        "paired_f_cross_entropy_over_shipped_min_max": [peer_ratios[0], peer_ratios[-1]]
+        if peer_ratios
+        else None,
         "blocks": rows,
     }
 
@@ -147,6 +157,13 @@ def main() -> None:
         result = measure(dtype, args)
         results.append(result)
         print(f"{result['dtype']:9} before (whole logits) {result['before_ms']:7.1f} ms")
+        if result["paired_f_cross_entropy_over_shipped"] is not None:
+            low, high = result["paired_f_cross_entropy_over_shipped_min_max"]
+            print(
+                f"{'':9} F.cross_entropy      {result['f_cross_entropy_ms']:7.1f} ms"
+                f"   F.cross_entropy/shipped {result['paired_f_cross_entropy_over_shipped']:.2f}x"
+                f" [{low:.2f}-{high:.2f}]"
+            )
         for row in result["blocks"]:
             print(
                 f"{'':9} blocks of {row['chunk_elements']:>8} ({row['rows_per_block']:>4} rows) "

@@ -152,15 +152,15 @@ def test_label_smoothing_matches_torch_cross_entropy() -> None:
     "chunk_elements", [1 << 18, 3 * 29]
 )  # one block of rows; blocks of 3 rows (the last of 1)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_label_smoothing_gradient_matches_torch_cross_entropy(dtype, chunk_elements, monkeypatch) -> None:
+def test_label_smoothing_gradient_matches_torch_cross_entropy(dtype, chunk_elements) -> None:
     """The hand-written forward and backward against autograd through F.cross_entropy, for both
     outputs, in one block of rows and in many."""
-    monkeypatch.setattr(loss_module, "CHUNK_ELEMENTS", chunk_elements)
-    assert len(loss_module._row_blocks(torch.empty(40, 29))) == (1 if chunk_elements > 40 * 29 else 14)
+    blocks = loss_module._row_blocks(torch.empty(40, 29), chunk_elements)
+    assert len(blocks) == (1 if chunk_elements > 40 * 29 else 14)
     logits, target = torch.randn(40, 29, dtype=torch.float64), torch.randint(0, 29, (40,))
     weights = torch.tensor(0.7), torch.tensor(-1.3)  # an arbitrary mix of the two outputs' gradients
     ours = logits.to(dtype).requires_grad_()
-    loss, nll = label_smoothed_nll(ours, target, epsilon=0.1)
+    loss, nll = label_smoothed_nll(ours, target, epsilon=0.1, chunk_elements=chunk_elements)
     (weights[0] * loss + weights[1] * nll).backward()
     theirs = logits.to(dtype).float().requires_grad_()
     ref = weights[0] * F.cross_entropy(theirs, target, label_smoothing=0.1, reduction="sum") + weights[
@@ -176,7 +176,7 @@ def test_label_smoothing_gradient_matches_torch_cross_entropy(dtype, chunk_eleme
 @pytest.mark.parametrize(
     "epsilon, masked", [(0.0, -math.inf), (0.1, -1e4)]
 )  # smoothing gives -inf a loss of inf
-def test_label_smoothing_in_blocks_of_rows_equals_one_block(epsilon, masked, monkeypatch) -> None:
+def test_label_smoothing_in_blocks_of_rows_equals_one_block(epsilon, masked) -> None:
     """Strided logits (a transpose) with a masked logit: blocks of 3 rows give one block's loss and
     gradient."""
     logits, target = torch.randn(29, 40).t(), torch.randint(0, 29, (40,))
@@ -184,9 +184,8 @@ def test_label_smoothing_in_blocks_of_rows_equals_one_block(epsilon, masked, mon
     target[3] = 6
 
     def loss_and_grad(chunk_elements: int) -> tuple[Tensor, Tensor, Tensor]:
-        monkeypatch.setattr(loss_module, "CHUNK_ELEMENTS", chunk_elements)
         leaf = logits.clone().t().contiguous().t().requires_grad_()  # strided like ``logits``
-        loss, nll = label_smoothed_nll(leaf, target, epsilon)
+        loss, nll = label_smoothed_nll(leaf, target, epsilon, chunk_elements)
         (loss + 0.5 * nll).backward()
         return loss.detach(), nll.detach(), leaf.grad
 

@@ -8,7 +8,9 @@ from torch import Tensor, nn
 from aiayn.model.masks import padding_mask
 
 
-def label_smoothed_nll(logits: Tensor, target: Tensor, epsilon: float) -> tuple[Tensor, Tensor]:
+def label_smoothed_nll(
+    logits: Tensor, target: Tensor, epsilon: float, chunk_elements: int | None = None
+) -> tuple[Tensor, Tensor]:
     """Summed label-smoothed loss and summed NLL over ``N`` positions.
 
     ``logits`` ``(N, V)`` (any dtype; computed in fp32), ``target`` ``(N,)``. The smoothed target
@@ -20,27 +22,28 @@ def label_smoothed_nll(logits: Tensor, target: Tensor, epsilon: float) -> tuple[
     a gather and a row mean, and the backward writes the gradient ``softmax - smoothed target`` in
     one pass, instead of log-softmax's output, its backward and the gather's scatter (each a pass
     over ``N × V`` floats). On a
-    CPU both go over blocks of rows (:data:`CHUNK_ELEMENTS` logits each), so that a block's fp32
-    temporaries are still in cache for the next operation on them instead of streaming the whole
-    ``N × V`` through memory once per operation; only the logits, in their own dtype (half the
-    memory in bf16), are kept for the backward. Under ``torch.compile`` and on GPUs, one block.
+    CPU both go over blocks of rows (``chunk_elements`` logits each, default :data:`CHUNK_ELEMENTS`),
+    so that a block's fp32 temporaries are still in cache for the next operation on them instead of
+    streaming the whole ``N × V`` through memory once per operation; only the logits, in their own
+    dtype (half the memory in bf16), are kept for the backward. Under ``torch.compile`` and on GPUs,
+    one block.
     """
-    return _LabelSmoothedNLL.apply(logits, target, epsilon)
+    return _LabelSmoothedNLL.apply(logits, target, epsilon, chunk_elements or CHUNK_ELEMENTS)
 
 
-# Logits per block of rows on a CPU (1 MiB in fp32): ``python benchmarks/loss_chunks.py`` compares
-# block sizes with the whole logits.
+#: Logits per block of rows on a CPU (1 MiB in fp32): ``python benchmarks/loss_chunks.py`` compares
+#: block sizes with the whole logits and with ``F.cross_entropy``.
 CHUNK_ELEMENTS = 1 << 18
 
 
-def _row_blocks(logits: Tensor) -> list[slice]:
-    """Row slices of ``logits`` ``(N, V)``: blocks of about CHUNK_ELEMENTS on a CPU; one slice of all
-    rows on a GPU and under ``torch.compile`` (a loop over N would specialise the graph on N, and
-    the compiler fuses the whole-tensor passes itself)."""
+def _row_blocks(logits: Tensor, chunk_elements: int) -> list[slice]:
+    """Row slices of ``logits`` ``(N, V)``: blocks of about ``chunk_elements`` on a CPU; one slice
+    of all rows on a GPU and under ``torch.compile`` (a loop over N would specialise the graph on
+    N, and the compiler fuses the whole-tensor passes itself)."""
     if logits.device.type != "cpu" or torch.compiler.is_compiling():
         return [slice(None)]
     n, vocab = logits.shape
-    rows = max(1, CHUNK_ELEMENTS // max(1, vocab))
+    rows = max(1, chunk_elements // max(1, vocab))
     return [slice(i, i + rows) for i in range(0, n, rows)]
 
 
@@ -48,17 +51,19 @@ class _LabelSmoothedNLL(torch.autograd.Function):
     """(loss sum, NLL sum) of :func:`label_smoothed_nll`, with a hand-written backward."""
 
     @staticmethod
-    def forward(ctx, logits: Tensor, target: Tensor, epsilon: float) -> tuple[Tensor, Tensor]:
+    def forward(
+        ctx, logits: Tensor, target: Tensor, epsilon: float, chunk_elements: int
+    ) -> tuple[Tensor, Tensor]:
         lse = logits.new_empty(logits.size(0), dtype=torch.float32)  # (N,)
         mean = torch.empty_like(lse)  # mean_v(x_v), (N,); only with smoothing
-        for block in _row_blocks(logits):
+        for block in _row_blocks(logits, chunk_elements):
             x = logits[block].float()  # (n, V); no copy when the logits are fp32
             lse[block] = torch.logsumexp(x, dim=-1)
             if epsilon != 0:
                 mean[block] = x.mean(dim=-1)
         nll = lse - logits.gather(-1, target[:, None]).squeeze(-1).float()  # -log p_y, (N,)
         ctx.save_for_backward(logits, lse, target)
-        ctx.epsilon = epsilon
+        ctx.epsilon, ctx.chunk_elements = epsilon, chunk_elements
         if epsilon == 0:  # no 0 * inf where a logit is -inf
             return nll.sum(), nll.sum()
         smooth = lse - mean  # mean_v(-log p_v), (N,)
@@ -66,14 +71,14 @@ class _LabelSmoothedNLL(torch.autograd.Function):
 
     @staticmethod
     @torch.autograd.function.once_differentiable
-    def backward(ctx, grad_loss: Tensor, grad_nll: Tensor) -> tuple[Tensor, None, None]:
+    def backward(ctx, grad_loss: Tensor, grad_nll: Tensor) -> tuple[Tensor, None, None, None]:
         logits, lse, target = ctx.saved_tensors
         eps, vocab = ctx.epsilon, logits.size(-1)
         grad = torch.empty_like(logits)
         # d loss / dx = softmax(x) - (1 - ε)·onehot(y) - ε / V ;  d nll / dx = softmax(x) - onehot(y)
         scale, offset = grad_loss + grad_nll, grad_loss * eps / vocab
         at_target = (-(grad_loss * (1.0 - eps) + grad_nll)).reshape(1, 1)
-        for block in _row_blocks(logits):
+        for block in _row_blocks(logits, ctx.chunk_elements):
             if logits.dtype == torch.float32:  # computed in place in the gradient: no temporary
                 block_grad = torch.sub(logits[block], lse[block, None], out=grad[block])
             else:  # bf16/fp16 minus fp32 promotes to fp32: one temporary, cast when written back
@@ -82,7 +87,7 @@ class _LabelSmoothedNLL(torch.autograd.Function):
             block_grad.scatter_add_(-1, target[block, None], at_target.expand(block_grad.size(0), 1))
             if logits.dtype != torch.float32:
                 grad[block] = block_grad  # cast to the logits' dtype
-        return grad, None, None
+        return grad, None, None, None
 
 
 class Seq2SeqObjective(nn.Module):
