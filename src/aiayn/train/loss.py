@@ -1,4 +1,10 @@
-"""Label-smoothed cross-entropy (§5.4), computed in fp32 on non-padding positions only."""
+"""Label-smoothed cross-entropy (§5.4), computed in fp32 on non-padding positions only.
+
+Why a hand-written loss instead of ``F.cross_entropy(label_smoothing=ε)``: on a CPU, its forward
+and backward over blocks of rows are 7.2x (bf16 logits) and 4.2x (fp32) faster than PyTorch's for
+the same two sums and gradients, with every round's ratio far above 1 (``benchmarks/loss_chunks.py``,
+``benchmarks/results/loss_chunks_xeon_amx.json``).
+"""
 
 from __future__ import annotations
 
