@@ -12,7 +12,7 @@ import torch
 from aiayn.forecast.baselines import DLinear, RepeatLast, SeasonalNaive
 from aiayn.forecast.data import Scaler, n_windows, prepare, read_series, split_borders, split_range
 from aiayn.forecast.model import ForecastConfig, Forecaster, InstanceNorm
-from aiayn.forecast.train import TrainConfig, WeightAverage, evaluate, fit, loss_on_batch
+from aiayn.forecast.train import ForecastTask, TrainConfig, WeightAverage, evaluate, fit
 
 
 @pytest.fixture(scope="module")
@@ -155,19 +155,25 @@ def test_config_errors_name_the_field() -> None:
         tiny(d_model=15)
 
 
+def task_loss(model, windows, idx, outputs: list[int], loss: str = "mse") -> torch.Tensor:
+    """The training loss as the engine computes it (:meth:`ForecastTask.loss`) on windows ``idx``."""
+    task = ForecastTask(model, windows, windows, outputs, TrainConfig(loss=loss), {}, lambda _: None)
+    return task.loss(model, idx).value
+
+
 def test_few_training_steps_lower_the_loss(etth1: Path) -> None:
     data = prepare(etth1, "M", "OT", 32, 16)
     train = data.windows("train", 32, 16)
     model = Forecaster(tiny(n_features=7, outputs=list(range(7)), channel_independent=True, patch_len=4))
     idx = torch.arange(0, 4096, 256)
-    before = loss_on_batch(model, train, idx, data.outputs, False).item()
+    before = task_loss(model, train, idx, data.outputs).item()
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
     for _ in range(40):
-        loss = loss_on_batch(model, train, idx, data.outputs, False)
+        loss = task_loss(model, train, idx, data.outputs)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-    assert loss_on_batch(model, train, idx, data.outputs, False).item() < 0.85 * before
+    assert task_loss(model, train, idx, data.outputs).item() < 0.85 * before
 
 
 # --- baselines ----------------------------------------------------------------------------------
@@ -227,8 +233,8 @@ def test_training_loss_is_squared_or_absolute_error(etth1: Path) -> None:
     train = data.windows("train", 48, 24)
     model, idx = SeasonalNaive(24, data.outputs, 24), torch.arange(100, 164)
     error = model(train.inputs(idx)) - train.targets(idx)[..., data.outputs]
-    mse = loss_on_batch(model, train, idx, data.outputs, False)  # the default
-    mae = loss_on_batch(model, train, idx, data.outputs, False, "mae")
+    mse = task_loss(model, train, idx, data.outputs)  # the default
+    mae = task_loss(model, train, idx, data.outputs, "mae")
     torch.testing.assert_close(mse, error.square().mean())
     torch.testing.assert_close(mae, error.abs().mean())
     assert mae.item() != pytest.approx(mse.item(), rel=1e-2)

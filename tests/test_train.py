@@ -204,8 +204,8 @@ def test_accumulating_small_batches_equals_one_big_batch(task_dir: Path) -> None
     )
     examples = small.train_examples[:24]
     parts = [collate(examples[i : i + 8]) for i in range(0, 24, 8)]
-    totals_small = small.accumulate_gradients(parts)
-    totals_big = big.accumulate_gradients([collate(examples)])
+    totals_small = small.engine.accumulate_gradients(parts)
+    totals_big = big.engine.accumulate_gradients([collate(examples)])
     assert totals_small[2] == totals_big[2] == sum(len(t) + 1 for _, t in examples)
     assert totals_small[0] == pytest.approx(totals_big[0], rel=1e-5)
     for (name, a), b in zip(small.model.named_parameters(), big.model.parameters()):
@@ -764,3 +764,33 @@ def test_objective_traces_under_torch_compile(task_dir: Path) -> None:
     torch.testing.assert_close(loss, eager[0])
     for name, p in trainer.loss_fn.named_parameters():
         torch.testing.assert_close(p.grad, expected[name], atol=1e-6, rtol=1e-5, msg=name)
+
+
+# --- run directories of another kind ------------------------------------------------------------
+
+
+def test_a_run_directory_of_another_kind_or_layout_is_refused(tmp_path: Path) -> None:
+    """Both tasks share one layout, so training into the other task's run is one clear line; so is
+    a forecasting run of the layout before it (``last/``), which cannot be resumed."""
+    from aiayn import TransformerConfig, build_model
+    from aiayn.checkpoint import save_checkpoint
+    from aiayn.train.engine import Settings
+
+    model = build_model(TransformerConfig(src_vocab_size=8, tgt_vocab_size=8, d_model=8, n_heads=2, d_ff=8))
+    save_checkpoint(tmp_path / "fc" / "checkpoints" / "step-00000001", model, {"kind": "forecast"})
+    with pytest.raises(UserError, match="holds a forecast run, not a translation run: give a new --out"):
+        Engine(Settings(device="cpu"), tmp_path / "fc", kind="translation")
+    Engine(Settings(device="cpu"), tmp_path / "fc", kind="forecast")  # its own kind resumes
+    save_checkpoint(tmp_path / "old" / "last", model, {"kind": "forecast"})
+    with pytest.raises(UserError, match=r"old/last is a run in aiayn's earlier forecasting layout"):
+        Engine(Settings(device="cpu"), tmp_path / "old", kind="forecast")
+
+
+@pytest.mark.parametrize("seed", [-3, 2**32])
+def test_seeds_outside_numpys_range_are_refused(task_dir: Path, seed: int) -> None:
+    from aiayn.forecast.train import TrainConfig
+
+    with pytest.raises(UserError, match=f"train.seed must be in \\[0, {2**32 - 1}\\]; got {seed}"):
+        run_config_from_dict(run_config(task_dir, train={"seed": seed}))
+    with pytest.raises(ValueError, match="seed"):
+        TrainConfig(seed=seed)

@@ -58,9 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except BrokenPipeError:  # `aiayn translate ... | head`
         return 0
-    except (
-        OSError
-    ) as err:  # a path the file system refuses (missing directory, no permission, a file in the way)
+    except OSError as err:  # a path the file system refuses (missing directory, no permission, ...)
         where = f"{err.filename}: " if err.filename else ""
         print(f"aiayn: error: {where}{err.strerror or err}", file=sys.stderr)
         return 2

@@ -84,7 +84,7 @@ class OptimConfig(Checked):
 
 @dataclass
 class TrainSection(Checked):
-    seed: int = setting(1, ge=0)
+    seed: int = setting(1, ge=0, le=2**32 - 1)  # NumPy's seeds are 32-bit
     device: str = "auto"  #: "auto", "cpu", "cuda", "cuda:N"
     #: "auto" (bf16 where the hardware has it natively), "bf16" or "fp32"
     precision: str = setting("auto", choices=PRECISIONS)

@@ -226,11 +226,13 @@ class Engine:
         out: str | Path | None,
         log: Callable[[str], None] | None = None,
         progress: bool = True,
+        kind: str | None = None,
     ) -> None:
         """Processes, device, precision and seeds; ``resumed`` is the run's latest checkpoint (or None).
 
         ``out`` None: nothing is written (no checkpoints, no log file). ``progress``: a progress bar
-        when stderr is a terminal.
+        when stderr is a terminal. ``kind`` (the task's checkpoint kind, "translation" or
+        "forecast"): a run directory holding another kind of run is refused.
         """
         self.settings, self.out = settings, Path(out) if out is not None else None
         self.rank, self.world_size = dist.setup()
@@ -241,6 +243,8 @@ class Engine:
         seed_everything(settings.seed)
         latest = latest_checkpoint(self.out) if self.out is not None else None
         self.resumed: Checkpoint | None = load_checkpoint(latest) if latest is not None else None
+        if self.out is not None and kind is not None:
+            _check_run_dir(self.out, self.resumed, kind)
         self.state = TrainState()
         self.meter = _Meter()  # the train record's sums since the last one (kept in checkpoints)
         self.task: Task | None = None
@@ -610,7 +614,10 @@ class WeightAverage:
     ) -> None:
         self.model, self.decay, self.updates = model, decay, updates
         state = model.state_dict()
-        self.average = average or {k: v.detach().clone() for k, v in state.items()}
+        self.average = {  # a restored average (read on the CPU) joins the weights' device
+            k: (average[k] if average else v.detach()).to(v.device, copy=not average)
+            for k, v in state.items()
+        }
         self._pairs = [(self.average[k], v) for k, v in state.items() if v.is_floating_point()]
 
     @torch.no_grad()
@@ -629,6 +636,20 @@ class WeightAverage:
             yield
         finally:
             self.model.load_state_dict(own)
+
+
+LEGACY_LAST_DIR = "last"  # forecasting runs before the one run-directory layout kept their state here
+
+
+def _check_run_dir(out: Path, resumed: Checkpoint | None, kind: str) -> None:
+    """Refuse to train into a directory holding another kind of run, or an old-layout run."""
+    if resumed is not None and resumed.kind != kind:
+        raise UserError(f"{out} holds a {resumed.kind} run, not a {kind} run: give a new --out")
+    if resumed is None and (out / LEGACY_LAST_DIR).is_dir():
+        raise UserError(
+            f"{out / LEGACY_LAST_DIR} is a run in aiayn's earlier forecasting layout, which cannot be "
+            "resumed (evaluate, predict and plot still read its best/): train into a new --out"
+        )
 
 
 def refuse_other_run(out: Path, changes: list[str], may_change: str) -> None:

@@ -63,7 +63,7 @@ class Trainer(Task):
         log: Callable[[str], None] | None = None,
         progress: bool = True,
     ) -> None:
-        self.engine = Engine(engine_settings(config), out_dir, log, progress)
+        self.engine = Engine(engine_settings(config), out_dir, log, progress, kind="translation")
         self.out, self.log = self.engine.out, self.engine.log
         if self.device.type == "cpu" and self.engine.precision == "bf16":
             # before the first bf16 matmul: varying shapes would fill them (aiayn.malloc)
@@ -105,10 +105,6 @@ class Trainer(Task):
                 "(or --max-steps / --max-epochs / --max-hours)"
             )
         return self.engine.run()
-
-    def accumulate_gradients(self, batches: list[Batch]) -> tuple[float, dict[str, float], float]:
-        """The engine's backward over ``batches`` (see :meth:`Engine.accumulate_gradients`)."""
-        return self.engine.accumulate_gradients(batches)
 
     # --- set-up ---------------------------------------------------------------------------------------
     def _merge_resumed_config(self, config: RunConfig, resumed: Checkpoint | None) -> RunConfig:
