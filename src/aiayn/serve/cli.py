@@ -36,6 +36,7 @@ def register(subparsers) -> None:
     p.add_argument("--ct2-dir", help="with --engine ctranslate2: the export to use or make")
     p.add_argument("--compute-type", default="default", help="with --engine ctranslate2: int8, float32, ...")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: auto)")
+    p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's, one per core)")
     p.add_argument("--api-key", help=f"require 'Authorization: Bearer KEY' on /v1/* (or ${API_KEY_VARIABLE})")
     p.add_argument(
         "--cors", metavar="ORIGIN", help="allow this origin's pages to call the API (default: none)"
@@ -43,7 +44,7 @@ def register(subparsers) -> None:
     p.add_argument(
         "--max-batch-tokens", type=int, default=4096, help="source tokens per batch across requests"
     )
-    p.add_argument("--max-wait-ms", type=float, default=5.0, help="how long a batch waits for more requests")
+    p.add_argument("--max-wait-ms", type=float, default=10.0, help="how long a batch waits for more requests")
     p.add_argument("--no-batching", action="store_true", help="decode each request alone")
     p.add_argument("--max-sentences", type=int, default=256, help="sentences per request")
     p.add_argument("--max-chars", type=int, default=2000, help="characters per sentence")
@@ -56,6 +57,10 @@ def run_serve(args: argparse.Namespace) -> int:
     from aiayn.serve.app import Limits, create_app
 
     _check_numbers(args)
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
     api_key = args.api_key or os.environ.get(API_KEY_VARIABLE) or None
     _check_port(args.host, args.port)
     served = load_served(args)
@@ -108,8 +113,8 @@ def _serve_extra():
 
 
 def _check_numbers(args: argparse.Namespace) -> None:
-    for name in ("max_sentences", "max_chars", "max_body_bytes", "max_batch_tokens"):
-        if getattr(args, name) < 1:
+    for name in ("max_sentences", "max_chars", "max_body_bytes", "max_batch_tokens", "threads"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
             raise UserError(f"--{name.replace('_', '-')}: must be >= 1")
     if args.max_wait_ms < 0:
         raise UserError("--max-wait-ms: must be >= 0")
