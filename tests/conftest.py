@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import signal
+import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -60,3 +62,101 @@ def _kill_after_checkpoints(command: list[str], run_dir: Path, n: int, env: dict
 def kill_after_checkpoints():
     """:func:`_kill_after_checkpoints`: kill a training subprocess mid-run, for the resume tests."""
     return _kill_after_checkpoints
+
+
+# --- a served model: a tiny trained run and a real `aiayn serve` on a free loopback port ---------
+
+
+@pytest.fixture(scope="session")
+def tiny_translation_run(tmp_path_factory) -> Path:
+    """A run directory of a tiny model trained for a few seconds on the built-in digits->words task."""
+    from aiayn.data.synthetic import write_task
+    from aiayn.train.config import run_config_from_dict
+    from aiayn.train.trainer import Trainer
+
+    root = tmp_path_factory.mktemp("served")
+    write_task(root / "data", seed=0, n_train=2000, n_valid=40, n_test=40)
+    model = {"d_model": 32, "n_heads": 2, "n_encoder_layers": 1, "n_decoder_layers": 2, "d_ff": 64}
+    values = {
+        "model": {**model, "dropout": 0.0, "max_len": 64, "tie_embeddings": "all"},
+        "data": {
+            "dir": str(root / "data"),
+            "src_lang": "digits",
+            "tgt_lang": "words",
+            "vocab_size": 400,
+            "batch_tokens": 1024,
+            "max_sentence_tokens": 32,
+        },
+        "optim": {"lr_schedule": "inverse_sqrt", "peak_lr": 0.005, "warmup": 50},
+        "train": {
+            "precision": "fp32",
+            "device": "cpu",
+            "max_steps": 150,
+            "save_every": 150,
+            "valid_every": 150,
+            "valid_bleu": False,
+            "log_every": 0,
+            "seed": 0,
+        },
+    }
+    Trainer(run_config_from_dict(values), root / "run", log=lambda _: None, progress=False).train()
+    return root / "run"
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _wait_until_up(url: str, process: subprocess.Popen, seconds: float = 60.0) -> None:
+    import httpx
+
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        if process.poll() is not None:
+            raise AssertionError(f"aiayn serve exited with {process.returncode}: {process.stderr.read()}")
+        try:
+            if httpx.get(f"{url}/health", timeout=1.0).status_code == 200:
+                return
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    raise AssertionError(f"aiayn serve did not answer {url}/health within {seconds} s")
+
+
+@pytest.fixture()
+def live_server():
+    """``live_server(run_dir, *flags) -> base URL`` of a real ``aiayn serve`` subprocess on
+    127.0.0.1 and a free port; stopped (SIGTERM, then SIGKILL after 10 s) after the test."""
+    started: list[subprocess.Popen] = []
+
+    def start(run_dir: Path, *flags: str) -> str:
+        port = _free_port()
+        command = [
+            sys.executable,
+            "-m",
+            "aiayn",
+            "serve",
+            "--checkpoint",
+            str(run_dir),
+            "--port",
+            str(port),
+            "--device",
+            "cpu",
+            *flags,
+        ]
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        started.append(process)
+        url = f"http://127.0.0.1:{port}"
+        _wait_until_up(url, process)
+        start.process = process
+        return url
+
+    yield start
+    for process in started:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()

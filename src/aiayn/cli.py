@@ -24,6 +24,7 @@ COMMAND_MODULES = [
     "aiayn.plots",
     "aiayn.export",
     "aiayn.forecast.cli",
+    "aiayn.serve.cli",
 ]
 
 

@@ -36,6 +36,7 @@ extras); it is imported only when an export runs.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -117,6 +118,7 @@ def export_ctranslate2(
     _ctranslate2()  # fail early, before any work, when it is not installed
     out = Path(out)
     source = resolve_checkpoint(checkpoint)  # once: a run may write a newer checkpoint meanwhile
+    digest = checkpoint_digest(source)  # before loading: a checkpoint replaced meanwhile is re-exported
     _check_apart(out, source)
     _check_out(out, force)
     model, tokenizer, ckpt = load_translation_model(source)
@@ -128,7 +130,7 @@ def export_ctranslate2(
     tmp.mkdir(parents=True)
     spec.save(str(tmp))
     (tmp / SPM_FILE).write_bytes(tokenizer.to_bytes())
-    _write_docs(tmp, ckpt.path, model.config, quantization)
+    _write_docs(tmp, ckpt.path, digest, model.config, quantization)
     replace_dir(tmp, out)  # an existing export is moved aside, then deleted: never lost half-way
     remove_abandoned_temporaries(out.parent)
     return out
@@ -288,11 +290,29 @@ def _array(tensor: Tensor) -> np.ndarray:
 # --- how to use it --------------------------------------------------------------------------------
 
 
-def _write_docs(out: Path, checkpoint: Path, config, quantization: str) -> None:
+def checkpoint_digest(checkpoint: Path) -> str:
+    """What identifies the checkpoint's contents: the SHA-256 of its ``manifest.json`` (which holds
+    every file's SHA-256), or of its model, config and tokenizer files for a checkpoint without one."""
+    from aiayn.checkpoint import CONFIG_FILE, MANIFEST_FILE, MODEL_FILE, TOKENIZER_FILE
+
+    names = (
+        [MANIFEST_FILE]
+        if (checkpoint / MANIFEST_FILE).is_file()
+        else [MODEL_FILE, CONFIG_FILE, TOKENIZER_FILE]
+    )
+    digest = hashlib.sha256()
+    for name in names:
+        file = checkpoint / name
+        digest.update(file.read_bytes() if file.is_file() else b"")
+    return digest.hexdigest()
+
+
+def _write_docs(out: Path, checkpoint: Path, digest: str, config, quantization: str) -> None:
     info: dict[str, Any] = {
         "format": "ctranslate2",
         "ctranslate2_version": _ctranslate2().__version__,
         "checkpoint": str(checkpoint),
+        "checkpoint_sha256": digest,  # checkpoint_digest(): engines reuse an export of the same checkpoint
         "quantization": quantization,
         "tokenizer": SPM_FILE,
         "source": "SentencePiece pieces of the text; CTranslate2 appends </s> itself (add_source_eos)",

@@ -11,6 +11,10 @@ evaluate
     Translates ``--src`` and scores it against ``--ref``: sacreBLEU BLEU and chrF (with
     signatures) on detokenized text, plus the Multi30k literature's tokenized lowercased BLEU,
     labelled as not comparable.
+
+Both take ``--engine torch|ctranslate2`` (:mod:`aiayn.decode.engines`): ``ctranslate2`` translates
+with the CTranslate2 export of the checkpoint (made on first use, reused while the checkpoint
+stays the same; ``--ct2-dir``, ``--compute-type``). Options it cannot honour are refused.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from aiayn.errors import UserError
 from aiayn.io import output_lines, read_lines, stdin_blocks
 
 if TYPE_CHECKING:
-    from aiayn.decode.translator import Translator
+    from aiayn.decode.search import DecodeOptions
 
 
 def register(subparsers) -> None:
@@ -53,13 +57,27 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--max-len-b", type=int, default=50, help="(default: a=1, b=50, the paper's)")
     parser.add_argument("--no-cache", action="store_true", help="recompute the decoder prefix at each step")
+    parser.add_argument(
+        "--engine",
+        default="torch",
+        help="torch, or ctranslate2: the CTranslate2 export of the checkpoint, made on first use "
+        "(needs `pip install ctranslate2`; default: torch)",
+    )
+    parser.add_argument(
+        "--ct2-dir",
+        help="with --engine ctranslate2: where the export is (made there when missing or made from "
+        "another checkpoint; default: RUN/ct2, or ct2-NAME beside a checkpoint directory NAME)",
+    )
+    parser.add_argument(
+        "--compute-type",
+        help="with --engine ctranslate2: int8, float32, ... or default (the export's float32)",
+    )
 
 
-def _translator_loader(args, **overrides) -> Callable[[], "Translator"]:
-    """Check the decoding options now; the returned function loads the model into a Translator."""
-    from aiayn.checkpoint import load_translation_model
+def _engine_loader(args, **overrides) -> tuple["DecodeOptions", Callable]:
+    """Check the decoding options now; the returned function loads the engine."""
+    from aiayn.decode.engines import check_engine, load_engine
     from aiayn.decode.search import DecodeOptions
-    from aiayn.decode.translator import Translator
 
     device = resolve_device(args.device, "--device")
     if args.batch_tokens < 1:
@@ -72,21 +90,42 @@ def _translator_loader(args, **overrides) -> Callable[[], "Translator"]:
         use_cache=not args.no_cache,
         **overrides,
     )
+    check_engine(args.engine, args.compute_type or "default")
+    _check_engine_options(args, options)
 
-    def load() -> Translator:
-        model, tokenizer, _ = load_translation_model(args.checkpoint, device=device)
-        return Translator(model, tokenizer, device, args.batch_tokens, options)
+    def load():
+        return load_engine(
+            args.checkpoint,
+            args.engine,
+            device,
+            args.ct2_dir,
+            args.compute_type or "default",
+            args.batch_tokens,
+        )
 
-    return load
+    return options, load
 
 
-def _run_with_progress(translator, lines: list[str], enabled: bool, fn):
+def _check_engine_options(args, options: "DecodeOptions") -> None:
+    """Options for one engine only are refused with the other."""
+    from aiayn.decode.engines import check_ct2_options, require_ctranslate2
+
+    if args.engine == "torch":
+        for flag, value in (("--ct2-dir", args.ct2_dir), ("--compute-type", args.compute_type)):
+            if value is not None:
+                raise UserError(f"{flag} needs --engine ctranslate2")
+        return
+    require_ctranslate2()  # not installed: say how, before any work
+    check_ct2_options(options)
+
+
+def _run_with_progress(engine, lines: list[str], enabled: bool, fn):
     from tqdm import tqdm
 
     with tqdm(
         total=sum(1 for line in lines if line.strip()), unit="sent", file=sys.stderr, disable=not enabled
     ) as bar:
-        translator.progress = bar.update
+        engine.progress = bar.update
         return fn(lines)
 
 
@@ -133,26 +172,28 @@ def _sampling(args) -> dict:
 
 
 def run_translate(args) -> int:
-    load = _translator_loader(args, nbest=args.nbest, **_sampling(args))
+    options, load = _engine_loader(args, nbest=args.nbest, **_sampling(args))
     if args.buffer_size < 1:
         raise UserError("--buffer-size: must be >= 1")
     with output_lines(args.output) as write:
         if args.input is None and not args.sample:  # stream; sampling reads all first: its batches stay fixed
-            translator = load()
+            engine = load()
             for lines in stdin_blocks(args.buffer_size):
-                write(_translate_lines(translator, lines, args.nbest, progress=False))
+                write(_translate_lines(engine, options, lines, progress=False))
         else:
             lines = read_lines(args.input)
-            write(_translate_lines(load(), lines, args.nbest, progress=args.input is not None))
+            write(_translate_lines(load(), options, lines, progress=args.input is not None))
     return 0
 
 
-def _translate_lines(translator, lines: list[str], nbest: int, progress: bool) -> list[str]:
+def _translate_lines(engine, options: "DecodeOptions", lines: list[str], progress: bool) -> list[str]:
     """Output lines for ``lines``: one translation each, or ``nbest`` "score<TAB>text" lines each."""
-    if nbest == 1:
-        return _run_with_progress(translator, lines, progress, translator.translate)
-    hypotheses = _run_with_progress(translator, lines, progress, translator.translate_nbest)
-    return [_nbest_line(hyps, k) for hyps in hypotheses for k in range(nbest)]
+    if options.nbest == 1:
+        return _run_with_progress(engine, lines, progress, lambda todo: engine.translate(todo, options))
+    hypotheses = _run_with_progress(
+        engine, lines, progress, lambda todo: engine.translate_nbest(todo, options)
+    )
+    return [_nbest_line(hyps, k) for hyps in hypotheses for k in range(options.nbest)]
 
 
 def _nbest_line(hyps: list[tuple[float, str]], k: int) -> str:
@@ -190,13 +231,13 @@ def run_evaluate(args) -> int:
     for path, lines in ((args.src, src), (args.ref, ref)):
         if not any(line.strip() for line in lines):
             raise UserError(f"{path}: nothing to evaluate ({'only blank lines' if lines else 'empty file'})")
-    load = _translator_loader(args)
+    options, load = _engine_loader(args)
     with output_lines(args.output) if args.output else contextlib.nullcontext(lambda _: None) as write:
-        translator = load()
-        hyps = _run_with_progress(translator, src, True, translator.translate)
+        engine = load()
+        hyps = _run_with_progress(engine, src, True, lambda todo: engine.translate(todo, options))
         write(hyps)
     scores = sacrebleu_scores(
-        hyps, ref, lowercase=translator.tokenizer.lowercases
+        hyps, ref, lowercase=engine.tokenizer.lowercases
     )  # a lowercasing model: case:lc
     lang = args.lang or Path(args.ref).suffix.lstrip(".") or "en"
     scores["tokenized_bleu"] = tokenized_bleu(hyps, ref, lang)

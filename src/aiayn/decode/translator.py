@@ -87,7 +87,7 @@ class Translator:
         for batch in self._batches(sources):
             hypotheses = generate(self.model, self._pad([sources[i] for i in batch]), options)
             for i, hyps in zip(batch, hypotheses):
-                results[i] = [(h.score, self._detokenize(h)) for h in hyps]
+                results[i] = [(h.score, self.detokenize(h)) for h in hyps]
             if self.progress is not None:
                 self.progress(len(batch))
         return results
@@ -112,5 +112,6 @@ class Translator:
         rows = [s + [pad] * (width - len(s)) for s in sequences]
         return torch.tensor(rows, dtype=torch.long, device=self.device)
 
-    def _detokenize(self, hypothesis: Hypothesis) -> str:
+    def detokenize(self, hypothesis: Hypothesis) -> str:
+        """The text of ``hypothesis`` on one line (characters that split lines become spaces)."""
         return LINE_BREAKS.sub(" ", self.tokenizer.decode(hypothesis.tokens))

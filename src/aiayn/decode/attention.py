@@ -1,0 +1,44 @@
+"""What the model attends to for one sentence: the search's translation, then one forward pass with
+``return_attention=True`` over the source and that translation (the model's own ``need_weights``
+path), every layer and head of encoder self-, decoder self- and cross-attention."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+from torch import Tensor
+
+from aiayn.decode.search import DecodeOptions, generate
+from aiayn.decode.translator import Translator
+
+
+@dataclass
+class SentenceAttention:
+    """Pieces and weights of one sentence; ``maps[kind][layer]`` is ``(H, T_q, T_k)``, rows queries.
+
+    ``source_pieces`` are the encoder's input (EOS last), ``target_pieces`` the decoder's input
+    (BOS first), as :func:`aiayn.plots.plot_attention` labels them.
+    """
+
+    source_pieces: list[str]
+    target_pieces: list[str]
+    translation: str
+    score: float
+    maps: dict[str, list[Tensor]]
+
+
+def sentence_attention(
+    model, tokenizer, text: str, options: DecodeOptions, device="cpu"
+) -> SentenceAttention:
+    """Translate ``text`` with ``options`` (its best hypothesis) and return what each head attended to."""
+    translator = Translator(model, tokenizer, device, options=options)
+    src_ids = translator.encode_source(text)
+    with torch.inference_mode():
+        src = torch.tensor([src_ids], device=device)  # (1, S)
+        best = generate(model, src, replace(options, nbest=1, scores=True))[0][0]
+        tgt = torch.tensor([[model.config.bos_id, *best.tokens]], device=device)  # (1, T)
+        _, maps = model(src, tgt, return_attention=True)
+    pieces = [tokenizer.id_to_piece(i) for i in src_ids], [tokenizer.id_to_piece(i) for i in tgt[0].tolist()]
+    heads = {kind: [m[0].float().cpu() for m in layers] for kind, layers in maps.items()}  # (H, T_q, T_k)
+    return SentenceAttention(*pieces, translator.detokenize(best), best.score, heads)

@@ -1,0 +1,390 @@
+"""Translation engines: the same text in, text out, run by PyTorch or by CTranslate2.
+
+    >>> engine = load_engine("runs/de_en", engine="ctranslate2", compute_type="int8")  # doctest: +SKIP
+    >>> engine.translate(["Ein Mann fährt Fahrrad."], DecodeOptions(beam=4))           # doctest: +SKIP
+
+An engine has ``name``, ``tokenizer`` (:class:`~aiayn.data.Tokenizer`), ``config``
+(:class:`~aiayn.TransformerConfig`), ``progress`` (None, or called with the number of sentences
+each finished batch held), ``translate(lines, options)`` (one string per line) and
+``translate_nbest(lines, options)`` (per line the ``options.nbest`` best ``(score, text)``, best
+first; ``[]`` for a blank line). Both engines keep :class:`~aiayn.decode.Translator`'s text
+conventions: blank line -> blank output, a source longer than ``max_len`` truncated with the same
+warning, line breaks in an output replaced by spaces.
+
+``torch`` is :class:`~aiayn.decode.Translator` on the model of the checkpoint.
+
+``ctranslate2`` runs the CTranslate2 export of the checkpoint (:mod:`aiayn.export`), made on first
+use into ``RUN/ct2`` for a run directory, ``ct2-NAME`` beside a checkpoint directory ``NAME``, or
+``ct2_dir``; it is reused while its ``aiayn_export.json`` records the checkpoint's SHA-256
+(:func:`~aiayn.export.checkpoint_digest`) and made again when the checkpoint changed. The export
+holds float32 weights; ``compute_type`` (e.g. ``int8``) is applied when CTranslate2 loads them.
+How it differs from the torch engine's search (:mod:`aiayn.decode.search`):
+
+* **Greedy search** gives the same tokens (up to float rounding: near-ties may break differently).
+* **Batches** are the torch engine's (at most ``batch_tokens`` padded source tokens, sorted by
+  length). **Maximum length**: CTranslate2 has one ``max_decoding_length`` per call, so a batch
+  decodes up to its largest limit ``floor(a * S + b)`` plus one step for the EOS, and a longer
+  output is cut to its own limit. aiayn forces (and scores) an EOS there instead, so greedy
+  tokens are the same, but beam search may choose differently among hypotheses that reach their
+  limit, and the score of a cut output keeps the log-prob of the whole one.
+* **Length penalty**: CTranslate2 divides by ``|Y| ** alpha`` (``|Y|`` with the EOS, as asked
+  with ``return_end_token``), not by GNMT's ``((5 + |Y|) / 6) ** alpha``. The engine undoes
+  CTranslate2's division and scores every finished hypothesis as aiayn does
+  (``log P / ((5 + |Y|) / 6) ** alpha``), then ranks them by that score; scores are therefore
+  comparable with the torch engine's.
+* **Beam search** takes the same candidates at each step (the ``2 * beam`` best, an EOS among the
+  first ``beam`` finishes a hypothesis). It stops differently: with ``alpha = 0`` once the best
+  candidate is an EOS (the same best hypothesis as aiayn's, whose bound is exact then); with
+  ``alpha > 0`` once ``beam`` hypotheses have finished, where aiayn goes on while a live one can
+  still beat its worst finished one. So beam outputs are equal for ``alpha = 0`` (outputs within
+  their limit, near-ties apart) and may differ on some sentences for ``alpha > 0``.
+* **Scores**: CTranslate2 suppresses PAD and BOS before its log-softmax, so its log-probs are
+  renormalised over the other tokens; aiayn's are not (it masks them after). Each token's
+  log-prob is higher by ``-log(1 - p(PAD) - p(BOS))``: ~0 for a trained model, ~0.002 for a
+  random one. Near-ties may therefore break differently in beam search.
+* **Sampling** draws from CTranslate2's own random stream (``seed`` sets it through
+  ``ctranslate2.set_random_seed``, on a new translator: its threads seed themselves once), and its
+  scores are CTranslate2's, converted as above (not checked against the model's log-probs).
+* ``use_cache=False`` (the uncached reference) does not exist there and is refused.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Callable, Iterator, Sequence
+
+import torch
+
+from aiayn.decode.search import DecodeOptions, length_penalty
+from aiayn.decode.step import max_output_lengths
+from aiayn.decode.translator import LINE_BREAKS, Translator
+from aiayn.errors import UserError
+
+ENGINES = ("torch", "ctranslate2")
+#: CTranslate2's compute types; "default" keeps the export's (float32) weights.
+COMPUTE_TYPES = (
+    "default",
+    "auto",
+    "int8",
+    "int8_float32",
+    "int8_float16",
+    "int8_bfloat16",
+    "int16",
+    "float16",
+    "bfloat16",
+    "float32",
+)
+EOS_PIECE = "</s>"
+Warn = Callable[[str], None]
+NBest = list[list[tuple[float, str]]]
+
+
+def _warning(message: str) -> None:
+    print(f"aiayn: warning: {message}", file=sys.stderr)
+
+
+def _note(message: str) -> None:
+    print(f"aiayn: {message}", file=sys.stderr)
+
+
+def check_engine(engine: str, compute_type: str = "default") -> None:
+    """One-line errors for an unknown engine or compute type."""
+    if engine not in ENGINES:
+        raise UserError(f"--engine: unknown engine {engine!r}; valid: {', '.join(ENGINES)}")
+    if compute_type not in COMPUTE_TYPES:
+        raise UserError(f"--compute-type: unknown value {compute_type!r}; valid: {', '.join(COMPUTE_TYPES)}")
+
+
+def load_engine(
+    checkpoint: str | Path,
+    engine: str = "torch",
+    device: str | torch.device = "cpu",
+    ct2_dir: str | Path | None = None,
+    compute_type: str = "default",
+    batch_tokens: int = 4096,
+    warn: Warn = _warning,
+):
+    """The engine ``engine`` for the translation model of ``checkpoint`` (checkpoint or run directory)."""
+    check_engine(engine, compute_type)
+    if engine == "torch":
+        return TorchEngine.load(checkpoint, device, batch_tokens, warn)
+    return CTranslate2Engine.load(checkpoint, device, ct2_dir, compute_type, batch_tokens, warn)
+
+
+# --- torch ----------------------------------------------------------------------------------------
+
+
+class TorchEngine:
+    """:class:`~aiayn.decode.Translator` behind the engine interface (a Translator per call: the
+    options travel with the call, so concurrent calls do not share state)."""
+
+    name = "torch"
+
+    def __init__(self, model, tokenizer, device, batch_tokens: int = 4096, warn: Warn = _warning) -> None:
+        self.model, self.tokenizer, self.config = model, tokenizer, model.config
+        self.device, self.batch_tokens, self.warn = device, batch_tokens, warn
+        self.progress: Callable[[int], None] | None = None
+
+    @classmethod
+    def load(cls, checkpoint, device, batch_tokens: int, warn: Warn) -> "TorchEngine":
+        from aiayn.checkpoint import load_translation_model
+
+        model, tokenizer, _ = load_translation_model(checkpoint, device=device)
+        return cls(model, tokenizer, device, batch_tokens, warn)
+
+    def translator(self, options: DecodeOptions) -> Translator:
+        translator = Translator(
+            self.model, self.tokenizer, self.device, self.batch_tokens, options, self.warn
+        )
+        translator.progress = self.progress
+        return translator
+
+    def translate(self, lines: Sequence[str], options: DecodeOptions) -> list[str]:
+        return self.translator(options).translate(lines)
+
+    def translate_nbest(self, lines: Sequence[str], options: DecodeOptions) -> NBest:
+        return self.translator(options).translate_nbest(lines)
+
+
+# --- CTranslate2 ----------------------------------------------------------------------------------
+
+
+def require_ctranslate2():
+    try:
+        import ctranslate2
+    except ImportError:
+        raise UserError(
+            "--engine ctranslate2 needs the ctranslate2 package: pip install ctranslate2"
+        ) from None
+    return ctranslate2
+
+
+def default_ct2_dir(checkpoint: str | Path) -> Path:
+    """``RUN/ct2`` for a run directory; ``ct2-NAME`` beside a checkpoint directory ``NAME`` (not
+    ``NAME-ct2``: a name starting with ``step-`` would pass for a checkpoint of the run)."""
+    from aiayn.checkpoint import resolve_checkpoint
+
+    given = Path(checkpoint)
+    if resolve_checkpoint(given).resolve() == given.resolve():
+        return given.parent / f"ct2-{given.name}"
+    return given / "ct2"
+
+
+def ensure_export(checkpoint: str | Path, ct2_dir: str | Path | None = None, note: Warn = _note) -> Path:
+    """The CTranslate2 export of ``checkpoint``: the one in ``ct2_dir`` (default
+    :func:`default_ct2_dir`) when it was made from the same checkpoint contents, else a new one."""
+    from aiayn.checkpoint import resolve_checkpoint
+    from aiayn.export import INFO_FILE, checkpoint_digest, export_ctranslate2
+
+    require_ctranslate2()
+    source = resolve_checkpoint(checkpoint)
+    out = Path(ct2_dir) if ct2_dir is not None else default_ct2_dir(checkpoint)
+    digest = checkpoint_digest(source)
+    if _export_info(out).get("checkpoint_sha256") == digest:
+        return out
+    _check_replaceable(out, INFO_FILE)
+    try:
+        export_ctranslate2(source, out, force=True)
+    except OSError as err:
+        raise UserError(f"cannot write the CTranslate2 export to {out}: {err}; choose --ct2-dir") from None
+    note(f"exported {source} to CTranslate2 in {out} (reused while the checkpoint stays the same)")
+    return out
+
+
+def _export_info(out: Path) -> dict:
+    """``aiayn_export.json`` of a complete export in ``out``, else ``{}``."""
+    from aiayn.export import INFO_FILE, SPM_FILE
+
+    if not all((out / name).is_file() for name in ("model.bin", SPM_FILE, INFO_FILE)):
+        return {}
+    try:
+        info = json.loads((out / INFO_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return info if isinstance(info, dict) else {}
+
+
+def _check_replaceable(out: Path, info_file: str) -> None:
+    """Only an earlier export (or nothing) may be replaced by a new one."""
+    if out.is_dir() and any(out.iterdir()) and not (out / "model.bin").is_file():
+        raise UserError(f"--ct2-dir: {out} holds something other than a CTranslate2 export ({info_file})")
+
+
+class CTranslate2Engine:
+    """A ``ctranslate2.Translator`` on an aiayn export, with aiayn's options, scores and text rules."""
+
+    name = "ctranslate2"
+
+    def __init__(
+        self, open_translator, tokenizer, config, batch_tokens: int = 4096, warn: Warn = _warning
+    ) -> None:
+        self.open_translator = open_translator  # () -> a new ctranslate2.Translator on the export
+        self.translator = open_translator()
+        self.tokenizer, self.config = tokenizer, config
+        self.batch_tokens, self.warn = batch_tokens, warn
+        self.progress: Callable[[int], None] | None = None
+        pieces = [tokenizer.id_to_piece(i) for i in range(tokenizer.vocab_size)]
+        self.piece_ids = {piece: i for i, piece in enumerate(pieces)}
+        self.pieces = pieces
+
+    @classmethod
+    def load(cls, checkpoint, device, ct2_dir, compute_type: str, batch_tokens: int, warn: Warn):
+        from aiayn.config import TransformerConfig
+        from aiayn.data.tokenizer import Tokenizer
+        from aiayn.export import SPM_FILE
+
+        out = ensure_export(checkpoint, ct2_dir)
+        open_translator = _ct2_opener(out, torch.device(device), compute_type)
+        tokenizer = Tokenizer.from_bytes((out / SPM_FILE).read_bytes())
+        config = TransformerConfig.from_dict(_export_info(out)["model"])
+        return cls(open_translator, tokenizer, config, batch_tokens, warn)
+
+    def translate(self, lines: Sequence[str], options: DecodeOptions) -> list[str]:
+        return [
+            nbest[0][1] if nbest else "" for nbest in self.translate_nbest(lines, replace(options, nbest=1))
+        ]
+
+    def translate_nbest(self, lines: Sequence[str], options: DecodeOptions) -> NBest:
+        check_ct2_options(options)
+        translator = self._translator_for(options)
+        results: NBest = [[] for _ in lines]
+        sources = {i: self.encode_source(line, i + 1) for i, line in enumerate(lines) if line.strip()}
+        limits = self._limits(sources, options)
+        for batch in token_batches({i: len(pieces) + 1 for i, pieces in sources.items()}, self.batch_tokens):
+            found = self._search(translator, [sources[i] for i in batch], [limits[i] for i in batch], options)
+            for i, hypotheses in zip(batch, found):
+                results[i] = hypotheses
+            if self.progress is not None:
+                self.progress(len(batch))
+        return results
+
+    def encode_source(self, text: str, line_number: int | None = None) -> list[str]:
+        """The source's pieces (CTranslate2 appends EOS), truncated as the torch engine does."""
+        ids = self.tokenizer.encode(text)
+        limit = self.config.max_len - 1
+        if len(ids) > limit:
+            where = f"line {line_number}: " if line_number is not None else ""
+            self.warn(f"{where}source has {len(ids) + 1} tokens, more than max_len={limit + 1}; truncated")
+            ids = ids[:limit]
+        return [self.pieces[i] for i in ids]
+
+    # --- internals ---------------------------------------------------------------------------------
+    def _limits(self, sources: dict[int, list[str]], options: DecodeOptions) -> dict[int, int]:
+        """Each sentence's maximum output length before EOS, as aiayn's (S counts the EOS)."""
+        lengths = torch.tensor([len(pieces) + 1 for pieces in sources.values()], dtype=torch.long)
+        limits = max_output_lengths(lengths, options.max_len_a, options.max_len_b, self.config.max_len)
+        return dict(zip(sources, limits))
+
+    def _translator_for(self, options: DecodeOptions):
+        """The translator; for seeded sampling a new one, seeded first. (CTranslate2's worker threads
+        seed their random generator once, on first use, from the global seed: a translator that has
+        sampled before would ignore a new seed.)"""
+        if not (options.sample and options.seed is not None):
+            return self.translator
+        require_ctranslate2().set_random_seed(options.seed)
+        return self.open_translator()
+
+    def _search(
+        self, translator, sources: list[list[str]], limits: list[int], options: DecodeOptions
+    ) -> NBest:
+        """One batch, decoded up to its largest limit (+ 1 step for the EOS); longer outputs are cut."""
+        if max(limits) == 0:  # aiayn ends such outputs at once: only the EOS, scored
+            return self._empty_outputs(sources, options.alpha)
+        results = translator.translate_batch(
+            sources,
+            max_decoding_length=max(limits) + 1,
+            max_input_length=0,  # sources are already truncated (with a warning)
+            return_scores=True,
+            return_end_token=True,  # the length CTranslate2 divides by then counts the EOS, as aiayn's
+            suppress_sequences=_suppress(),
+            **search_arguments(options),
+        )
+        return [self._rescore(r.hypotheses, r.scores, n, options) for r, n in zip(results, limits)]
+
+    def _rescore(self, hypotheses, scores, limit: int, options: DecodeOptions) -> list[tuple[float, str]]:
+        """aiayn's ``(score, text)`` n-best: CTranslate2's ``log P / |Y| ** alpha`` undone, cut to
+        ``limit`` tokens, GNMT's penalty applied, best first (ties: CTranslate2's order)."""
+        ranked = []
+        for pieces, score in zip(hypotheses, scores):
+            log_prob = score * len(pieces) ** options.alpha if options.alpha else score
+            tokens = pieces[:-1] if pieces and pieces[-1] == EOS_PIECE else pieces
+            tokens = tokens[:limit]  # a cut output keeps the log P of the whole one (no forced EOS)
+            ranked.append((log_prob / length_penalty(len(tokens) + 1, options.alpha), self._text(tokens)))
+        ranked.sort(key=lambda pair: -pair[0])
+        return ranked[: options.nbest]
+
+    def _empty_outputs(self, sources: list[list[str]], alpha: float) -> NBest:
+        scored = self.translator.score_batch(sources, [[] for _ in sources], max_batch_size=self.batch_tokens)
+        return [[(sum(r.log_probs) / length_penalty(1, alpha), "")] for r in scored]
+
+    def _text(self, pieces: list[str]) -> str:
+        ids = [self.piece_ids.get(piece, self.config.unk_id) for piece in pieces]
+        return LINE_BREAKS.sub(" ", self.tokenizer.decode(ids))
+
+
+def token_batches(lengths: dict[int, int], batch_tokens: int) -> Iterator[list[int]]:
+    """Indices grouped so that ``len(batch) * longest <= batch_tokens`` (at least one each), longest
+    first: the torch engine's batches (:class:`~aiayn.decode.Translator`)."""
+    batch: list[int] = []
+    for i in sorted(lengths, key=lambda i: (-lengths[i], i)):
+        if batch and (len(batch) + 1) * lengths[batch[0]] > batch_tokens:
+            yield batch
+            batch = []
+        batch.append(i)
+    if batch:
+        yield batch
+
+
+def _suppress() -> list[list[str]]:
+    from aiayn.export import SUPPRESS
+
+    return SUPPRESS
+
+
+def check_ct2_options(options: DecodeOptions) -> None:
+    if not options.use_cache:
+        raise UserError(
+            "--no-cache: the ctranslate2 engine always decodes with its cache; use --engine torch"
+        )
+
+
+def search_arguments(options: DecodeOptions) -> dict:
+    """``translate_batch`` arguments for aiayn's search options (length and output ones apart)."""
+    if options.sample:
+        return dict(
+            beam_size=1,
+            num_hypotheses=options.nbest,
+            length_penalty=options.alpha,
+            sampling_topk=options.top_k,  # 0: the whole vocabulary, as aiayn's top_k=0
+            sampling_topp=options.top_p,
+            sampling_temperature=options.temperature,
+        )
+    # alpha > 0: all `beam` finished hypotheses come back, so that GNMT's penalty can rank them
+    wanted = options.beam if options.alpha else options.nbest
+    return dict(beam_size=options.beam, num_hypotheses=wanted, length_penalty=options.alpha)
+
+
+def _ct2_opener(out: Path, device: torch.device, compute_type: str) -> Callable[[], object]:
+    """A function opening ``ctranslate2.Translator`` on ``out`` (checked once here); CPU threads as
+    PyTorch's (``torch.set_num_threads``)."""
+    ctranslate2 = require_ctranslate2()
+    if device.type not in ("cpu", "cuda"):
+        raise UserError(f"--device: the ctranslate2 engine runs on cpu or cuda, not {device}")
+    if device.type == "cuda" and ctranslate2.get_cuda_device_count() == 0:
+        raise UserError("--device: this ctranslate2 build sees no CUDA device; use --device cpu")
+    if compute_type not in (
+        "default",
+        "auto",
+    ) and compute_type not in ctranslate2.get_supported_compute_types(device.type, device.index or 0):
+        raise UserError(f"--compute-type: {compute_type} is not supported on {device} by this ctranslate2")
+    settings = dict(
+        device=device.type,
+        device_index=device.index or 0,
+        compute_type=compute_type,
+        intra_threads=torch.get_num_threads() if device.type == "cpu" else 0,
+    )
+    return functools.partial(ctranslate2.Translator, str(out), **settings)

@@ -1,0 +1,339 @@
+"""The FastAPI application of ``aiayn serve``: a JSON API over one trained model, and the web page.
+
+Routes (``/docs`` is FastAPI's page documenting them):
+
+* ``GET /health``; ``GET /v1/model``: kind, engine, config, parameters, languages, vocabulary.
+* Translation runs: ``POST /v1/translate`` (the options and defaults of ``aiayn translate``; the
+  requests that arrive together are decoded in one batch, :mod:`aiayn.serve.batching`) and
+  ``POST /v1/attention`` (one sentence: pieces, translation, every layer's and head's weights).
+* Forecasting runs: ``POST /v1/forecast`` (the last ``input_len`` rows -> the next ``horizon``).
+* ``GET /``: the page (``static/index.html``), its files under ``/static``.
+
+Every error is a 4xx with one line, ``{"error": "field: what is wrong"}``; the model runs in one
+worker thread, so a bad request never reaches it and never stops the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from fastapi import Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
+from fastapi.staticfiles import StaticFiles
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException
+
+from aiayn.decode.search import DecodeOptions
+from aiayn.errors import UserError
+from aiayn.serve.batching import Batcher
+
+STATIC = Path(__file__).resolve().parent / "static"
+
+
+@dataclass
+class Limits:
+    """What one request may ask for, and who may ask."""
+
+    max_sentences: int = 256
+    max_chars: int = 2000
+    max_body_bytes: int = 1_000_000
+    api_key: str | None = None
+
+
+@dataclass
+class Served:
+    """The loaded model behind the API: a translation engine (and the torch model for attention),
+    or a forecaster."""
+
+    kind: str  # "translation" or "forecast"
+    info: dict[str, Any]  # GET /v1/model
+    engine: Any = None  # aiayn.decode.engines engine (translation)
+    model: Any = None  # the torch model: attention (translation) or the forecaster
+    stored: dict[str, Any] | None = None  # the checkpoint's config.json (forecast: data, scaler)
+    device: torch.device = torch.device("cpu")
+
+
+# --- request bodies -------------------------------------------------------------------------------
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+
+class SearchOptions(_Strict):
+    beam: int = Field(4, description="beam size; 1 = greedy search (the paper: 4)")
+    alpha: float = Field(0.6, description="GNMT length penalty alpha (the paper: 0.6)")
+    max_len_a: float = Field(1.0, description="at most a * source length + b tokens")
+    max_len_b: int = Field(50)
+    engine: str | None = Field(None, description="optional: the engine this server runs")
+
+
+class TranslateRequest(SearchOptions):
+    text: list[str] = Field(description="sentences to translate")
+    nbest: int = Field(1, description="hypotheses per sentence, best first (at most beam)")
+
+
+class AttentionRequest(SearchOptions):
+    text: str = Field(description="one sentence")
+
+
+class ForecastRequest(_Strict):
+    rows: list[list[float]] = Field(description="the last input_len rows, one value per input column")
+
+
+class Hypothesis(BaseModel):
+    text: str
+    score: float
+
+
+class Translation(Hypothesis):
+    nbest: list[Hypothesis]
+
+
+class TranslateResponse(BaseModel):
+    translations: list[Translation]
+    engine: str
+
+
+# --- the application ------------------------------------------------------------------------------
+
+
+def create_app(served: Served, limits: Limits, batcher_settings: dict[str, Any], cors: str | None = None):
+    """The application over ``served``; ``batcher_settings``: ``max_tokens`` (0 = no batching
+    across requests) and ``max_wait_s``."""
+    executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="aiayn-model")  # torch: one thread
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):
+        task = None
+        if served.kind == "translation":
+            app.state.batcher = Batcher(_decode(served), _token_counter(served), executor, **batcher_settings)
+            task = asyncio.create_task(app.state.batcher.run())
+        yield
+        if task is not None:
+            task.cancel()
+        executor.shutdown(wait=True)
+
+    app = FastAPI(title="aiayn", summary="The Transformer of 'Attention Is All You Need'", lifespan=lifespan)
+    app.state.served, app.state.limits, app.state.executor = served, limits, executor
+    _errors(app)
+    _body_limit(app, limits.max_body_bytes)
+    if cors:
+        from fastapi.middleware.cors import CORSMiddleware
+
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=[cors],
+            allow_methods=["GET", "POST"],
+            allow_headers=["Authorization", "Content-Type"],
+        )
+    _routes(app, _key_check(limits.api_key))
+    return app
+
+
+def _routes(app: FastAPI, key) -> None:
+    app.get("/health", summary="Liveness")(health)
+    app.get("/v1/model", summary="The served model", dependencies=[key])(model_info)
+    app.post(
+        "/v1/translate", summary="Translate sentences", dependencies=[key], response_model=TranslateResponse
+    )(translate)
+    app.post("/v1/attention", summary="What the model attends to for one sentence", dependencies=[key])(
+        attention
+    )
+    app.post("/v1/forecast", summary="Forecast the next horizon steps", dependencies=[key])(forecast)
+    app.get("/", include_in_schema=False)(page)
+    if (STATIC / "index.html").is_file():
+        app.mount("/static", StaticFiles(directory=STATIC), name="static")
+
+
+async def health() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+async def model_info(request: Request) -> dict[str, Any]:
+    return request.app.state.served.info
+
+
+async def page():
+    if (STATIC / "index.html").is_file():
+        return FileResponse(STATIC / "index.html")
+    return HTMLResponse("<p>aiayn serve: the page is not installed; the API is documented at /docs.</p>")
+
+
+async def translate(body: TranslateRequest, request: Request) -> dict[str, Any]:
+    served, limits = _served(request, "translation"), request.app.state.limits
+    _check_text(body.text, limits)
+    options = _options(body, served, nbest=body.nbest)
+    results = await request.app.state.batcher.submit(body.text, options)
+    return {"translations": [_translation(nbest) for nbest in results], "engine": served.engine.name}
+
+
+async def attention(body: AttentionRequest, request: Request) -> dict[str, Any]:
+    from aiayn.decode.attention import sentence_attention
+
+    served = _served(request, "translation")
+    _check_text([body.text], request.app.state.limits)
+    if not body.text.strip():
+        raise _bad(422, "text: must not be blank")
+    options = _options(body, served, nbest=1)
+    run = lambda: sentence_attention(served.model, served.engine.tokenizer, body.text, options, served.device)  # noqa: E731
+    found = await asyncio.get_running_loop().run_in_executor(request.app.state.executor, run)
+    return {
+        "source_pieces": found.source_pieces,
+        "target_pieces": found.target_pieces,
+        "translation": found.translation,
+        "score": found.score,
+        "attention": {kind: [m.tolist() for m in layers] for kind, layers in found.maps.items()},
+    }
+
+
+async def forecast(body: ForecastRequest, request: Request) -> dict[str, Any]:
+    served = _served(request, "forecast")
+    info = served.info
+    rows = np.asarray(body.rows, dtype=np.float64)
+    expected = (info["input_len"], len(info["input_columns"]))
+    if rows.ndim != 2 or rows.shape != expected:
+        raise _bad(
+            422,
+            f"rows: expected {expected[0]} rows of {expected[1]} values "
+            f"({', '.join(info['input_columns'])}), got shape {list(rows.shape)}",
+        )
+    if not np.isfinite(rows).all():
+        raise _bad(422, "rows: every value must be a finite number")
+    run = lambda: _forecast(served, rows)  # noqa: E731
+    values = await asyncio.get_running_loop().run_in_executor(request.app.state.executor, run)
+    return {"columns": info["output_columns"], "horizon": info["horizon"], "forecast": values.tolist()}
+
+
+# --- helpers ----------------------------------------------------------------------------------------
+
+
+def _served(request: Request, kind: str) -> Served:
+    served = request.app.state.served
+    if served.kind != kind:
+        raise _bad(404, f"this server runs a {served.kind} model; this route needs a {kind} model")
+    return served
+
+
+def _check_text(lines: list[str], limits: Limits) -> None:
+    if not lines:
+        raise _bad(422, "text: must hold at least one sentence")
+    if len(lines) > limits.max_sentences:
+        raise _bad(422, f"text: at most {limits.max_sentences} sentences per request, got {len(lines)}")
+    for i, line in enumerate(lines):
+        if len(line) > limits.max_chars:
+            raise _bad(422, f"text[{i}]: at most {limits.max_chars} characters, got {len(line)}")
+        if "\n" in line or "\r" in line:
+            raise _bad(422, f"text[{i}]: one sentence per entry (no line breaks)")
+
+
+def _options(body: SearchOptions, served: Served, nbest: int) -> DecodeOptions:
+    if body.engine is not None and body.engine != served.engine.name:
+        raise _bad(422, f"engine: this server runs {served.engine.name!r}; valid: {served.engine.name}")
+    try:
+        return DecodeOptions(
+            beam=body.beam, alpha=body.alpha, nbest=nbest, max_len_a=body.max_len_a, max_len_b=body.max_len_b
+        )
+    except UserError as err:
+        raise _bad(422, str(err)) from None
+
+
+def _translation(nbest: list[tuple[float, str]]) -> dict[str, Any]:
+    hyps = [{"text": text, "score": _finite(score)} for score, text in nbest]
+    best = hyps[0] if hyps else {"text": "", "score": 0.0}  # a blank line: a blank translation
+    return {**best, "nbest": hyps}
+
+
+def _finite(score: float) -> float | None:
+    return score if np.isfinite(score) else None
+
+
+def _decode(served: Served):
+    def decode(lines: list[str], options: DecodeOptions):
+        return served.engine.translate_nbest(lines, options)
+
+    return decode
+
+
+def _token_counter(served: Served):
+    def count(line: str) -> int:
+        return len(served.engine.tokenizer.encode(line)) + 1  # + EOS
+
+    return count
+
+
+@torch.no_grad()
+def _forecast(served: Served, rows: np.ndarray) -> np.ndarray:
+    from aiayn.forecast.data import Scaler
+
+    scaler = Scaler.from_dict(served.stored["scaler"])
+    x = torch.from_numpy(scaler.transform(rows)).float()[None]  # (1, L, n)
+    pred = served.model(x)[0].double().numpy()  # (H, n_out)
+    return scaler.inverse(pred, served.info["outputs"])
+
+
+# --- errors, keys and limits ------------------------------------------------------------------------
+
+
+def _bad(status: int, message: str) -> HTTPException:
+    return HTTPException(status_code=status, detail=message)
+
+
+def _errors(app: FastAPI) -> None:
+    """Every error as ``{"error": one line}``: validation errors name the first bad field."""
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return JSONResponse({"error": _first_error(exc.errors())}, status_code=422)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
+        message = str(exc.detail)
+        if exc.status_code == 400 and "parsing the body" in message:  # FastAPI's words for bad bytes
+            message = "body: not valid JSON (UTF-8)"
+        return JSONResponse({"error": message}, status_code=exc.status_code, headers=exc.headers)
+
+
+def _first_error(errors: list[dict[str, Any]]) -> str:
+    if not errors:
+        return "invalid request"
+    error = errors[0]
+    if error.get("type") == "json_invalid":
+        return "body: not valid JSON (UTF-8)"
+    where = ".".join(str(part) for part in error.get("loc", ()) if part != "body") or "body"
+    return f"{where}: {error.get('msg', 'invalid')}".splitlines()[0]
+
+
+def _key_check(api_key: str | None):
+    async def check(request: Request) -> None:
+        if api_key is None:
+            return
+        given = request.headers.get("authorization", "")
+        if not secrets.compare_digest(given.encode(), f"Bearer {api_key}".encode()):
+            raise HTTPException(
+                401,
+                "missing or wrong API key: send Authorization: Bearer KEY",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+
+    return Depends(check)
+
+
+def _body_limit(app: FastAPI, limit: int) -> None:
+    @app.middleware("http")
+    async def body_limit(request: Request, call_next):
+        declared = request.headers.get("content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > limit):
+            return JSONResponse({"error": f"body: larger than the limit of {limit} bytes"}, status_code=413)
+        if declared is None and request.method == "POST" and len(await request.body()) > limit:
+            return JSONResponse({"error": f"body: larger than the limit of {limit} bytes"}, status_code=413)
+        return await call_next(request)

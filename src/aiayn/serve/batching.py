@@ -1,0 +1,104 @@
+"""Batching across requests: a queue, a bound in tokens, a wait of a few milliseconds.
+
+Requests are queued as they arrive. The batcher takes the oldest, then, for at most ``max_wait_s``,
+the requests behind it that have the same decoding options, while their source tokens stay within
+``max_tokens``; the others wait for the next batch, in their order. The batch is decoded in the one
+worker thread that runs the model (the event loop never waits on it), and each request gets its own
+sentences' results. Greedy and beam search give a sentence the same output whatever it is batched
+with (:mod:`aiayn.decode.search`), so batching changes how fast, not what.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import time
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from typing import Callable
+
+from aiayn.decode.search import DecodeOptions
+
+Results = list[list[tuple[float, str]]]  # per line, its n-best (score, text)
+Decode = Callable[[list[str], DecodeOptions], Results]
+
+
+@dataclass
+class Job:
+    lines: list[str]
+    options: DecodeOptions
+    tokens: int
+    future: asyncio.Future = field(repr=False)
+
+
+class Batcher:
+    """Decodes queued requests in batches (``max_tokens`` 0: each request alone, no waiting)."""
+
+    def __init__(
+        self,
+        decode: Decode,
+        count_tokens: Callable[[str], int],
+        executor: Executor,
+        max_tokens: int,
+        max_wait_s: float,
+    ) -> None:
+        self.decode, self.count_tokens, self.executor = decode, count_tokens, executor
+        self.max_tokens, self.max_wait_s = max_tokens, max_wait_s
+        self.queue: asyncio.Queue[Job] = asyncio.Queue()
+        self.held: collections.deque[Job] = collections.deque()  # other options: the next batches
+        self.batches = 0  # decoded so far (for tests and logs)
+
+    async def submit(self, lines: list[str], options: DecodeOptions) -> Results:
+        """The n-best of each of ``lines``, decoded with whatever else arrives meanwhile."""
+        tokens = sum(self.count_tokens(line) for line in lines)
+        job = Job(lines, options, tokens, asyncio.get_running_loop().create_future())
+        await self.queue.put(job)
+        return await job.future
+
+    async def run(self) -> None:
+        """Forever: take a batch, decode it in the worker thread, hand each job its results."""
+        while True:
+            batch = await self._next_batch()
+            await self._decode(batch)
+
+    async def _next_batch(self) -> list[Job]:
+        first = self.held.popleft() if self.held else await self.queue.get()
+        batch, tokens = [first], first.tokens
+        deadline = time.monotonic() + self.max_wait_s
+        while self.max_tokens and tokens < self.max_tokens:
+            job = await self._arrival(deadline)
+            if job is None:
+                break
+            if job.options != first.options or tokens + job.tokens > self.max_tokens:
+                self.held.append(job)  # decoded in a later batch, in its turn
+                continue
+            batch.append(job)
+            tokens += job.tokens
+        return batch
+
+    async def _arrival(self, deadline: float) -> Job | None:
+        """The next job to arrive before ``deadline``, or None."""
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return None
+        try:
+            return await asyncio.wait_for(self.queue.get(), remaining)
+        except asyncio.TimeoutError:
+            return None
+
+    async def _decode(self, batch: list[Job]) -> None:
+        lines = [line for job in batch for line in job.lines]
+        loop = asyncio.get_running_loop()
+        try:
+            results = await loop.run_in_executor(self.executor, self.decode, lines, batch[0].options)
+        except Exception as err:  # the jobs' requests answer with it; the batcher goes on
+            for job in batch:
+                if not job.future.done():
+                    job.future.set_exception(err)
+            return
+        self.batches += 1
+        start = 0
+        for job in batch:
+            if not job.future.done():  # a client that went away cancelled its future
+                job.future.set_result(results[start : start + len(job.lines)])
+            start += len(job.lines)

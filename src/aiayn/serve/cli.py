@@ -1,0 +1,209 @@
+"""``aiayn serve``: the JSON API and the web page over a trained model (``pip install 'aiayn[serve]'``).
+
+Safe by default: it binds 127.0.0.1 (another address prints a warning), ``--api-key`` (or
+``AIAYN_API_KEY``) requires ``Authorization: Bearer KEY`` on ``/v1/*``, request bodies are limited,
+clients never name files, and CORS is off unless ``--cors ORIGIN``. SIGINT and SIGTERM stop it
+cleanly: requests in flight are answered first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ipaddress
+import os
+import socket
+import sys
+
+from aiayn.errors import UserError
+
+API_KEY_VARIABLE = "AIAYN_API_KEY"
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "serve",
+        help="a JSON API and a web page over a trained model (needs the serve extra)",
+        description="Serve a translation or forecasting run: POST /v1/translate, /v1/attention or "
+        "/v1/forecast, GET /v1/model and /health, the web page at /, the API's documentation at /docs.",
+    )
+    p.add_argument("--checkpoint", required=True, help="checkpoint or run directory")
+    p.add_argument(
+        "--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1, this machine only)"
+    )
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--engine", default="torch", help="torch or ctranslate2 (translation; default: torch)")
+    p.add_argument("--ct2-dir", help="with --engine ctranslate2: the export to use or make")
+    p.add_argument("--compute-type", default="default", help="with --engine ctranslate2: int8, float32, ...")
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: auto)")
+    p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's, one per core)")
+    p.add_argument("--api-key", help=f"require 'Authorization: Bearer KEY' on /v1/* (or ${API_KEY_VARIABLE})")
+    p.add_argument(
+        "--cors", metavar="ORIGIN", help="allow this origin's pages to call the API (default: none)"
+    )
+    p.add_argument(
+        "--max-batch-tokens", type=int, default=4096, help="source tokens per batch across requests"
+    )
+    p.add_argument("--max-wait-ms", type=float, default=10.0, help="how long a batch waits for more requests")
+    p.add_argument("--no-batching", action="store_true", help="decode each request alone")
+    p.add_argument("--max-sentences", type=int, default=256, help="sentences per request")
+    p.add_argument("--max-chars", type=int, default=2000, help="characters per sentence")
+    p.add_argument("--max-body-bytes", type=int, default=1_000_000, help="request body size")
+    p.set_defaults(func=run_serve)
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    uvicorn = _serve_extra()
+    from aiayn.serve.app import Limits, create_app
+
+    _check_numbers(args)
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    api_key = args.api_key or os.environ.get(API_KEY_VARIABLE) or None
+    _check_port(args.host, args.port)
+    served = load_served(args)
+    limits = Limits(args.max_sentences, args.max_chars, args.max_body_bytes, api_key)
+    batching = {
+        "max_tokens": 0 if args.no_batching else args.max_batch_tokens,
+        "max_wait_s": args.max_wait_ms / 1000,
+    }
+    app = create_app(served, limits, batching, args.cors)
+    if not _is_loopback(args.host):
+        print(
+            f"aiayn: warning: serving on {args.host}, reachable from other machines"
+            + ("" if api_key else "; consider --api-key"),
+            file=sys.stderr,
+        )
+    print(
+        f"aiayn serve: {served.info['kind']} model on http://{args.host}:{args.port}/ "
+        f"(API documentation: /docs)",
+        file=sys.stderr,
+        flush=True,
+    )
+    config = uvicorn.Config(
+        app, host=args.host, port=args.port, log_level="warning", timeout_graceful_shutdown=30
+    )
+    _server_class(uvicorn)(config).run()
+    return 0
+
+
+def _server_class(uvicorn):
+    """uvicorn's server, ending with exit status 0 after a signal it handled (it would raise the
+    signal again once shut down, so that the process died of it)."""
+
+    class Server(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self):
+            with super().capture_signals():
+                yield
+                self._captured_signals.clear()  # shut down cleanly: nothing to raise again
+
+    return Server
+
+
+def _serve_extra():
+    try:
+        import fastapi  # noqa: F401
+        import uvicorn
+    except ImportError:
+        raise UserError("aiayn serve needs FastAPI and uvicorn: pip install 'aiayn[serve]'") from None
+    return uvicorn
+
+
+def _check_numbers(args: argparse.Namespace) -> None:
+    for name in ("max_sentences", "max_chars", "max_body_bytes", "max_batch_tokens", "threads"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            raise UserError(f"--{name.replace('_', '-')}: must be >= 1")
+    if args.max_wait_ms < 0:
+        raise UserError("--max-wait-ms: must be >= 0")
+    if not 0 < args.port < 65536:
+        raise UserError(f"--port: {args.port} is not a port number")
+
+
+def _check_port(host: str, port: int) -> None:
+    """One clear line when the address cannot be bound (in use, not this machine's)."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as err:
+        raise UserError(f"--host {host}: {err.strerror}") from None
+    family, _, _, _, address = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as err:
+            raise UserError(f"cannot listen on {host}:{port}: {err.strerror}") from None
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+def load_served(args: argparse.Namespace):
+    """The model behind the API (translation: the engine and the torch model; forecast: the model)."""
+    from aiayn.checkpoint import load
+    from aiayn.device import resolve_device
+
+    device = resolve_device(args.device, "--device")
+    loaded = load(args.checkpoint, device)
+    if loaded.kind == "forecast":
+        return _forecast_served(loaded)
+    return _translation_served(loaded, args, device)
+
+
+def _translation_served(loaded, args: argparse.Namespace, device):
+    from aiayn.decode.engines import TorchEngine, check_engine, load_engine
+    from aiayn.model import count_parameters
+    from aiayn.serve.app import Served
+
+    check_engine(args.engine, args.compute_type)
+    if args.engine == "torch":
+        engine = TorchEngine(loaded.model, loaded.tokenizer, device)
+    else:
+        engine = load_engine(args.checkpoint, args.engine, device, args.ct2_dir, args.compute_type)
+    data = loaded.checkpoint.config.get("run", {}).get("data", {})
+    info = {
+        "kind": "translation",
+        "engine": engine.name,
+        "step": loaded.checkpoint.config.get("step"),
+        "config": loaded.config.to_dict(),
+        "parameters": count_parameters(loaded.model),
+        "languages": {"source": data.get("src_lang"), "target": data.get("tgt_lang")},
+        "vocab_size": loaded.tokenizer.vocab_size,
+    }
+    return Served("translation", info, engine=engine, model=loaded.model, device=device)
+
+
+def _forecast_served(loaded):
+    from aiayn.model import count_parameters
+    from aiayn.serve.app import Served
+
+    stored = loaded.checkpoint.config
+    data = stored["data"]
+    inputs, outputs = forecast_columns(data["columns"], data["features"], data["target"])
+    info = {
+        "kind": "forecast",
+        "engine": "torch",
+        "config": loaded.config.to_dict(),
+        "parameters": count_parameters(loaded.model),
+        "input_len": data["input_len"],
+        "horizon": data["horizon"],
+        "input_columns": inputs,
+        "output_columns": [inputs[o] for o in outputs],
+        "outputs": outputs,
+    }
+    return Served("forecast", info, model=loaded.model, stored=stored)
+
+
+def forecast_columns(columns: list[str], features: str, target: str) -> tuple[list[str], list[int]]:
+    """The model's input columns and the indices (into them) of its outputs, as
+    :func:`aiayn.forecast.data.select_features` chooses them."""
+    if features == "S":
+        return [target], [0]
+    outputs = list(range(len(columns))) if features == "M" else [columns.index(target)]
+    return list(columns), outputs

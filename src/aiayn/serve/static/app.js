@@ -1,0 +1,474 @@
+// The page of `aiayn serve`: translate a sentence, then draw what the model attended to.
+// Plain JavaScript, SVG and canvas; no library and no network beyond this server's own API.
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+const SVG_NS = "http://www.w3.org/2000/svg";
+const state = { model: null, attention: null };
+
+// The attention kinds of the API, as plots.ATTENTION_KINDS names them: title, query side, key side.
+const KINDS = {
+  encoder_self: ["encoder self-attention", "source", "source"],
+  decoder_self: ["decoder self-attention", "target", "target"],
+  cross: ["cross-attention (decoder → encoder)", "target", "source"],
+};
+
+// Colour maps as stops between 0 and 1: matplotlib's viridis and RdBu, sampled.
+const VIRIDIS = ["#440154", "#482878", "#3e4989", "#31688e", "#26828e", "#1f9e89", "#35b779",
+  "#6ece58", "#fde725"];
+const RDBU = ["#67001f", "#b2182b", "#d6604d", "#f4a582", "#fddbc7", "#f7f7f7",
+  "#d1e5f0", "#92c5de", "#4393c3", "#2166ac", "#053061"];
+// One colour per head (as in bertviz's head view); the average of all heads is drawn in ink.
+const HEAD_COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
+  "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"];
+const AVERAGE_COLOUR = "#1d2b53";
+
+// --- talking to the server -----------------------------------------------------------------------
+
+// The API key field is kept in sessionStorage (this tab only) and sent when it is set.
+function apiHeaders() {
+  const headers = { "Content-Type": "application/json" };
+  const key = $("api-key").value.trim();
+  if (key) headers.Authorization = `Bearer ${key}`;
+  return headers;
+}
+
+// One JSON request; a 4xx/5xx answer throws an Error carrying the server's one-line message.
+async function api(method, path, body) {
+  const response = await fetch(path, {
+    method, headers: apiHeaders(), body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const data = await response.json().catch(() => null);
+  if (!response.ok) throw Object.assign(new Error(errorText(data, response)), { status: response.status });
+  return data;
+}
+
+// {"error": "..."} is the server's form; FastAPI's own {"detail": ...} is understood too.
+function errorText(data, response) {
+  if (data && typeof data.error === "string") return data.error;
+  if (data && data.detail !== undefined) {
+    return typeof data.detail === "string" ? data.detail : JSON.stringify(data.detail);
+  }
+  return `HTTP ${response.status} ${response.statusText}`;
+}
+
+// --- the model's description -----------------------------------------------------------------------
+
+async function loadModel() {
+  try {
+    state.model = await api("GET", "/v1/model");
+    $("model-info").textContent = describeModel(state.model);
+    drawPositionalEncoding(modelConfig().d_model || 512, Math.min(modelConfig().max_len || 100, 100));
+  } catch (err) {
+    $("model-info").textContent = `model description unavailable: ${err.message}`;
+  }
+}
+
+function modelConfig() {
+  return (state.model && (state.model.config || state.model)) || {};
+}
+
+// "digits → words · d_model 128 · 4 heads · 2 + 2 layers · 1,234 parameters"
+function describeModel(info) {
+  const c = modelConfig();
+  const parts = [];
+  const langs = languages(info.languages);
+  if (langs) parts.push(langs);
+  parts.push(`d_model ${c.d_model}`, `${c.n_heads} heads`,
+    `${c.n_encoder_layers} encoder + ${c.n_decoder_layers} decoder layers`);
+  const n = typeof info.parameters === "object" && info.parameters ? info.parameters.total : info.parameters;
+  if (n !== undefined) parts.push(`${Number(n).toLocaleString("en")} parameters`);
+  return parts.join(" · ");
+}
+
+function languages(langs) {
+  if (!langs) return "";
+  if (Array.isArray(langs)) return langs.join(" → ");
+  if (typeof langs === "string") return langs;
+  const src = langs.source || langs.src, tgt = langs.target || langs.tgt;
+  return src || tgt ? `${src || "?"} → ${tgt || "?"}` : "";
+}
+
+// --- the form -----------------------------------------------------------------------------------
+
+// A number when the field holds one, else its text as typed: the server then says what is wrong.
+function fieldValue(id) {
+  const text = $(id).value.trim();
+  const number = Number(text);
+  return text !== "" && Number.isFinite(number) ? number : text;
+}
+
+async function onSubmit(event) {
+  event.preventDefault();
+  const text = $("source").value;
+  if (!text.trim()) return showError("Type a sentence to translate.");
+  const options = { beam: fieldValue("beam"), alpha: fieldValue("alpha") };
+  setBusy(true);
+  try {
+    // Both requests run at once; when both fail, the translation's error is the one shown.
+    const [translated, attention] = await settled([
+      api("POST", "/v1/translate", { text: [text], ...options, nbest: fieldValue("nbest") }),
+      api("POST", "/v1/attention", { text, ...options }),
+    ]);
+    showTranslation(translated.translations[0]);
+    showAttention(attention);
+    setBusy(false, "ready");
+  } catch (err) {
+    showError(err.message);
+    if (err.status === 401) $("api-key").closest("details").open = true; // the key is missing or wrong
+  }
+}
+
+// The values of all the promises, or the first failure in their order (not in time).
+async function settled(promises) {
+  const results = await Promise.allSettled(promises);
+  const failed = results.find((r) => r.status === "rejected");
+  if (failed) throw failed.reason;
+  return results.map((r) => r.value);
+}
+
+// body[data-state] is "busy", "ready" or "error": what a reader (or a test) can wait for.
+function setBusy(busy, done) {
+  document.body.dataset.state = busy ? "busy" : done;
+  $("busy").hidden = !busy;
+  $("translate").disabled = busy;
+  if (busy) $("error").hidden = true;
+}
+
+function showError(message) {
+  $("error").textContent = message;
+  $("error").hidden = false;
+  $("results").hidden = true;
+  setBusy(false, "error");
+}
+
+// --- translation and n-best list ----------------------------------------------------------------------
+
+function showTranslation(result) {
+  $("translation").textContent = result.text;
+  $("score").textContent = result.score.toFixed(3);
+  const list = $("nbest-list");
+  list.replaceChildren(...(result.nbest || []).map(nbestItem));
+}
+
+function nbestItem(hypothesis) {
+  const item = document.createElement("li");
+  const score = document.createElement("span");
+  score.className = "score";
+  score.textContent = hypothesis.score.toFixed(3);
+  item.append(score, " ", hypothesis.text);
+  return item;
+}
+
+// --- cross-attention as lines between the pieces ---------------------------------------------------
+
+function showAttention(data) {
+  state.attention = data;
+  $("results").hidden = false; // visible first, so that the SVG has its width
+  fillSelectors(data.attention.cross);
+  drawAlignment();
+  drawHeatmaps(data);
+}
+
+// Layers 1..L; heads: "all heads (average)" and 1..H. The choice is kept across sentences.
+function fillSelectors(cross) {
+  const layer = $("layer").value || String(cross.length - 1), head = $("head").value || "all";
+  $("layer").replaceChildren(...cross.map((_, i) => new Option(`${i + 1}`, String(i))));
+  const heads = cross[0].map((_, h) => new Option(`${h + 1}`, String(h)));
+  $("head").replaceChildren(new Option("all heads (average)", "all"), ...heads);
+  $("layer").value = Number(layer) < cross.length ? layer : String(cross.length - 1);
+  $("head").value = head === "all" || Number(head) < heads.length ? head : "all";
+}
+
+// The (target x source) weights of the chosen layer and head, or the mean of its heads.
+function chosenWeights() {
+  const heads = state.attention.attention.cross[Number($("layer").value)];
+  const head = $("head").value;
+  if (head !== "all") return heads[Number(head)];
+  const mean = (t, s) => heads.reduce((sum, h) => sum + h[t][s], 0) / heads.length;
+  return heads[0].map((row, t) => row.map((_, s) => mean(t, s)));
+}
+
+function svgElement(name, attributes, text) {
+  const element = document.createElementNS(SVG_NS, name);
+  for (const [key, value] of Object.entries(attributes)) element.setAttribute(key, value);
+  if (text !== undefined) element.textContent = text;
+  return element;
+}
+
+// Source pieces in the left column, target pieces in the right one, a line per weight >= 0.02.
+function drawAlignment() {
+  const { source_pieces: src, target_pieces: tgt } = state.attention;
+  const svg = $("alignment"), rowHeight = 24, column = 130;
+  const width = Math.max(svg.parentElement.clientWidth - 32, 2 * column + 120);
+  const height = Math.max(src.length, tgt.length) * rowHeight + 12;
+  svg.setAttribute("viewBox", `0 0 ${width} ${height}`);
+  svg.setAttribute("width", width);
+  svg.setAttribute("height", height);
+  const y = (i) => 18 + i * rowHeight;
+  const colour = $("head").value === "all" ? AVERAGE_COLOUR : HEAD_COLOURS[Number($("head").value) % 10];
+  const links = svgElement("g", { class: "links" });
+  chosenWeights().forEach((row, t) => row.forEach((w, s) => {
+    if (w < 0.02) return;
+    links.append(svgElement("line", {
+      x1: column + 8, y1: y(s) - 4, x2: width - column - 8, y2: y(t) - 4, stroke: colour,
+      "stroke-opacity": Math.min(1, 0.15 + w).toFixed(3), "stroke-width": (0.5 + 5 * w).toFixed(2),
+      "data-src": s, "data-tgt": t,
+    }, undefined));
+  }));
+  const pieces = [...src.map((p, i) => pieceLabel(p, "src", i, column, y(i), "end")),
+    ...tgt.map((p, i) => pieceLabel(p, "tgt", i, width - column, y(i), "start"))];
+  svg.replaceChildren(links, ...pieces);
+}
+
+function pieceLabel(piece, side, index, x, y, anchor) {
+  const label = svgElement("text", { x, y, "text-anchor": anchor, class: "piece", "data-side": side,
+    "data-index": index, tabindex: 0 }, piece);
+  label.addEventListener("mouseenter", () => focusPiece(side, index, true));
+  label.addEventListener("mouseleave", () => focusPiece(side, index, false));
+  label.addEventListener("focus", () => focusPiece(side, index, true));
+  label.addEventListener("blur", () => focusPiece(side, index, false));
+  return label;
+}
+
+// Hovering a piece highlights its links (class "active"), dims every other line, and marks the
+// pieces at the other ends of its links ("linked").
+function focusPiece(side, index, on) {
+  const svg = $("alignment"), other = side === "src" ? "tgt" : "src";
+  const linked = new Set();
+  svg.classList.toggle("focus", on);
+  for (const line of svg.querySelectorAll("line")) {
+    const active = on && line.dataset[side] === String(index);
+    line.classList.toggle("active", active);
+    if (active) linked.add(line.dataset[other]);
+  }
+  for (const text of svg.querySelectorAll("text")) {
+    const mine = text.dataset.side === side && text.dataset.index === String(index);
+    text.classList.toggle("active", on && mine);
+    text.classList.toggle("linked", text.dataset.side === other && linked.has(text.dataset.index));
+  }
+}
+
+// --- heatmaps of every layer and head --------------------------------------------------------------
+
+// One section per kind, one row per layer, one canvas per head: the demo's attention.png.
+function drawHeatmaps(data) {
+  const pieces = { source: data.source_pieces, target: data.target_pieces };
+  const sections = Object.entries(KINDS).map(([kind, [title, queries, keys]]) => {
+    const section = document.createElement("section");
+    section.className = "kind";
+    const heading = document.createElement("h3");
+    heading.textContent = `${title}: ${queries} × ${keys}`;
+    section.append(heading);
+    (data.attention[kind] || []).forEach((heads, layer) => {
+      section.append(layerRow(kind, layer, heads, pieces[queries], pieces[keys]));
+    });
+    return section;
+  });
+  $("heatmaps").replaceChildren(...sections);
+}
+
+function layerRow(kind, layer, heads, rows, cols) {
+  const row = document.createElement("div");
+  row.className = "layer-row";
+  heads.forEach((matrix, head) => {
+    const figure = document.createElement("figure");
+    const caption = document.createElement("figcaption");
+    caption.textContent = `layer ${layer + 1}, head ${head + 1}`;
+    figure.append(heatmap(matrix, rows, cols, { kind, layer, head }), caption);
+    row.append(figure);
+  });
+  return row;
+}
+
+// A canvas with the weights as cells (viridis, 0..1) and the pieces along the axes.
+function heatmap(matrix, rows, cols, where) {
+  const canvas = document.createElement("canvas");
+  canvas.className = "heatmap";
+  Object.assign(canvas.dataset, where);
+  const title = `${KINDS[where.kind][0]}, layer ${where.layer + 1}, head ${where.head + 1}`;
+  canvas.setAttribute("aria-label", title);
+  const box = heatmapBox(canvas.getContext("2d"), rows, cols);
+  canvas.width = box.left + cols.length * box.cell + 2;
+  canvas.height = box.top + rows.length * box.cell + 2;
+  drawCells(canvas.getContext("2d"), matrix, box);
+  if (box.font) drawAxisLabels(canvas.getContext("2d"), rows, cols, box);
+  canvas.addEventListener("mousemove", (e) => cellTooltip(e, matrix, rows, cols, box));
+  canvas.addEventListener("mouseleave", () => { $("tooltip").hidden = true; });
+  if (where.kind === "cross") canvas.addEventListener("click", () => showInAlignment(where));
+  return canvas;
+}
+
+// Cells of 4..18 px (about 200 px a side); labels, when the cells are big enough to read them,
+// take the room of the longest piece: query pieces on the left, key pieces on top.
+function heatmapBox(ctx, rows, cols) {
+  const cell = Math.max(4, Math.min(18, Math.floor(200 / Math.max(rows.length, cols.length))));
+  const font = cell >= 8 ? `${Math.min(11, cell - 2)}px sans-serif` : null;
+  ctx.font = font || ctx.font;
+  const widest = (pieces) => Math.ceil(Math.max(...pieces.map((p) => ctx.measureText(p).width)));
+  const room = (pieces) => (font ? widest(pieces) + 6 : 2);
+  return { cell, font, left: room(rows), top: room(cols) };
+}
+
+function drawCells(ctx, matrix, box) {
+  matrix.forEach((row, q) => row.forEach((w, k) => {
+    ctx.fillStyle = colourAt(VIRIDIS, w);
+    ctx.fillRect(box.left + k * box.cell, box.top + q * box.cell, box.cell, box.cell);
+  }));
+}
+
+// Query pieces on the left, key pieces along the top (written downwards).
+function drawAxisLabels(ctx, rows, cols, box) {
+  ctx.font = box.font;
+  ctx.fillStyle = "#222";
+  ctx.textAlign = "right";
+  ctx.textBaseline = "middle";
+  rows.forEach((p, q) => ctx.fillText(p, box.left - 4, box.top + (q + 0.5) * box.cell));
+  cols.forEach((p, k) => {
+    ctx.save();
+    ctx.translate(box.left + (k + 0.5) * box.cell, box.top - 4);
+    ctx.rotate(Math.PI / 2);
+    ctx.fillText(p, 0, 0);
+    ctx.restore();
+  });
+}
+
+// "query → key: weight" beside the pointer, over a cell.
+function cellTooltip(event, matrix, rows, cols, box) {
+  const q = Math.floor((event.offsetY - box.top) / box.cell);
+  const k = Math.floor((event.offsetX - box.left) / box.cell);
+  const tooltip = $("tooltip");
+  tooltip.hidden = !(q >= 0 && k >= 0 && q < rows.length && k < cols.length);
+  if (tooltip.hidden) return;
+  tooltip.textContent = `${rows[q]} → ${cols[k]}: ${matrix[q][k].toFixed(3)}`;
+  tooltip.style.left = `${event.clientX + 14}px`;
+  tooltip.style.top = `${event.clientY + 14}px`;
+}
+
+// Clicking a cross-attention heatmap shows its layer and head as lines.
+function showInAlignment(where) {
+  $("layer").value = String(where.layer);
+  $("head").value = String(where.head);
+  drawAlignment();
+  $("alignment").scrollIntoView({ behavior: "smooth", block: "center" });
+}
+
+// --- colours ------------------------------------------------------------------------------------
+
+// The colour at t in [0, 1] of a map given as evenly spaced stops, linearly interpolated.
+function colourAt(stops, t) {
+  const x = Math.min(1, Math.max(0, t)) * (stops.length - 1);
+  const i = Math.min(Math.floor(x), stops.length - 2), f = x - i;
+  const [a, b] = [rgb(stops[i]), rgb(stops[i + 1])];
+  return `rgb(${a.map((v, j) => Math.round(v + f * (b[j] - v))).join(",")})`;
+}
+
+function rgb(hex) {
+  return [1, 3, 5].map((i) => parseInt(hex.slice(i, i + 2), 16));
+}
+
+// --- the positional encoding --------------------------------------------------------------------------
+
+// The paper's table: PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d)).
+function positionalEncoding(maxLen, d) {
+  return Array.from({ length: maxLen }, (_, pos) => Array.from({ length: d }, (_, j) => {
+    const angle = pos / Math.pow(10000, (j - (j % 2)) / d);
+    return j % 2 === 0 ? Math.sin(angle) : Math.cos(angle);
+  }));
+}
+
+// The table as a heatmap (position down, dimension across) with a colour bar, as plots.py draws it.
+function drawPositionalEncoding(d, maxLen) {
+  const table = positionalEncoding(maxLen, d);
+  const canvas = $("pe"), ctx = canvas.getContext("2d");
+  const box = { x: 52, y: 28, w: canvas.width - 130, h: canvas.height - 70 };
+  ctx.clearRect(0, 0, canvas.width, canvas.height);
+  const [cw, ch] = [box.w / d, box.h / maxLen];
+  table.forEach((row, pos) => row.forEach((v, j) => {
+    ctx.fillStyle = colourAt(RDBU, (v + 1) / 2);
+    ctx.fillRect(box.x + j * cw, box.y + pos * ch, cw + 0.5, ch + 0.5);
+  }));
+  axes(ctx, box, `Sinusoidal positional encoding (d_model=${d})`, "dimension i", "position");
+  ticks(ctx, box, quarters(d), quarters(maxLen));
+  colourBar(ctx, box.x + box.w + 24, box.y, box.h);
+  drawPeLines(table, d);
+}
+
+function axes(ctx, box, title, xLabel, yLabel) {
+  ctx.fillStyle = "#222";
+  ctx.font = "13px sans-serif";
+  ctx.textAlign = "center";
+  ctx.fillText(title, box.x + box.w / 2, 18);
+  ctx.font = "11px sans-serif";
+  ctx.fillText(xLabel, box.x + box.w / 2, box.y + box.h + 32);
+  ctx.save();
+  ctx.translate(14, box.y + box.h / 2);
+  ctx.rotate(-Math.PI / 2);
+  ctx.fillText(yLabel, 0, 0);
+  ctx.restore();
+}
+
+// Tick labels evenly spaced along each axis: xs left to right, ys top to bottom.
+function ticks(ctx, box, xs, ys) {
+  ctx.font = "10px sans-serif";
+  ctx.fillStyle = "#222";
+  ctx.textAlign = "center";
+  xs.forEach((text, n) => ctx.fillText(text, box.x + (n / (xs.length - 1)) * box.w, box.y + box.h + 14));
+  ctx.textAlign = "right";
+  ys.forEach((text, n) => ctx.fillText(text, box.x - 4, box.y + (n / (ys.length - 1)) * box.h + 3));
+}
+
+// Five labels from 0 to n: 0, n/4, n/2, 3n/4, n.
+const quarters = (n) => [0, 0.25, 0.5, 0.75, 1].map((f) => String(Math.round(f * n)));
+
+function colourBar(ctx, x, y, h) {
+  for (let i = 0; i < h; i++) {
+    ctx.fillStyle = colourAt(RDBU, 1 - i / h);
+    ctx.fillRect(x, y + i, 14, 1);
+  }
+  ctx.fillStyle = "#222";
+  ctx.textAlign = "left";
+  [["+1", 0], ["0", 0.5], ["−1", 1]].forEach(([text, f]) => ctx.fillText(text, x + 18, y + f * h + 4));
+}
+
+// A few dimensions along the positions (as plots.py: sines at 1/64, 1/16, 1/8 and 1/4 of d_model).
+function drawPeLines(table, d) {
+  const canvas = $("pe-lines"), ctx = canvas.getContext("2d");
+  const box = { x: 52, y: 28, w: canvas.width - 180, h: canvas.height - 66 };
+  ctx.clearRect(0, 0, canvas.width, canvas.height);
+  ctx.strokeStyle = "#bbb";
+  ctx.strokeRect(box.x, box.y, box.w, box.h);
+  const dims = [...new Set([1 / 64, 1 / 16, 1 / 8, 1 / 4].map((f) => 2 * Math.floor((d * f) / 2)))];
+  dims.forEach((j, n) => {
+    ctx.strokeStyle = HEAD_COLOURS[n];
+    ctx.beginPath();
+    table.forEach((row, pos) => {
+      const [px, py] = [box.x + (pos / (table.length - 1 || 1)) * box.w, box.y + ((1 - row[j]) / 2) * box.h];
+      if (pos === 0) ctx.moveTo(px, py); else ctx.lineTo(px, py);
+    });
+    ctx.stroke();
+    ctx.fillStyle = HEAD_COLOURS[n];
+    ctx.textAlign = "left";
+    ctx.fillText(`dim ${j} (${j % 2 ? "cos" : "sin"})`, box.x + box.w + 12, box.y + 12 + 16 * n);
+  });
+  axes(ctx, box, "a few dimensions along the positions", "position", "value");
+  ticks(ctx, box, quarters(table.length), ["1", "0", "−1"]);
+}
+
+// --- start --------------------------------------------------------------------------------------
+
+function start() {
+  const key = $("api-key");
+  key.value = sessionStorage.getItem("aiayn-api-key") || "";
+  if (key.value) key.closest("details").open = true;
+  key.addEventListener("input", () => sessionStorage.setItem("aiayn-api-key", key.value.trim()));
+  key.addEventListener("change", loadModel);
+  $("translate-form").addEventListener("submit", onSubmit);
+  $("layer").addEventListener("change", drawAlignment);
+  $("head").addEventListener("change", drawAlignment);
+  window.addEventListener("resize", () => state.attention && drawAlignment());
+  drawPositionalEncoding(512, 100); // until the model says its d_model
+  loadModel();
+}
+
+start();

@@ -1,0 +1,202 @@
+"""``aiayn serve`` end to end: a real server on a free loopback port, a tiny trained model.
+
+The API's answers equal ``Translator``'s; a sentence's output does not depend on what it is
+batched with; bad requests are one-line 4xx JSON errors that never stop the server; the API key,
+the body limit, and a clean SIGTERM that answers the request in flight.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import signal
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+httpx = pytest.importorskip("httpx")
+pytest.importorskip("fastapi")
+
+from aiayn.checkpoint import load  # noqa: E402
+from aiayn.cli import main  # noqa: E402
+from aiayn.decode import Translator  # noqa: E402
+
+NUMBERS = ["907042", "13", "500", "2024", "77", "100001", "48", "9", "31337", "600", "7", "123456"]
+
+
+def post(url: str, route: str, body, **kwargs) -> httpx.Response:
+    content = body if isinstance(body, bytes) else json.dumps(body).encode()
+    headers = {"content-type": "application/json", **kwargs.pop("headers", {})}
+    return httpx.post(f"{url}{route}", content=content, headers=headers, timeout=60.0, **kwargs)
+
+
+def test_translate_equals_the_translator_and_model_describes_it(tiny_translation_run, live_server) -> None:
+    url = live_server(tiny_translation_run)
+    answer = post(url, "/v1/translate", {"text": NUMBERS, "beam": 4, "alpha": 0.6, "nbest": 2})
+    assert answer.status_code == 200, answer.text
+    model, tokenizer, config = load(tiny_translation_run)
+    expected = Translator(model, tokenizer, beam=4, alpha=0.6).translate_nbest(NUMBERS, 2)
+    got = answer.json()["translations"]
+    assert [[h["text"] for h in t["nbest"]] for t in got] == [[text for _, text in e] for e in expected]
+    for t, e in zip(got, expected):
+        assert t["text"] == e[0][1] and t["score"] == pytest.approx(e[0][0], abs=1e-5)
+    info = httpx.get(f"{url}/v1/model").json()
+    assert info["kind"] == "translation" and info["engine"] == "torch"
+    assert info["config"]["n_decoder_layers"] == config.n_decoder_layers == 2
+    assert info["languages"] == {"source": "digits", "target": "words"}
+    assert info["vocab_size"] == tokenizer.vocab_size and info["parameters"] > 0
+    assert (
+        httpx.get(f"{url}/docs").status_code == 200
+        and "/v1/translate" in httpx.get(f"{url}/openapi.json").text
+    )
+
+
+def test_a_sentence_gets_the_same_output_whatever_it_is_batched_with(
+    tiny_translation_run, live_server
+) -> None:
+    url = live_server(tiny_translation_run, "--max-wait-ms", "50")
+    alone = {n: post(url, "/v1/translate", {"text": [n]}).json()["translations"][0] for n in NUMBERS}
+    groups = [NUMBERS[i : i + 3] for i in range(0, len(NUMBERS), 3)] + [[n] for n in NUMBERS]
+    with concurrent.futures.ThreadPoolExecutor(len(groups)) as pool:  # arrive together: batched
+        answers = list(pool.map(lambda g: post(url, "/v1/translate", {"text": g}), groups))
+    for group, answer in zip(groups, answers):
+        for number, translation in zip(group, answer.json()["translations"]):
+            assert translation["text"] == alone[number]["text"], number
+            assert translation["score"] == pytest.approx(alone[number]["score"], abs=1e-5)
+
+
+BAD_REQUESTS = [
+    (b"{not json", "body"),
+    (b'{"text": ["\xff\xfe"]}', "body"),
+    ({}, "text"),
+    ({"text": "907042"}, "text"),
+    ({"text": [907042]}, "text.0"),
+    ({"text": []}, "text"),
+    ({"text": ["1" * 3000]}, "text[0]"),
+    ({"text": ["1"] * 300}, "text"),
+    ({"text": ["1"], "beam": 0}, "beam"),
+    ({"text": ["1"], "beam": -2}, "beam"),
+    ({"text": ["1"], "beam": "4"}, "beam"),
+    ({"text": ["1"], "nbest": 5}, "nbest"),
+    ({"text": ["1"], "engine": "marian"}, "engine"),
+    ({"text": ["1"], "colour": "blue"}, "colour"),
+    ([1, 2], "body"),
+]
+
+
+def test_hundreds_of_bad_requests_get_one_line_4xx_and_the_server_lives(
+    tiny_translation_run, live_server
+) -> None:
+    url = live_server(tiny_translation_run)
+    deadline = time.time() + 60
+    for _ in range(20):  # 20 x 15 = 300 requests, bounded in time too
+        for body, field in BAD_REQUESTS:
+            answer = post(url, "/v1/translate", body)
+            assert 400 <= answer.status_code < 500, (body, answer.status_code, answer.text)
+            error = answer.json()["error"]
+            assert "\n" not in error and error.startswith(field), (body, error)
+        assert time.time() < deadline, "the bad requests took too long"
+    bad_attention = post(url, "/v1/attention", {"text": ["907042"]})
+    assert bad_attention.status_code == 422 and bad_attention.json()["error"].startswith("text")
+    assert post(url, "/v1/forecast", {"rows": [[1.0]]}).status_code == 404
+    good = post(url, "/v1/translate", {"text": ["907042"]})
+    assert good.status_code == 200 and good.json()["translations"][0]["text"]
+
+
+def test_attention_holds_every_layer_and_head_for_the_chosen_translation(
+    tiny_translation_run, live_server
+) -> None:
+    url = live_server(tiny_translation_run)
+    found = post(url, "/v1/attention", {"text": "907042", "beam": 4}).json()
+    translated = post(url, "/v1/translate", {"text": ["907042"], "beam": 4}).json()["translations"][0]
+    assert found["translation"] == translated["text"]
+    assert found["source_pieces"][-1] == "</s>" and found["target_pieces"][0] == "<s>"
+    s, t = len(found["source_pieces"]), len(found["target_pieces"])
+    shapes = {"encoder_self": (1, s, s), "decoder_self": (2, t, t), "cross": (2, t, s)}
+    for kind, (layers, queries, keys) in shapes.items():
+        maps = torch.tensor(found["attention"][kind])  # (layers, H, T_q, T_k)
+        assert maps.shape == (layers, 2, queries, keys), kind
+        torch.testing.assert_close(maps.sum(-1), torch.ones(layers, 2, queries))  # each row a distribution
+
+
+def test_the_api_key_guards_the_api_only(tiny_translation_run, live_server) -> None:
+    url = live_server(tiny_translation_run, "--api-key", "s3cret")
+    assert post(url, "/v1/translate", {"text": ["1"]}).status_code == 401
+    wrong = post(url, "/v1/translate", {"text": ["1"]}, headers={"authorization": "Bearer nope"})
+    assert wrong.status_code == 401 and "API key" in wrong.json()["error"]
+    right = post(url, "/v1/translate", {"text": ["1"]}, headers={"authorization": "Bearer s3cret"})
+    assert right.status_code == 200
+    assert httpx.get(f"{url}/health").status_code == 200 and httpx.get(f"{url}/").status_code == 200
+
+
+def test_a_body_over_the_limit_is_413(tiny_translation_run, live_server) -> None:
+    url = live_server(tiny_translation_run, "--max-body-bytes", "200")
+    answer = post(url, "/v1/translate", {"text": ["1" * 50] * 10})
+    assert answer.status_code == 413 and answer.json()["error"].startswith("body")
+    assert post(url, "/v1/translate", {"text": ["907042"]}).status_code == 200
+
+
+def test_sigterm_answers_the_request_in_flight_then_exits_0(tiny_translation_run, live_server) -> None:
+    url = live_server(tiny_translation_run, "--no-batching")
+    process = live_server.process
+    long_request = {"text": NUMBERS * 20, "beam": 8, "nbest": 8, "max_len_b": 60}
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(post, url, "/v1/translate", long_request)
+        time.sleep(0.5)  # the request is being decoded
+        process.send_signal(signal.SIGTERM)
+        answer = pending.result(timeout=60)
+    assert answer.status_code == 200 and len(answer.json()["translations"]) == len(NUMBERS) * 20
+    assert process.wait(timeout=30) == 0
+
+
+def test_bad_command_lines_are_one_line_and_exit_2(tmp_path: Path, tiny_translation_run, capsys) -> None:
+    assert main(["serve", "--checkpoint", str(tmp_path / "nowhere")]) == 2
+    assert "checkpoint not found" in capsys.readouterr().err
+    assert main(["serve", "--checkpoint", str(tiny_translation_run), "--engine", "marian"]) == 2
+    assert "--engine: unknown engine 'marian'" in capsys.readouterr().err
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["serve", "--checkpoint", str(tiny_translation_run), "--port", str(port)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"cannot listen on 127.0.0.1:{port}" in err
+
+
+FORECAST_CONFIG = """
+data: {target: OT, features: M, input_len: 32, label_len: 8, horizon: 16}
+model: {d_model: 16, n_heads: 2, n_encoder_layers: 1, n_decoder_layers: 1, d_ff: 32, dropout: 0.0,
+        channel_independent: true, patch_len: 4}
+train: {batch_size: 64, lr: 0.003, max_epochs: 1, max_steps_per_epoch: 3, seed: 0}
+"""
+
+
+def test_a_forecasting_run_answers_forecast_as_aiayn_forecast_predict(
+    tmp_path, data_dir, live_server
+) -> None:
+    import numpy as np
+
+    from aiayn.forecast.cli import forecast_last, load_forecaster
+
+    csv = tmp_path / "small.csv"
+    csv.write_text("".join((data_dir / "ett" / "ETTh1.csv").read_text().splitlines(keepends=True)[:601]))
+    (tmp_path / "run.yaml").write_text(FORECAST_CONFIG)
+    train = ["forecast", "train", "--config", str(tmp_path / "run.yaml"), "--data", str(csv)]
+    assert main([*train, "--out", str(tmp_path / "run"), "--threads", "1"]) == 0
+    url = live_server(tmp_path / "run")
+    info = httpx.get(f"{url}/v1/model").json()
+    assert info["kind"] == "forecast" and info["input_len"] == 32 and info["horizon"] == 16
+    rows = [[float(v) for v in line.split(",")[1:]] for line in csv.read_text().splitlines()[-32:]]
+    answer = post(url, "/v1/forecast", {"rows": rows})
+    assert answer.status_code == 200, answer.text
+    model, config = load_forecaster(tmp_path / "run")
+    _, expected, names = forecast_last(model, config, str(csv))
+    assert answer.json()["columns"] == names == info["output_columns"]
+    np.testing.assert_allclose(np.array(answer.json()["forecast"]), expected, rtol=1e-5, atol=1e-6)
+    short = post(url, "/v1/forecast", {"rows": rows[:5]})
+    assert short.status_code == 422 and short.json()["error"].startswith("rows: expected 32 rows of 7 values")
+    assert post(url, "/v1/translate", {"text": ["1"]}).status_code == 404

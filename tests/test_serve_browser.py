@@ -1,0 +1,193 @@
+"""The page of ``aiayn serve`` in a real browser: Debian's chromium, headless, driven by Selenium.
+
+A tiny trained model (digits -> words) is served on a free loopback port; the test types a sentence,
+clicks Translate and checks what the page shows against the JSON API. Without chromium or
+chromedriver (or Selenium) the tests skip, saying which is missing. Every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+webdriver = pytest.importorskip(
+    "selenium.webdriver", reason="Selenium is not installed (pip install -e '.[test]')"
+)
+from selenium.webdriver.chrome.service import Service  # noqa: E402
+from selenium.webdriver.common.action_chains import ActionChains  # noqa: E402
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
+
+# The flags that run Debian's chromium headless as root, with no network of its own.
+CHROMIUM_FLAGS = [
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--window-size=1280,1000",
+]
+WAIT_S = 20  # the longest any one wait may take
+SENTENCE = "907042"
+# The RGBA of a canvas's centre pixel (arguments[0]: the canvas).
+CENTRE_PIXEL = (
+    "const c = arguments[0]; "
+    "return [...c.getContext('2d').getImageData(c.width / 2, c.height / 2, 1, 1).data]"
+)
+
+
+def _program(*names: str) -> str | None:
+    """The first of ``names`` on PATH or in /usr/bin (Debian's packages put them there)."""
+    for name in names:
+        found = shutil.which(name) or (f"/usr/bin/{name}" if Path(f"/usr/bin/{name}").is_file() else None)
+        if found:
+            return found
+    return None
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    """A headless chromium with a new empty profile; Selenium Manager is never asked to download."""
+    chromium, driver_path = _program("chromium", "chromium-browser"), _program("chromedriver")
+    if chromium is None or driver_path is None:
+        missing = " and ".join(n for n, p in [("chromium", chromium), ("chromedriver", driver_path)] if not p)
+        pytest.skip(f"{missing} not found (Debian: apt-get install chromium chromium-driver)")
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for flag in CHROMIUM_FLAGS:
+        options.add_argument(flag)
+    options.add_argument(f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}")
+    driver = webdriver.Chrome(service=Service(driver_path), options=options)
+    driver.set_page_load_timeout(WAIT_S)
+    driver.set_script_timeout(WAIT_S)
+    yield driver
+    driver.quit()
+
+
+def _api(base_url: str, path: str, body: dict | None = None, key: str | None = None) -> tuple[int, dict]:
+    """(status, JSON) of one request to the server, errors included."""
+    headers = {"Content-Type": "application/json"}
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(base_url + path, data=data, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=WAIT_S) as response:
+            return response.status, json.load(response)
+    except urllib.error.HTTPError as err:
+        return err.code, json.load(err)
+
+
+def _open(browser, base_url: str) -> None:
+    browser.get(base_url + "/")
+    _wait(
+        browser, lambda d: "parameters" in d.find_element(By.ID, "model-info").text, "the model's description"
+    )
+
+
+def _wait(browser, condition, what: str):
+    return WebDriverWait(browser, WAIT_S).until(condition, f"waited {WAIT_S} s for {what}")
+
+
+def _fill(browser, **fields) -> None:
+    for name, value in fields.items():
+        element = browser.find_element(By.ID, name)
+        element.clear()
+        element.send_keys(str(value))
+
+
+def _translate(browser, sentence: str, **fields) -> str:
+    """Type the sentence, click Translate; the page's state when done ("ready" or "error")."""
+    _fill(browser, source=sentence, **fields)
+    browser.execute_script("document.body.dataset.state = 'submitted'")
+    browser.find_element(By.ID, "translate").click()
+    done = ("ready", "error")
+    _wait(
+        browser,
+        lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-state") in done,
+        "an answer",
+    )
+    return browser.find_element(By.TAG_NAME, "body").get_attribute("data-state")
+
+
+def _visible_error(browser) -> str:
+    error = browser.find_element(By.ID, "error")
+    return error.text if error.is_displayed() else ""
+
+
+def test_the_page_translates_and_draws_what_the_model_attends_to(
+    browser, tiny_translation_run, live_server, tmp_path
+):
+    base_url = live_server(tiny_translation_run)
+    _open(browser, base_url)
+    assert _translate(browser, SENTENCE, beam=4, alpha=0.6, nbest=3) == "ready", _visible_error(browser)
+
+    # the translation and its n-best list are the API's for the same request
+    status, expected = _api(
+        base_url, "/v1/translate", {"text": [SENTENCE], "beam": 4, "alpha": 0.6, "nbest": 3}
+    )
+    assert status == 200
+    best = expected["translations"][0]
+    assert browser.find_element(By.ID, "translation").text == best["text"]
+    assert best["text"]  # the tiny model's words for the number (not always right)
+    entries = browser.find_elements(By.CSS_SELECTOR, "#nbest-list li")
+    assert len(entries) == 3 == len(best["nbest"])
+    assert [e.text.split(" ", 1)[1] for e in entries] == [h["text"] for h in best["nbest"]]
+
+    # one heatmap per layer and head of the three kinds, as the model is built
+    _, info = _api(base_url, "/v1/model")
+    config = info.get("config", info)
+    layers = config["n_encoder_layers"] + 2 * config["n_decoder_layers"]
+    assert len(browser.find_elements(By.CSS_SELECTOR, "canvas.heatmap")) == layers * config["n_heads"]
+
+    # lines between the pieces; hovering a source piece highlights its own
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#alignment line")) > 0
+    piece = browser.find_element(By.CSS_SELECTOR, '#alignment text[data-side="src"][data-index="1"]')
+    ActionChains(browser).move_to_element(piece).perform()
+    active = _wait(
+        browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#alignment line.active"), "highlighted lines"
+    )
+    assert all(line.get_attribute("data-src") == "1" for line in active)
+    browser.save_screenshot(str(tmp_path / "serve.png"))
+
+    # the positional encoding is drawn; nothing came from elsewhere than this server; no script error
+    assert browser.execute_script(CENTRE_PIXEL, browser.find_element(By.ID, "pe"))[3] > 0  # drawn
+    sources = browser.execute_script("return performance.getEntriesByType('resource').map((e) => e.name)")
+    assert sources and all(s.startswith(base_url + "/") for s in sources), sources
+    assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []
+    assert (tmp_path / "serve.png").stat().st_size > 10_000
+
+    # one head of the last layer: its lines are drawn again
+    Select(browser.find_element(By.ID, "head")).select_by_value("0")
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#alignment line")) > 0
+
+    # an invalid request (beam 0) shows the server's own one-line error
+    assert _translate(browser, SENTENCE, beam=0) == "error"
+    status, refused = _api(
+        base_url, "/v1/translate", {"text": [SENTENCE], "beam": 0, "alpha": 0.6, "nbest": 3}
+    )
+    assert 400 <= status < 500
+    assert _visible_error(browser) == refused["error"]
+
+
+def test_the_api_key_field_is_sent_when_the_server_needs_one(browser, tiny_translation_run, live_server):
+    base_url = live_server(tiny_translation_run, "--api-key", "s3cret")
+    browser.get(base_url + "/")
+    browser.execute_script("sessionStorage.clear()")
+    assert _translate(browser, SENTENCE) == "error"  # no key yet: the server refuses
+    assert _visible_error(browser)
+    assert browser.find_element(By.ID, "api-key").is_displayed()  # a 401 opens the key field
+    _fill(browser, **{"api-key": "s3cret"})
+    assert _translate(browser, SENTENCE) == "ready", _visible_error(browser)
+    status, expected = _api(base_url, "/v1/translate", {"text": [SENTENCE]}, key="s3cret")
+    assert status == 200
+    assert browser.find_element(By.ID, "translation").text == expected["translations"][0]["text"]
+    assert browser.execute_script("return sessionStorage.getItem('aiayn-api-key')") == "s3cret"
