@@ -200,3 +200,16 @@ def test_a_forecasting_run_answers_forecast_as_aiayn_forecast_predict(
     short = post(url, "/v1/forecast", {"rows": rows[:5]})
     assert short.status_code == 422 and short.json()["error"].startswith("rows: expected 32 rows of 7 values")
     assert post(url, "/v1/translate", {"text": ["1"]}).status_code == 404
+
+
+def test_inference_modules_never_import_the_training_package() -> None:
+    """decode, export, serve and the checkpoint loader: inference stays apart from aiayn.train."""
+    import subprocess
+    import sys
+
+    modules = "aiayn.decode.cli, aiayn.decode.engines, aiayn.decode.attention, aiayn.export, aiayn.plots"
+    code = (
+        f"import sys, aiayn, aiayn.serve.app, aiayn.serve.cli, {modules}; "
+        "assert not [m for m in sys.modules if m.startswith('aiayn.train')], sorted(sys.modules)"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
