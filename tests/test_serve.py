@@ -213,3 +213,38 @@ def test_inference_modules_never_import_the_training_package() -> None:
         "assert not [m for m in sys.modules if m.startswith('aiayn.train')], sorted(sys.modules)"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_the_batcher_groups_requests_by_options_within_the_token_bound() -> None:
+    """Requests queued together are decoded together; other options and the token bound make new
+    batches, in arrival order; each request gets its own lines' results."""
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    from aiayn.decode.search import DecodeOptions
+    from aiayn.serve.batching import Batcher
+
+    decoded: list[tuple[list[str], int]] = []
+
+    def decode(lines: list[str], options: DecodeOptions):
+        decoded.append((lines, options.beam))
+        return [[(0.0, f"{line}@{options.beam}")] for line in lines]
+
+    async def scenario():
+        with ThreadPoolExecutor(1) as pool:
+            batcher = Batcher(decode, len, pool, max_tokens=10, max_wait_s=0.05)
+            worker = asyncio.create_task(batcher.run())
+            four, five = DecodeOptions(beam=4), DecodeOptions(beam=5)
+            requests = [(["aa", "bb"], four), (["cc"], five), (["dd"], four), (["eeeeeeeeee"], four)]
+            answers = await asyncio.gather(*(batcher.submit(lines, o) for lines, o in requests))
+            worker.cancel()
+            return answers
+
+    answers = asyncio.run(scenario())
+    assert answers == [
+        [[(0.0, "aa@4")], [(0.0, "bb@4")]],
+        [[(0.0, "cc@5")]],
+        [[(0.0, "dd@4")]],
+        [[(0.0, "eeeeeeeeee@4")]],
+    ]
+    assert decoded == [(["aa", "bb", "dd"], 4), (["cc"], 5), (["eeeeeeeeee"], 4)]

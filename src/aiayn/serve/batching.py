@@ -1,8 +1,10 @@
 """Batching across requests: a queue, a bound in tokens, a wait of a few milliseconds.
 
-Requests are queued as they arrive. The batcher takes the oldest, then, for at most ``max_wait_s``,
-the requests behind it that have the same decoding options, while their source tokens stay within
-``max_tokens``; the others wait for the next batch, in their order. The batch is decoded in the one
+Requests are queued as they arrive. The batcher takes the oldest, then the requests behind it that
+have the same decoding options, while their source tokens stay within ``max_tokens``; the others
+wait for the next batch, in their order. It takes those already queued at once, and waits up to
+``max_wait_s`` for more only while requests come in together (the last batch held several): a
+lone client's request is decoded without waiting. The batch is decoded in the one
 worker thread that runs the model (the event loop never waits on it), and each request gets its own
 sentences' results. Greedy and beam search give a sentence the same output whatever it is batched
 with (:mod:`aiayn.decode.search`), so batching changes how fast, not what.
@@ -47,6 +49,7 @@ class Batcher:
         self.queue: asyncio.Queue[Job] = asyncio.Queue()
         self.held: collections.deque[Job] = collections.deque()  # other options: the next batches
         self.batches = 0  # decoded so far (for tests and logs)
+        self.last_jobs = 1  # requests in the last batch: several = concurrent clients, worth a wait
 
     async def submit(self, lines: list[str], options: DecodeOptions) -> Results:
         """The n-best of each of ``lines``, decoded with whatever else arrives meanwhile."""
@@ -64,7 +67,7 @@ class Batcher:
     async def _next_batch(self) -> list[Job]:
         first = self.held.popleft() if self.held else await self.queue.get()
         batch, tokens = [first], first.tokens
-        deadline = time.monotonic() + self.max_wait_s
+        deadline = time.monotonic() + (self.max_wait_s if self.last_jobs > 1 else 0.0)
         while self.max_tokens and tokens < self.max_tokens:
             job = await self._arrival(deadline)
             if job is None:
@@ -74,10 +77,13 @@ class Batcher:
                 continue
             batch.append(job)
             tokens += job.tokens
+        self.last_jobs = len(batch)
         return batch
 
     async def _arrival(self, deadline: float) -> Job | None:
-        """The next job to arrive before ``deadline``, or None."""
+        """A job already queued, else the next to arrive before ``deadline``, or None."""
+        if not self.queue.empty():
+            return self.queue.get_nowait()
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             return None
