@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import secrets
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -92,7 +93,7 @@ class ForecastRequest(_Strict):
 
 class Hypothesis(BaseModel):
     text: str
-    score: float
+    score: float | None  # log P / GNMT length penalty; None where an engine gives none
 
 
 class Translation(Hypothesis):
@@ -185,7 +186,9 @@ async def attention(body: AttentionRequest, request: Request) -> dict[str, Any]:
     if not body.text.strip():
         raise _bad(422, "text: must not be blank")
     options = _options(body, served, nbest=1)
-    run = lambda: sentence_attention(served.model, served.engine.tokenizer, body.text, options, served.device)  # noqa: E731
+    run = functools.partial(
+        sentence_attention, served.model, served.engine.tokenizer, body.text, options, served.device
+    )
     found = await asyncio.get_running_loop().run_in_executor(request.app.state.executor, run)
     return {
         "source_pieces": found.source_pieces,
@@ -209,7 +212,7 @@ async def forecast(body: ForecastRequest, request: Request) -> dict[str, Any]:
         )
     if not np.isfinite(rows).all():
         raise _bad(422, "rows: every value must be a finite number")
-    run = lambda: _forecast(served, rows)  # noqa: E731
+    run = functools.partial(_forecast, served, rows)
     values = await asyncio.get_running_loop().run_in_executor(request.app.state.executor, run)
     return {"columns": info["output_columns"], "horizon": info["horizon"], "forecast": values.tolist()}
 
