@@ -63,21 +63,12 @@ from aiayn.decode.search import DecodeOptions, length_penalty
 from aiayn.decode.step import max_output_lengths
 from aiayn.decode.translator import LINE_BREAKS, Translator
 from aiayn.errors import UserError
+from aiayn.export import QUANTIZATIONS
 
 ENGINES = ("torch", "ctranslate2")
-#: CTranslate2's compute types; "default" keeps the export's (float32) weights.
-COMPUTE_TYPES = (
-    "default",
-    "auto",
-    "int8",
-    "int8_float32",
-    "int8_float16",
-    "int8_bfloat16",
-    "int16",
-    "float16",
-    "bfloat16",
-    "float32",
-)
+#: CTranslate2's compute types: "default" keeps the export's (float32) weights, "auto" lets
+#: CTranslate2 choose, the others are the export's quantizations.
+COMPUTE_TYPES = ("default", "auto", *(q for q in QUANTIZATIONS if q != "none"))
 EOS_PIECE = "</s>"
 Warn = Callable[[str], None]
 NBest = list[list[tuple[float, str]]]
