@@ -78,6 +78,7 @@ BAD_REQUESTS = [
     ({"text": ["1"] * 300}, "text"),
     ({"text": ["1"], "beam": 0}, "beam"),
     ({"text": ["1"], "beam": -2}, "beam"),
+    ({"text": ["1"], "beam": 100}, "beam"),
     ({"text": ["1"], "beam": "4"}, "beam"),
     ({"text": ["1"], "nbest": 5}, "nbest"),
     ({"text": ["1"], "engine": "marian"}, "engine"),
@@ -135,6 +136,23 @@ def test_a_body_over_the_limit_is_413(tiny_translation_run, live_server) -> None
     url = live_server(tiny_translation_run, "--max-body-bytes", "200")
     answer = post(url, "/v1/translate", {"text": ["1" * 50] * 10})
     assert answer.status_code == 413 and answer.json()["error"].startswith("body")
+
+    def chunks():  # no Content-Length: the server counts what arrives
+        yield b'{"text": ["'
+        for _ in range(100):
+            yield b"1" * 50
+        yield b'"]}'
+
+    chunked = httpx.post(
+        f"{url}/v1/translate", content=chunks(), headers={"content-type": "application/json"}
+    )
+    assert chunked.status_code == 413 and chunked.json()["error"].startswith("body")
+    small = httpx.post(
+        f"{url}/v1/translate",
+        content=iter([b'{"text": ', b'["907042"]}']),
+        headers={"content-type": "application/json"},
+    )
+    assert small.status_code == 200, small.text
     assert post(url, "/v1/translate", {"text": ["907042"]}).status_code == 200
 
 

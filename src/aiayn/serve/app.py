@@ -38,6 +38,7 @@ from aiayn.errors import UserError
 from aiayn.serve.batching import Batcher
 
 STATIC = Path(__file__).resolve().parent / "static"
+MAX_BEAM = 64  # a request's beam (and n-best) at most: a larger one would only tie up the model
 
 
 @dataclass
@@ -240,6 +241,8 @@ def _check_text(lines: list[str], limits: Limits) -> None:
 
 
 def _options(body: SearchOptions, served: Served, nbest: int) -> DecodeOptions:
+    if body.beam > MAX_BEAM:  # DecodeOptions checks the lower bounds
+        raise _bad(422, f"beam: must be <= {MAX_BEAM}")
     if body.engine is not None and body.engine != served.engine.name:
         raise _bad(422, f"engine: this server runs {served.engine.name!r}; valid: {served.engine.name}")
     try:
@@ -332,11 +335,48 @@ def _key_check(api_key: str | None):
 
 
 def _body_limit(app: FastAPI, limit: int) -> None:
-    @app.middleware("http")
-    async def body_limit(request: Request, call_next):
-        declared = request.headers.get("content-length")
-        if declared is not None and (not declared.isdigit() or int(declared) > limit):
-            return JSONResponse({"error": f"body: larger than the limit of {limit} bytes"}, status_code=413)
-        if declared is None and request.method == "POST" and len(await request.body()) > limit:
-            return JSONResponse({"error": f"body: larger than the limit of {limit} bytes"}, status_code=413)
-        return await call_next(request)
+    app.add_middleware(BodyLimit, limit=limit)
+
+
+class BodyLimit:
+    """ASGI middleware: a body over ``limit`` bytes is a 413 before the application sees it. A
+    declared ``Content-Length`` is checked at once; a chunked body is read (at most ``limit`` + one
+    chunk, never more) and handed on only when it fits."""
+
+    def __init__(self, app, limit: int) -> None:
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        declared = dict(scope["headers"]).get(b"content-length")
+        if declared is not None:
+            if not declared.isdigit() or int(declared) > self.limit:
+                return await self._refuse(scope, receive, send)
+            return await self.app(scope, receive, send)
+        messages, size = [], 0
+        while True:  # chunked: buffer up to the limit
+            message = await receive()
+            messages.append(message)
+            size += len(message.get("body", b""))
+            if size > self.limit:
+                return await self._refuse(scope, receive, send)
+            if message["type"] != "http.request" or not message.get("more_body", False):
+                break
+        return await self.app(scope, _replay(messages, receive), send)
+
+    async def _refuse(self, scope, receive, send) -> None:
+        answer = JSONResponse(
+            {"error": f"body: larger than the limit of {self.limit} bytes"}, status_code=413
+        )
+        await answer(scope, receive, send)
+
+
+def _replay(messages: list[dict], receive):
+    """A ``receive`` that gives ``messages`` first, then what the client sends next."""
+    pending = list(messages)
+
+    async def replayed() -> dict:
+        return pending.pop(0) if pending else await receive()
+
+    return replayed
