@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-import torch
 from torch import Tensor
 
 from aiayn.device import resolve_device
@@ -249,16 +248,9 @@ def run_plot_attention(args) -> int:
 
 def draw_attention(model, tokenizer, src_text: str, tgt_text: str | None, out, device="cpu") -> Path:
     """Heatmaps of every layer's and head's attention for one sentence pair (greedy target if None)."""
+    from aiayn.decode.attention import sentence_attention
     from aiayn.decode.search import DecodeOptions
-    from aiayn.decode.translator import Translator
 
-    config = model.config
-    translator = Translator(model, tokenizer, device, options=DecodeOptions(beam=1, alpha=0.0))
-    src_ids = translator.encode_source(src_text)
-    tgt_text = tgt_text if tgt_text is not None else translator.translate([src_text])[0]
-    tgt_ids = [config.bos_id] + tokenizer.encode(tgt_text)[: config.max_len - 1]
-    with torch.inference_mode():
-        src, tgt = (torch.tensor([ids], device=device) for ids in (src_ids, tgt_ids))
-        _, maps = model(src, tgt, return_attention=True)
-    labels = [tokenizer.id_to_piece(i) for i in src_ids], [tokenizer.id_to_piece(i) for i in tgt_ids]
-    return plot_attention(maps, *labels, out)
+    greedy = DecodeOptions(beam=1, alpha=0.0)
+    found = sentence_attention(model, tokenizer, src_text, greedy, device, target=tgt_text)
+    return plot_attention(found.maps, found.source_pieces, found.target_pieces, out)

@@ -29,16 +29,22 @@ class SentenceAttention:
 
 
 def sentence_attention(
-    model, tokenizer, text: str, options: DecodeOptions, device="cpu"
+    model, tokenizer, text: str, options: DecodeOptions, device="cpu", target: str | None = None
 ) -> SentenceAttention:
-    """Translate ``text`` with ``options`` (its best hypothesis) and return what each head attended to."""
+    """What each head attended to for ``text`` and its translation: the best hypothesis of a search
+    with ``options``, or ``target`` when given (then scored NaN: no search ran)."""
     translator = Translator(model, tokenizer, device, options=options)
     src_ids = translator.encode_source(text)
     with torch.inference_mode():
         src = torch.tensor([src_ids], device=device)  # (1, S)
-        best = generate(model, src, replace(options, nbest=1, scores=True))[0][0]
-        tgt = torch.tensor([[model.config.bos_id, *best.tokens]], device=device)  # (1, T)
+        if target is None:
+            best = generate(model, src, replace(options, nbest=1, scores=True))[0][0]
+            tokens, translation, score = best.tokens, translator.detokenize(best), best.score
+        else:
+            tokens, translation, score = tokenizer.encode(target), target, float("nan")
+        tgt_ids = [model.config.bos_id, *tokens][: model.config.max_len]
+        tgt = torch.tensor([tgt_ids], device=device)  # (1, T)
         _, maps = model(src, tgt, return_attention=True)
-    pieces = [tokenizer.id_to_piece(i) for i in src_ids], [tokenizer.id_to_piece(i) for i in tgt[0].tolist()]
+    pieces = [tokenizer.id_to_piece(i) for i in src_ids], [tokenizer.id_to_piece(i) for i in tgt_ids]
     heads = {kind: [m[0].float().cpu() for m in layers] for kind, layers in maps.items()}  # (H, T_q, T_k)
-    return SentenceAttention(*pieces, translator.detokenize(best), best.score, heads)
+    return SentenceAttention(*pieces, translation, score, heads)

@@ -48,7 +48,6 @@ class Batcher:
         self.max_tokens, self.max_wait_s = max_tokens, max_wait_s
         self.queue: asyncio.Queue[Job] = asyncio.Queue()
         self.held: collections.deque[Job] = collections.deque()  # other options: the next batches
-        self.batches = 0  # decoded so far (for tests and logs)
         self.last_jobs = 1  # requests in the last batch: several = concurrent clients, worth a wait
 
     async def submit(self, lines: list[str], options: DecodeOptions) -> Results:
@@ -102,7 +101,6 @@ class Batcher:
                 if not job.future.done():
                     job.future.set_exception(err)
             return
-        self.batches += 1
         start = 0
         for job in batch:
             if not job.future.done():  # a client that went away cancelled its future
