@@ -8,7 +8,14 @@ import pytest
 import torch
 
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID
-from aiayn.data.batching import TokenBatchSampler, collate, example_sizes, iterate_batches, padding_share
+from aiayn.data.batching import (
+    TokenBatchSampler,
+    _cut,
+    collate,
+    example_sizes,
+    iterate_batches,
+    padding_share,
+)
 from aiayn.data.corpus import encode_corpus, read_parallel
 from aiayn.errors import UserError
 from test_data_tokenizer import MULTI30K, multi30k_tokenizer  # the session's one Multi30k BPE
@@ -49,9 +56,36 @@ def test_every_example_once_per_epoch_and_batches_within_budget():
 def test_same_seed_same_batches_each_epoch_differs():
     examples = toy_examples()
     a, b = TokenBatchSampler(examples, 120, seed=3), TokenBatchSampler(examples, 120, seed=3)
-    assert a.batches(0) == b.batches(0) and a.batches(1) == b.batches(1)
-    assert a.batches(0) != a.batches(1)
-    assert TokenBatchSampler(examples, 120, seed=4).batches(0) != a.batches(0)
+    listed = lambda sampler, epoch: [batch.tolist() for batch in sampler.batches(epoch)]  # noqa: E731
+    assert listed(a, 0) == listed(b, 0) and listed(a, 1) == listed(b, 1)
+    assert listed(a, 0) != listed(a, 1)
+    assert listed(TokenBatchSampler(examples, 120, seed=4), 0) != listed(a, 0)
+
+
+def greedy_cut(sizes, max_tokens: int, multiple: int) -> list[list[int]]:
+    """The batching rule written as one loop over the examples (the reference of ``_cut``)."""
+    batches, current = [], []
+    for i, size in enumerate(sizes):
+        if len(current) >= multiple and (len(current) + 1) * size > max_tokens:
+            k = len(current) // multiple * multiple
+            batches.append(current[:k])
+            current = current[k:]
+        current.append(i)
+    return batches + [current] if current else batches
+
+
+def test_cutting_batch_by_batch_equals_the_loop_over_examples():
+    g = torch.Generator().manual_seed(0)
+    for _ in range(500):
+        n, multiple = (
+            int(torch.randint(1, 300, (1,), generator=g)),
+            int(torch.randint(1, 9, (1,), generator=g)),
+        )
+        sizes = torch.randint(1, 40, (n,), generator=g).sort().values.numpy()
+        top = multiple * int(sizes.max())
+        max_tokens = int(torch.randint(top, 8 * top + 1, (1,), generator=g))
+        cut = [list(range(start, end)) for start, end in _cut(sizes, max_tokens, multiple)]
+        assert cut == greedy_cut(sizes.tolist(), max_tokens, multiple), (n, multiple, max_tokens)
 
 
 def test_no_shuffle_serves_sorted_batches():

@@ -18,6 +18,7 @@ from torch import Tensor
 from aiayn.checkpoint import MODEL_FILE, list_checkpoints, load_checkpoint, seal
 from aiayn.cli import main
 from aiayn.data.batching import collate
+from aiayn.data.prepare import prepare
 from aiayn.data.synthetic import write_task
 from aiayn.errors import UserError
 from aiayn.malloc import ONEDNN_CACHES
@@ -27,7 +28,7 @@ from aiayn.train.config import load_run_config, run_config_from_dict
 from aiayn.train.engine import Engine
 from aiayn.train.loss import label_smoothed_nll
 from aiayn.train.schedule import cooldown_factor, inverse_sqrt_lr, noam_lr
-from aiayn.train.trainer import Trainer
+from aiayn.train.trainer import Trainer, prepare_settings
 
 TINY_MODEL = {
     "d_model": 32,
@@ -196,11 +197,11 @@ def test_label_smoothing_in_blocks_of_rows_equals_one_block(epsilon, masked) -> 
     assert one[2][3, 5] == pytest.approx(-epsilon / 29)  # no probability: only the smoothing target ε / V
 
 
-def test_accumulating_small_batches_equals_one_big_batch(task_dir: Path) -> None:
+def test_accumulating_small_batches_equals_one_big_batch(task_dir: Path, tmp_path: Path) -> None:
     config = run_config_from_dict(run_config(task_dir, model={"dropout": 0.0}))
     small, big = (
-        Trainer(config, task_dir / "a", log=lambda _: None),
-        Trainer(config, task_dir / "b", log=lambda _: None),
+        Trainer(config, tmp_path / "a", log=lambda _: None),
+        Trainer(config, tmp_path / "b", log=lambda _: None),
     )
     examples = small.train_examples[:24]
     parts = [collate(examples[i : i + 8]) for i in range(0, 24, 8)]
@@ -527,9 +528,12 @@ def test_each_process_draws_its_own_dropout_masks_and_resumes_them(
 
     monkeypatch.setattr(Engine, "accumulate_gradients", recording)
 
+    prepared = tmp_path / "prepared"  # in one process no rank 0 prepares for the others
+    prepare(task_dir, prepared, prepare_settings(run_config_from_dict(run_config(task_dir))), log=print)
+
     def run(rank: int, world_size: int, out: Path, max_steps: int) -> Trainer:
         monkeypatch.setattr(distributed, "setup", lambda: (rank, world_size))
-        config = run_config(task_dir, train={"max_steps": max_steps, "save_every": 2, "valid_every": 0})
+        config = run_config(prepared, train={"max_steps": max_steps, "save_every": 2, "valid_every": 0})
         trainer = Trainer(run_config_from_dict(config), out, log=lambda _: None, progress=False)
         trainer.train()
         return trainer
@@ -542,11 +546,11 @@ def test_each_process_draws_its_own_dropout_masks_and_resumes_them(
         assert torch.equal(states[("resumed", step)], states[("rank1", step)]), step
     monkeypatch.setattr(distributed, "setup", lambda: (1, 2))
     fresh = Trainer(
-        run_config_from_dict(run_config(task_dir)), tmp_path / "fresh", log=lambda _: None, progress=False
+        run_config_from_dict(run_config(prepared)), tmp_path / "fresh", log=lambda _: None, progress=False
     )
     monkeypatch.setattr(distributed, "setup", lambda: (0, 2))
     fresh0 = Trainer(
-        run_config_from_dict(run_config(task_dir)), tmp_path / "fresh0", log=lambda _: None, progress=False
+        run_config_from_dict(run_config(prepared)), tmp_path / "fresh0", log=lambda _: None, progress=False
     )
     for a, b in zip(fresh0.model.parameters(), fresh.model.parameters()):
         assert torch.equal(a, b)  # the same initial weights on every rank

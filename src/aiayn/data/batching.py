@@ -43,35 +43,54 @@ from aiayn.errors import UserError
 Example = tuple[Sequence[int], Sequence[int]]  # (source ids, target ids), no BOS/EOS
 
 
+def example_lengths(examples: Sequence[Example]) -> np.ndarray:
+    """``(N, 2)`` source and target lengths: a prepared split's ``lengths`` index, else counted."""
+    lengths = getattr(examples, "lengths", None)
+    if lengths is not None:
+        return np.asarray(lengths, dtype=np.int64)
+    return np.array([(len(src), len(tgt)) for src, tgt in examples], dtype=np.int64).reshape(-1, 2)
+
+
 def example_sizes(examples: Sequence[Example]) -> np.ndarray:
     """Padded-token cost of each example: ``max(len(src) + 1, len(tgt) + 1)`` (EOS on both sides)."""
-    return np.array([max(len(src), len(tgt)) + 1 for src, tgt in examples], dtype=np.int64)
+    return example_lengths(examples).max(axis=1, initial=0) + 1
 
 
 def make_batches(
-    examples: Sequence[Example], max_tokens: int, rng: np.random.Generator, batch_multiple: int = 1
-) -> list[list[int]]:
-    """Length-bucketed batches of indices, in sorted order (shuffling is the sampler's job).
+    lengths: np.ndarray, max_tokens: int, rng: np.random.Generator, batch_multiple: int = 1
+) -> list[np.ndarray]:
+    """Length-bucketed batches of indices into ``lengths`` ((N, 2) source and target lengths), in
+    sorted order (shuffling is the sampler's job).
 
-    ``len(examples)`` should be a multiple of ``batch_multiple``; every batch then is one too.
+    ``N`` should be a multiple of ``batch_multiple``; every batch then is one too.
     """
-    sizes = example_sizes(examples)
-    src_lens = np.array([len(src) for src, _ in examples], dtype=np.int64)
-    order = np.lexsort((rng.random(len(examples)), src_lens, sizes))  # last key sorts first
-    return _cut(order.tolist(), sizes, max_tokens, batch_multiple)
+    sizes = lengths.max(axis=1, initial=0) + 1
+    order = np.lexsort((rng.random(len(lengths)), lengths[:, 0], sizes))  # last key sorts first
+    return [order[start:end] for start, end in _cut(sizes[order], max_tokens, batch_multiple)]
 
 
-def _cut(order: list[int], sizes: np.ndarray, max_tokens: int, multiple: int) -> list[list[int]]:
-    batches, current = [], []
-    for i in order:
-        if len(current) >= multiple and (len(current) + 1) * sizes[i] > max_tokens:
-            k = len(current) // multiple * multiple  # sizes ascend: the carry fits with i
-            batches.append(current[:k])
-            current = current[k:]
-        current.append(i)
-    if current:
-        batches.append(current)
-    return batches
+def _cut(sizes: np.ndarray, max_tokens: int, multiple: int) -> list[tuple[int, int]]:
+    """``(start, end)`` of each batch of the ascending ``sizes``, cut greedily: an example joins the
+    current batch unless the batch would cost more than ``max_tokens`` padded tokens and already
+    holds ``multiple`` examples; then the batch's largest multiple of ``multiple`` examples is cut
+    and the rest carries over (sizes ascend: the carry fits with the new example)."""
+    bounds, start, scan, n = [], 0, 0, len(sizes)
+    while scan < n:
+        first = max(scan, start + multiple)  # the first example that may close the batch
+        if first >= n:
+            break
+        # (j - start + 1) * sizes[j] grows with j, above max_tokens by j = start + max_tokens // sizes[first]
+        window = sizes[first : max(first, start + max_tokens // int(sizes[first])) + 1]
+        over = np.flatnonzero((np.arange(first, first + len(window)) - start + 1) * window > max_tokens)
+        if not len(over):  # the window reached the end
+            break
+        j = first + int(over[0])
+        k = (j - start) // multiple * multiple
+        bounds.append((start, start + k))
+        start, scan = start + k, j + 1
+    if start < n:
+        bounds.append((start, n))
+    return bounds
 
 
 class TokenBatchSampler:
@@ -96,10 +115,11 @@ class TokenBatchSampler:
         self.resample = resample
         self.rank, self.world_size = rank, world_size
         self.batch_multiple = world_size if batch_multiple is None else batch_multiple
-        self._validate(int(example_sizes(examples).max(initial=0)))
+        self.lengths = example_lengths(examples)  # (N, 2)
+        self._validate(int(self.lengths.max(initial=-1)) + 1)
         self.n_skipped_per_epoch = len(examples) % self.batch_multiple if shuffle else 0
         self.epoch, self.position = 0, 0
-        self._cache: tuple[int, list[list[int]]] | None = None
+        self._cache: tuple[int, list[np.ndarray]] | None = None
         self._examples_cache: tuple[int, Sequence[Example]] | None = None
 
     def _validate(self, longest: int) -> None:
@@ -119,7 +139,7 @@ class TokenBatchSampler:
             )
 
     # --- the batches of one epoch ---------------------------------------------------------------
-    def batches(self, epoch: int) -> list[list[int]]:
+    def batches(self, epoch: int) -> list[np.ndarray]:
         """The global batches of ``epoch`` in the order they are served (the same on every rank)."""
         if self._cache is None or self._cache[0] != epoch:
             self._cache = (epoch, self._build(epoch))
@@ -135,14 +155,14 @@ class TokenBatchSampler:
             self._examples_cache = (epoch, self.resample(epoch))
         return self._examples_cache[1]
 
-    def _build(self, epoch: int) -> list[list[int]]:
-        examples = self.examples_of(epoch)
+    def _build(self, epoch: int) -> list[np.ndarray]:
+        lengths = self.lengths if self.resample is None else example_lengths(self.examples_of(epoch))
         rng = np.random.default_rng((self.seed, epoch) if self.shuffle else (self.seed,))
-        keep = np.arange(len(examples))
+        keep = np.arange(len(lengths))
         if self.n_skipped_per_epoch:
             keep = np.sort(rng.permutation(keep)[self.n_skipped_per_epoch :])
-        batches = make_batches([examples[i] for i in keep], self.max_tokens, rng, self.batch_multiple)
-        batches = [keep[b].tolist() for b in batches]
+        batches = make_batches(lengths[keep], self.max_tokens, rng, self.batch_multiple)
+        batches = [keep[b] for b in batches]
         if self.shuffle:
             batches = [batches[i] for i in rng.permutation(len(batches))]
         return batches
@@ -155,7 +175,7 @@ class TokenBatchSampler:
         while self.position < len(batches):
             batch = batches[self.position]
             self.position += 1
-            yield batch[self.rank :: self.world_size]
+            yield batch[self.rank :: self.world_size].tolist()
         self.set_epoch(self.epoch + 1)
 
     def set_epoch(self, epoch: int) -> None:
@@ -203,20 +223,19 @@ class Batch:
 
 
 def collate(examples: Sequence[Example]) -> Batch:
-    """Stack ``(src_ids, tgt_ids)`` examples into a padded :class:`Batch`."""
-    src = _pad([[*s, EOS_ID] for s, _ in examples])
-    tgt_in = _pad([[BOS_ID, *t] for _, t in examples])
-    tgt_out = _pad([[*t, EOS_ID] for _, t in examples])
-    n_src = sum(len(s) + 1 for s, _ in examples)
-    n_tgt = sum(len(t) + 1 for _, t in examples)
-    return Batch(src, tgt_in, tgt_out, n_src, n_tgt)
-
-
-def _pad(rows: list[list[int]]) -> torch.Tensor:
-    out = np.full((len(rows), max(map(len, rows), default=0)), PAD_ID, dtype=np.int64)  # (B, L)
-    for i, row in enumerate(rows):
-        out[i, : len(row)] = row
-    return torch.from_numpy(out)
+    """Stack ``(src_ids, tgt_ids)`` examples (lists or arrays) into a padded :class:`Batch`."""
+    src_lens = np.array([len(s) for s, _ in examples], dtype=np.int64)
+    tgt_lens = np.array([len(t) for _, t in examples], dtype=np.int64)
+    n = len(examples)
+    src = np.full((n, int(src_lens.max(initial=-1)) + 1), PAD_ID, dtype=np.int64)  # (B, S)
+    tgt_in = np.full((n, int(tgt_lens.max(initial=-1)) + 1), PAD_ID, dtype=np.int64)  # (B, T)
+    tgt_out = tgt_in.copy()
+    for i, (s, t) in enumerate(examples):
+        src[i, : src_lens[i]], src[i, src_lens[i]] = s, EOS_ID
+        tgt_in[i, 0], tgt_in[i, 1 : tgt_lens[i] + 1] = BOS_ID, t
+        tgt_out[i, : tgt_lens[i]], tgt_out[i, tgt_lens[i]] = t, EOS_ID
+    n_src, n_tgt = int(src_lens.sum()) + n, int(tgt_lens.sum()) + n
+    return Batch(torch.from_numpy(src), torch.from_numpy(tgt_in), torch.from_numpy(tgt_out), n_src, n_tgt)
 
 
 def iterate_batches(examples: Sequence[Example], sampler: Iterable[list[int]]) -> Iterator[Batch]:

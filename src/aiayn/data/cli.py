@@ -1,4 +1,5 @@
-"""The ``aiayn data`` command: ``aiayn data multi30k --out DIR`` and ``aiayn data synthetic --out DIR``.
+"""The ``aiayn data`` command: ``multi30k`` (download), ``synthetic`` (the built-in task) and
+``prepare`` (encode a corpus once into memory-mapped arrays for ``aiayn train``).
 
 The main CLI calls :func:`register` with its sub-parsers and then ``args.func(args)``; it catches
 :class:`~aiayn.errors.UserError` and prints its one-line message.
@@ -7,17 +8,23 @@ The main CLI calls :func:`register` with its sub-parsers and then ``args.func(ar
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from aiayn.data.download import DEFAULT_URL, LANGUAGES, download_multi30k
+from aiayn.data.prepare import CHUNK_PAIRS, prepare
 from aiayn.data.synthetic import N_TEST, N_TRAIN, N_VALID, write_task
+from aiayn.errors import UserError
 
 
 def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParser:
-    """Add ``data`` with its sub-commands ``multi30k`` and ``synthetic``; returns the ``data`` parser."""
-    data = subparsers.add_parser("data", help="download Multi30k or write the built-in digits-to-words task")
-    commands = data.add_subparsers(dest="data_command", metavar="{multi30k,synthetic}", required=True)
+    """Add ``data`` with its sub-commands; returns the ``data`` parser."""
+    data = subparsers.add_parser(
+        "data", help="download Multi30k, write the built-in task, or prepare a corpus for training"
+    )
+    commands = data.add_subparsers(dest="data_command", metavar="{multi30k,synthetic,prepare}", required=True)
     _add_multi30k(commands)
     _add_synthetic(commands)
+    _add_prepare(commands)
     return data
 
 
@@ -41,6 +48,30 @@ def _add_synthetic(commands) -> None:
     parser.set_defaults(func=run_synthetic)
 
 
+def _add_prepare(commands) -> None:
+    parser = commands.add_parser(
+        "prepare",
+        help="encode a corpus once (sampled tokenizer, parallel encoding) into memory-mapped arrays",
+        description="Train the tokenizer on a seeded sample, encode the training and validation splits "
+        "in parallel, filter by length and write memory-mapped token arrays with a checksummed "
+        "manifest. Pass the output as `aiayn train --data-dir`. The data section of --config (and "
+        "train.seed) decides every setting; training checks that they still agree.",
+    )
+    parser.add_argument("--config", required=True, help="the run config YAML that will train on it")
+    parser.add_argument("--data-dir", help="corpus directory ({split}.{lang} files); overrides data.dir")
+    parser.add_argument("--src-lang")
+    parser.add_argument("--tgt-lang")
+    parser.add_argument("--out", required=True, help="the prepared directory to write")
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="override a config field"
+    )
+    parser.add_argument("--workers", type=int, default=0, help="encoding processes (default: one per CPU)")
+    parser.add_argument(
+        "--chunk-pairs", type=int, default=CHUNK_PAIRS, help="pairs per encoded chunk (default: %(default)s)"
+    )
+    parser.set_defaults(func=run_prepare)
+
+
 def run_multi30k(args: argparse.Namespace) -> int:
     languages = [lang.strip() for lang in args.langs.split(",") if lang.strip()]
     paths = download_multi30k(args.out, base_url=args.url, languages=languages)
@@ -54,4 +85,29 @@ def run_synthetic(args: argparse.Namespace) -> int:
     )
     listed = ", ".join(f"{split} {n}" for split, n in counts.items())
     print(f"wrote digits->words task to {args.out}: {listed} pairs")
+    return 0
+
+
+def run_prepare(args: argparse.Namespace) -> int:
+    from aiayn.train.config import load_run_config  # the run config is the command's input
+    from aiayn.train.trainer import prepare_settings
+
+    if args.workers < 0 or args.chunk_pairs < 1:
+        raise UserError("--workers must be >= 0 and --chunk-pairs >= 1")
+    config = load_run_config(
+        args.config,
+        args.set,
+        **{"data.dir": args.data_dir, "data.src_lang": args.src_lang, "data.tgt_lang": args.tgt_lang},
+    )
+    if not config.data.dir:
+        raise UserError("config data.dir is empty: give --data-dir or set data.dir")
+    prepared = prepare(
+        Path(config.data.dir).expanduser(),
+        Path(args.out),
+        prepare_settings(config),
+        workers=args.workers,
+        chunk_pairs=args.chunk_pairs,
+    )
+    for split in (config.data.train_split, config.data.valid_split):
+        print(prepared.summary(split))
     return 0

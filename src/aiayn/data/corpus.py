@@ -198,13 +198,28 @@ def filter_by_length(
     max_ratio: float = MAX_RATIO,
     ratio_min_tokens: int = RATIO_MIN_TOKENS,
 ) -> list[int]:
+    """:func:`keep_by_length`, and a UserError when nothing is left."""
+    keep = keep_by_length(src_ids, tgt_ids, stats, max_tokens, max_ratio, ratio_min_tokens)
+    if not keep:
+        raise UserError(f"empty corpus after filtering: {stats.summary()}")
+    return keep
+
+
+def keep_by_length(
+    src_ids: Sequence[Sequence[int]],
+    tgt_ids: Sequence[Sequence[int]],
+    stats: CorpusStats,
+    max_tokens: int = MAX_TOKENS,
+    max_ratio: float = MAX_RATIO,
+    ratio_min_tokens: int = RATIO_MIN_TOKENS,
+) -> list[int]:
     """Indices of the pairs to keep after subword tokenization; ``stats`` counts the rest.
 
     A pair is dropped when either side has more than ``max_tokens`` tokens ("too long"), or when
     ``longer / shorter > max_ratio`` and the longer side has at least ``ratio_min_tokens`` tokens
     (short pairs such as "Yes." / "Ja, genau." naturally have large ratios, so they are kept; one
     word against ten is still caught). Lengths count subword ids without BOS/EOS (the decoder sees
-    one more). Raises UserError when nothing is left.
+    one more).
     """
     stats.max_tokens, stats.max_ratio = max_tokens, max_ratio
     stats.n_too_long = stats.n_bad_ratio = 0
@@ -217,8 +232,6 @@ def filter_by_length(
             stats.n_bad_ratio += 1
         else:
             keep.append(i)
-    if not keep:
-        raise UserError(f"empty corpus after filtering: {stats.summary()}")
     return keep
 
 

@@ -88,8 +88,9 @@ class Tokenizer:
     def encode(self, text: str) -> list[int]:
         return self._sp.encode(text)
 
-    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
-        return self._sp.encode(list(texts))
+    def encode_batch(self, texts: Sequence[str], threads: int = -1) -> list[list[int]]:
+        """Ids of each text, encoded by ``threads`` threads (-1: SentencePiece's default, all CPUs)."""
+        return self._sp.encode(list(texts), num_threads=threads)
 
     def decode(self, ids: Sequence[int]) -> str:
         """Text of ``ids``; PAD, BOS and EOS are ignored (UNK decodes as " ⁇ ")."""

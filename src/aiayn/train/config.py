@@ -41,6 +41,8 @@ class DataConfig(Checked):
     train_split: str = "train"
     valid_split: str = "val"
     vocab_size: int = setting(8000, gt=0)  #: joint SentencePiece vocabulary (an upper bound on tiny corpora)
+    #: pairs of the training split sampled (seeded) to train the tokenizer; 0 = every pair
+    tokenizer_sample: int = setting(1_000_000, ge=0)
     tokenizer: str = setting("bpe", choices=("bpe", "unigram"))
     #: The tokenizer lowercases all text, so the model reads and writes lowercase (the Multi30k
     #: literature's preprocessing).

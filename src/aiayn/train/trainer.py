@@ -1,11 +1,13 @@
 """Translation training: the paper's recipe as a :class:`~aiayn.train.engine.Task` of the engine.
 
-The :class:`Trainer` trains a joint tokenizer (or takes the resumed run's), reads and encodes the
-parallel corpus, builds the Transformer and its label-smoothed objective, and hands the engine
-token-bounded batches (:class:`~aiayn.data.batching.TokenBatchSampler`, seeded by (seed, epoch)),
-the per-token loss, the paper's learning-rate schedule (with an optional cool-down) and validation
-by loss and greedy BLEU/chrF. The engine (:mod:`aiayn.train.engine`) runs the loop, checkpoints,
-exact resume, early stopping and DDP; its module docstring describes the run directory.
+The :class:`Trainer` opens the prepared corpus (:mod:`aiayn.data.prepared`: ``data.dir`` prepared
+with ``aiayn data prepare``, or a plain-text corpus directory that rank 0 prepares into the run
+directory's ``data/`` on first use while the other processes wait), builds the Transformer and its
+label-smoothed objective, and hands the engine token-bounded batches
+(:class:`~aiayn.data.batching.TokenBatchSampler`, seeded by (seed, epoch)), the per-token loss, the
+paper's learning-rate schedule (with an optional cool-down) and validation by loss and greedy
+BLEU/chrF. The engine (:mod:`aiayn.train.engine`) runs the loop, checkpoints, exact resume, early
+stopping and DDP; its module docstring describes the run directory.
 """
 
 from __future__ import annotations
@@ -15,21 +17,45 @@ import math
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+import numpy as np
 import torch
 
 from aiayn.checkpoint import Checkpoint
 from aiayn.config import reported
 from aiayn.data.batching import Batch, TokenBatchSampler, collate, padding_share
 from aiayn.data.bpe_dropout import BpeDropout, EpochResampler
-from aiayn.data.corpus import encode_corpus, read_parallel
+from aiayn.data.corpus import CorpusStats
+from aiayn.data.prepare import prepare
+from aiayn.data.prepared import PreparedData, PreparedSplit, PrepareSettings, is_prepared, open_prepared
 from aiayn.data.tokenizer import Tokenizer
 from aiayn.errors import UserError
 from aiayn.malloc import bound_onednn_caches
 from aiayn.model import Transformer, build_model, count_parameters
+from aiayn.train import distributed as dist
 from aiayn.train import schedule
 from aiayn.train.config import RunConfig, run_config_from_dict
 from aiayn.train.engine import Engine, Loss, Settings, Task, TrainState, refuse_other_run
 from aiayn.train.loss import Seq2SeqObjective
+
+DATA_DIR = "data"  # where a plain-text corpus is prepared inside the run directory
+
+
+def prepare_settings(config: RunConfig) -> PrepareSettings:
+    """The settings data.dir must be prepared with (the data section; the tokenizer's seed is train.seed)."""
+    data = config.data
+    return PrepareSettings(
+        src_lang=data.src_lang,
+        tgt_lang=data.tgt_lang,
+        train_split=data.train_split,
+        valid_split=data.valid_split,
+        vocab_size=data.vocab_size,
+        tokenizer=data.tokenizer,
+        lowercase=data.lowercase,
+        max_sentence_tokens=data.max_sentence_tokens,
+        max_ratio=data.max_ratio,
+        tokenizer_sample=data.tokenizer_sample,
+        seed=config.train.seed,
+    )
 
 
 def engine_settings(config: RunConfig) -> Settings:
@@ -70,7 +96,8 @@ class Trainer(Task):
             bound_onednn_caches()
         resumed = self.engine.resumed
         self.config = self._merge_resumed_config(config, resumed)
-        self.tokenizer = self._tokenizer(resumed)
+        self.data = self._prepared(resumed)
+        self.tokenizer = self.data.tokenizer
         self.train_examples, self.valid_examples, self.valid_pairs = self._read_data()
         self.model = self._build_model()
         self.loss_fn = Seq2SeqObjective(
@@ -120,39 +147,65 @@ class Trainer(Task):
                 saved, train=config.train, data=dataclasses.replace(saved.data, dir=config.data.dir)
             )
 
-    def _tokenizer(self, resumed: Checkpoint | None) -> Tokenizer:
-        if resumed is not None:
-            return Tokenizer.from_bytes(resumed.tokenizer_bytes)
-        data = self.config.data
-        pairs, _ = read_parallel(_data_path(data.dir), data.train_split, data.src_lang, data.tgt_lang)
-        sentences = [s for pair in pairs for s in pair]
-        tokenizer = Tokenizer.train(
-            sentences,
-            vocab_size=data.vocab_size,
-            model_type=data.tokenizer,
-            seed=self.config.train.seed,
-            lowercase=data.lowercase,
-        )
-        self.log(
-            f"trained a joint {data.tokenizer} tokenizer: {tokenizer.vocab_size} pieces"
-            + (", lowercasing" if data.lowercase else "")
-        )
-        return tokenizer
+    def _prepared(self, resumed: Checkpoint | None) -> PreparedData:
+        """The prepared data, checked against the config's data settings (and the resumed run's tokenizer)."""
+        path = self._data_directory(resumed)
+        data = open_prepared(path, prepare_settings(self.config))
+        if resumed is not None and resumed.tokenizer_bytes != data.tokenizer.to_bytes():
+            raise UserError(f"{path} was prepared with another tokenizer than the run in {self.out} resumes")
+        self.log(f"data: {path} ({data.manifest['dtype']} token ids, memory-mapped)")
+        return data
 
-    def _read_data(self) -> tuple[list, list, list]:
-        data = self.config.data
-        train = self._encoded(data.train_split, filter_long=True)[0]
-        valid, valid_pairs = self._encoded(data.valid_split, filter_long=False)
-        return train, valid, valid_pairs
+    def _data_directory(self, resumed: Checkpoint | None) -> Path:
+        """data.dir when it is prepared; else the run directory's ``data/``: a resumed run's is kept
+        (the corpus is not read again), else rank 0 prepares it from data.dir while the others wait."""
+        own = self.out / DATA_DIR
+        if resumed is not None and is_prepared(own):
+            return own
+        path = _data_path(self.config.data.dir)
+        if is_prepared(path):
+            return path
+        tokenizer = Tokenizer.from_bytes(resumed.tokenizer_bytes) if resumed is not None else None
+        settings = prepare_settings(self.config)
+        self._on_rank_0(lambda: prepare(path, own, settings, tokenizer=tokenizer, log=self.log))
+        if not is_prepared(own):  # only on a rank after 0
+            raise UserError(
+                f"rank {self.engine.rank} cannot see {own}, which rank 0 prepared: the run directory "
+                "must be on storage every machine shares, or prepare the corpus on each machine with "
+                "`aiayn data prepare` and pass that directory as --data-dir"
+            )
+        return own
 
-    def _encoded(self, split: str, filter_long: bool) -> tuple[list, list]:
-        data = self.config.data
-        pairs, stats = read_parallel(_data_path(data.dir), split, data.src_lang, data.tgt_lang)
-        limit = data.max_sentence_tokens if filter_long else self.config.model_config(64).max_len - 1
-        ratio = data.max_ratio if filter_long else math.inf
-        examples = encode_corpus(pairs, stats, self.tokenizer.encode_batch, limit, ratio)
+    def _on_rank_0(self, work: Callable[[], Any]) -> None:
+        """Run ``work`` on rank 0 while the other processes wait; its failure stops them all."""
+        failed = 0.0
+        if self.engine.rank == 0:
+            try:
+                work()
+            except BaseException:
+                dist.broadcast_float(1.0)
+                raise
+        if dist.broadcast_float(failed):
+            raise UserError("rank 0 could not prepare the data (its error is in its log)")
+
+    def _read_data(self) -> tuple[PreparedSplit, list, list]:
+        """The training pairs (memory-mapped), the validation pairs the model can take, and the text
+        of every validation pair (BLEU's sources and references)."""
+        train, valid = self.config.data.train_split, self.config.data.valid_split
+        self.log(self.data.summary(train))
+        return self.data.split(train), self._valid_examples(), self.data.texts(valid)
+
+    def _valid_examples(self) -> list:
+        """The validation pairs of at most max_len - 1 tokens a side (+ BOS or EOS), counted in the log."""
+        name = self.config.data.valid_split
+        valid, record = self.data.split(name), self.data.manifest["splits"][name]
+        limit = self.config.model_config(64).max_len - 1
+        keep = np.flatnonzero(valid.lengths.max(axis=1, initial=0) <= limit)
+        stats = CorpusStats(
+            record["source"], record["read"], record["empty"], len(valid) - len(keep), max_tokens=limit
+        )
         self.log(stats.summary())
-        return examples, pairs
+        return [valid[i] for i in keep]
 
     def _build_model(self) -> Transformer:
         model = build_model(self.config.model_config(self.tokenizer.vocab_size)).to(self.device)
