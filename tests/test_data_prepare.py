@@ -50,7 +50,7 @@ def test_prepared_pairs_are_the_encoded_text_of_multi30k(multi30k_dir: Path, tmp
     assert len(train) == len(expected) == stats.n_kept and stats.n_too_long and stats.n_bad_ratio
     assert data.summary("train") == stats.summary()
     assert all(a.tolist() == s and b.tolist() == t for (a, b), (s, t) in zip(train, expected))
-    assert train.src.dtype == np.uint16 and isinstance(train.src, np.memmap)
+    assert train.src.dtype == np.uint16 and train[0][0].dtype == np.uint16
     assert data.texts("val") == read_parallel(multi30k_dir, "val", "de", "en")[0]
     assert not (tmp_path / "bin" / PARTIAL).exists()
 
@@ -222,14 +222,15 @@ def test_a_corpus_with_a_bom_crlf_and_no_final_newline(tmp_path: Path) -> None:
     corpus.mkdir()
     (corpus / "train.de").write_bytes(b"\xef\xbb\xbfein Hund\r\n\nzwei Katzen  \ndrei")
     (corpus / "train.en").write_bytes(b"a dog\r\nnothing\ntwo cats\nthree")
-    for lang, text in (("de", "ein Hund\n"), ("en", "a dog\n")):
-        (corpus / f"val.{lang}").write_text(text)
+    for lang, text in (("de", b"ein\rHund\n"), ("en", b"a dog\n")):  # a CR inside a sentence stays in it
+        (corpus / f"val.{lang}").write_bytes(text)
     settings = PrepareSettings("de", "en", vocab_size=300, max_ratio=9.0)
     data = prepare(corpus, tmp_path / "bin", settings, chunk_pairs=2, log=print)
     pairs, _ = read_parallel(corpus, "train", "de", "en")
     decoded = [tuple(data.tokenizer.decode(ids) for ids in pair) for pair in data.split("train")]
     assert decoded == pairs == [("ein Hund", "a dog"), ("zwei Katzen", "two cats"), ("drei", "three")]
     assert data.manifest["splits"]["train"]["empty"] == 1
+    assert data.texts("val") == read_parallel(corpus, "val", "de", "en")[0] == [("ein\rHund", "a dog")]
 
 
 def test_bad_corpora_are_one_line(tmp_path: Path) -> None:
@@ -238,6 +239,10 @@ def test_bad_corpora_are_one_line(tmp_path: Path) -> None:
     (corpus / "train.de").write_bytes(b"eins\nzwei\n" * 3 + b"\xff\n")
     (corpus / "train.en").write_bytes(b"one\ntwo\n" * 3 + b"x\n")
     settings = PrepareSettings("de", "en", vocab_size=300)
+    with pytest.raises(UserError, match=r"no file .*val\.de"):  # found before the training split is encoded
+        prepare(corpus, tmp_path / "bin", settings, log=print)
+    (corpus / "val.de").write_text("eins\n")
+    (corpus / "val.en").write_text("one\n")
     with pytest.raises(UserError, match=r"train\.de:7: invalid UTF-8"):
         prepare(corpus, tmp_path / "bin", settings, chunk_pairs=2, log=print)
     (corpus / "train.en").write_bytes(b"one\n")
@@ -245,6 +250,8 @@ def test_bad_corpora_are_one_line(tmp_path: Path) -> None:
         prepare(corpus, tmp_path / "bin", settings, log=print)
     with pytest.raises(UserError, match="no file .*train.fr"):
         prepare(corpus, tmp_path / "bin", PrepareSettings("de", "fr"), log=print)
+    with pytest.raises(UserError, match="train_split and data.valid_split are both 'train'"):
+        prepare(corpus, tmp_path / "bin", PrepareSettings("de", "en", valid_split="train"), log=print)
 
 
 # --- several machines ------------------------------------------------------------------------------

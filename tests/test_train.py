@@ -28,7 +28,7 @@ from aiayn.train.config import load_run_config, run_config_from_dict
 from aiayn.train.engine import Engine
 from aiayn.train.loss import label_smoothed_nll
 from aiayn.train.schedule import cooldown_factor, inverse_sqrt_lr, noam_lr
-from aiayn.train.trainer import Trainer, prepare_settings
+from aiayn.train.trainer import Trainer
 
 TINY_MODEL = {
     "d_model": 32,
@@ -529,7 +529,7 @@ def test_each_process_draws_its_own_dropout_masks_and_resumes_them(
     monkeypatch.setattr(Engine, "accumulate_gradients", recording)
 
     prepared = tmp_path / "prepared"  # in one process no rank 0 prepares for the others
-    prepare(task_dir, prepared, prepare_settings(run_config_from_dict(run_config(task_dir))), log=print)
+    prepare(task_dir, prepared, run_config_from_dict(run_config(task_dir)).prepare_settings(), log=print)
 
     def run(rank: int, world_size: int, out: Path, max_steps: int) -> Trainer:
         monkeypatch.setattr(distributed, "setup", lambda: (rank, world_size))

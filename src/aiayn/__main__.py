@@ -4,4 +4,5 @@ import sys
 
 from aiayn.cli import run
 
-sys.exit(run())
+if __name__ == "__main__":  # not when a spawned worker process imports this module
+    sys.exit(run())

@@ -28,12 +28,18 @@ from typing import Any
 
 import torch
 from safetensors import SafetensorError
-from safetensors.torch import load as tensors_from_bytes
-from safetensors.torch import save as tensors_to_bytes
+from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
 from aiayn.errors import UserError
-from aiayn.io import fsync_tree, in_place, remove_abandoned_temporaries, replace_dir, temporary_path
+from aiayn.io import (
+    file_sha256,
+    fsync_tree,
+    in_place,
+    remove_abandoned_temporaries,
+    replace_dir,
+    temporary_path,
+)
 
 FORMAT = 2  # 2: with manifest.json
 MODEL_FILE, CONFIG_FILE, TOKENIZER_FILE = "model.safetensors", "config.json", "tokenizer.model"
@@ -129,19 +135,21 @@ def save_checkpoint(
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     weights = unique_state_dict(model) if isinstance(model, nn.Module) else model
-    files = {
-        MODEL_FILE: tensors_to_bytes(weights),
-        CONFIG_FILE: json.dumps({"format": FORMAT, **config}, indent=2).encode(),
-    }
+    # tensors stream from their own memory into the files: no serialized copy of the weights and the
+    # optimizer state is ever held in memory
+    save_file(weights, str(tmp / MODEL_FILE))
+    files = {CONFIG_FILE: json.dumps({"format": FORMAT, **config}, indent=2).encode()}
     if tokenizer_bytes is not None:
         files[TOKENIZER_FILE] = tokenizer_bytes
     if train_state is not None:
         tensors: dict[str, Tensor] = {}
         skeleton = pack_state(train_state, tensors)
-        files[STATE_TENSORS], files[STATE_JSON] = tensors_to_bytes(tensors), json.dumps(skeleton).encode()
-    files[MANIFEST_FILE] = _manifest({name: _sha256(data) for name, data in files.items()})
+        save_file(tensors, str(tmp / STATE_TENSORS))
+        files[STATE_JSON] = json.dumps(skeleton).encode()
     for name, data in files.items():
         (tmp / name).write_bytes(data)
+    digests = {file.name: file_sha256(file) for file in sorted(tmp.iterdir())}
+    (tmp / MANIFEST_FILE).write_bytes(_manifest(digests))
     fsync_tree(tmp)
     replace_dir(tmp, path)
     remove_abandoned_temporaries(path.parent)
@@ -189,19 +197,23 @@ class _Files:
         return name in self.expected if self.expected is not None else (self.path / name).is_file()
 
     def read(self, name: str) -> bytes:
+        self.check(name)
+        return (self.path / name).read_bytes()
+
+    def check(self, name: str) -> None:
+        """The file exists, is readable, and has the manifest's SHA-256 (when there is a manifest)."""
         file = self.path / name
         try:
-            data = file.read_bytes()
+            digest = file_sha256(file)
         except FileNotFoundError:
             raise UserError(f"checkpoint file missing: {file}") from None
         except OSError as err:
             raise UserError(f"cannot read checkpoint file {file}: {err.strerror}") from None
-        if self.expected is not None and self.expected.get(name) != _sha256(data):
+        if self.expected is not None and self.expected.get(name) != digest:
             raise UserError(
                 f"corrupt checkpoint file {file}: its SHA-256 is not the one in {MANIFEST_FILE} "
                 "(the file changed after it was written)"
             )
-        return data
 
     def json(self, name: str) -> Any:
         try:
@@ -210,9 +222,9 @@ class _Files:
             raise UserError(f"corrupt checkpoint file {self.path / name}: {err}") from None
 
     def tensors(self, name: str) -> dict[str, Tensor]:
-        data = self.read(name)
+        self.check(name)
         try:
-            return tensors_from_bytes(data)
+            return load_file(str(self.path / name))  # read from a memory map: one copy, into the tensors
         except (SafetensorError, OSError, ValueError, RuntimeError) as err:
             raise UserError(f"corrupt checkpoint file {self.path / name}: {err}") from None
 
@@ -225,7 +237,7 @@ def seal(path: str | Path) -> None:
     """
     path = Path(path)
     files = sorted(p for p in path.iterdir() if p.is_file() and p.name != MANIFEST_FILE)
-    (path / MANIFEST_FILE).write_bytes(_manifest({p.name: _sha256(p.read_bytes()) for p in files}))
+    (path / MANIFEST_FILE).write_bytes(_manifest({p.name: file_sha256(p) for p in files}))
 
 
 def _sha256(data: bytes) -> str:

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import select
 import shutil
@@ -315,3 +316,12 @@ def _writer(handle) -> Callable[[list[str]], None]:
         handle.flush()  # a streamed block reaches the reader at once
 
     return write
+
+
+def file_sha256(path: Path) -> str:
+    """The SHA-256 of a file, read in blocks (a large file never sits in memory whole)."""
+    digest = hashlib.sha256()
+    with Path(path).open("rb") as handle:
+        while block := handle.read(1 << 22):
+            digest.update(block)
+    return digest.hexdigest()

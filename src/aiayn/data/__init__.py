@@ -1,7 +1,9 @@
 """Data: corpus reading and validation, SentencePiece subwords, token batching, built-in task.
 
 Text flows ``read_parallel`` → ``Tokenizer`` → ``encode_corpus`` (filter by length) →
-``TokenBatchSampler`` + ``collate`` → :class:`Batch` (padded ids, batch first).
+``TokenBatchSampler`` + ``collate`` → :class:`Batch` (padded ids, batch first). For training, the
+same steps run once in :func:`aiayn.data.prepare.prepare` (sampled tokenizer, parallel encoding),
+and :class:`aiayn.data.prepared.PreparedSplit` serves the pairs from the files it wrote.
 """
 
 from aiayn.data.batching import (

@@ -25,8 +25,9 @@ per batch (§5.1). Here:
   ``n_skipped_per_epoch``). With ``shuffle=False`` (evaluation) nothing is skipped, so the last
   batch may split unevenly across ranks.
 
-Iterate the sampler directly (the examples are token ids in memory and :func:`collate` is cheap);
-a ``DataLoader`` with worker prefetching would advance the position before the batches are used.
+The sampler reads only the lengths (a prepared split's ``lengths`` index, or counted from examples
+in memory). Iterate it directly (reading a batch's pairs and :func:`collate` are cheap); a
+``DataLoader`` with worker prefetching would advance the position before the batches are used.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ def example_lengths(examples: Sequence[Example]) -> np.ndarray:
     """``(N, 2)`` source and target lengths: a prepared split's ``lengths`` index, else counted."""
     lengths = getattr(examples, "lengths", None)
     if lengths is not None:
-        return np.asarray(lengths, dtype=np.int64)
+        return lengths
     return np.array([(len(src), len(tgt)) for src, tgt in examples], dtype=np.int64).reshape(-1, 2)
 
 
@@ -57,13 +58,18 @@ def example_sizes(examples: Sequence[Example]) -> np.ndarray:
 
 
 def make_batches(
-    lengths: np.ndarray, max_tokens: int, rng: np.random.Generator, batch_multiple: int = 1
+    lengths: np.ndarray | Sequence[Example],
+    max_tokens: int,
+    rng: np.random.Generator,
+    batch_multiple: int = 1,
 ) -> list[np.ndarray]:
-    """Length-bucketed batches of indices into ``lengths`` ((N, 2) source and target lengths), in
-    sorted order (shuffling is the sampler's job).
+    """Length-bucketed batches of indices into ``lengths`` ((N, 2) source and target lengths, or the
+    examples themselves), in sorted order (shuffling is the sampler's job).
 
     ``N`` should be a multiple of ``batch_multiple``; every batch then is one too.
     """
+    if not isinstance(lengths, np.ndarray):
+        lengths = example_lengths(lengths)
     sizes = lengths.max(axis=1, initial=0) + 1
     order = np.lexsort((rng.random(len(lengths)), lengths[:, 0], sizes))  # last key sorts first
     return [order[start:end] for start, end in _cut(sizes[order], max_tokens, batch_multiple)]
@@ -158,11 +164,13 @@ class TokenBatchSampler:
     def _build(self, epoch: int) -> list[np.ndarray]:
         lengths = self.lengths if self.resample is None else example_lengths(self.examples_of(epoch))
         rng = np.random.default_rng((self.seed, epoch) if self.shuffle else (self.seed,))
-        keep = np.arange(len(lengths))
         if self.n_skipped_per_epoch:
-            keep = np.sort(rng.permutation(keep)[self.n_skipped_per_epoch :])
-        batches = make_batches(lengths[keep], self.max_tokens, rng, self.batch_multiple)
-        batches = [keep[b] for b in batches]
+            keep = np.sort(rng.permutation(len(lengths))[self.n_skipped_per_epoch :])
+            batches = [
+                keep[b] for b in make_batches(lengths[keep], self.max_tokens, rng, self.batch_multiple)
+            ]
+        else:
+            batches = make_batches(lengths, self.max_tokens, rng, self.batch_multiple)
         if self.shuffle:
             batches = [batches[i] for i in rng.permutation(len(batches))]
         return batches

@@ -89,8 +89,7 @@ def run_synthetic(args: argparse.Namespace) -> int:
 
 
 def run_prepare(args: argparse.Namespace) -> int:
-    from aiayn.train.config import load_run_config  # the run config is the command's input
-    from aiayn.train.trainer import prepare_settings
+    from aiayn.train.config import load_run_config  # its input is the run config that will train on it
 
     if args.workers < 0 or args.chunk_pairs < 1:
         raise UserError("--workers must be >= 0 and --chunk-pairs >= 1")
@@ -104,7 +103,7 @@ def run_prepare(args: argparse.Namespace) -> int:
     prepared = prepare(
         Path(config.data.dir).expanduser(),
         Path(args.out),
-        prepare_settings(config),
+        config.prepare_settings(),
         workers=args.workers,
         chunk_pairs=args.chunk_pairs,
     )

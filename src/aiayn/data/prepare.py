@@ -12,7 +12,8 @@ The layout it writes is described in :mod:`aiayn.data.prepared`. The steps, stre
 4. Concatenate the chunks into the flat arrays and the index; encode the validation split (not
    length-filtered: the model's ``max_len`` decides that when training); write the manifest last.
 
-Everything before the manifest lives in ``OUT/.partial`` with the settings it was started with: a
+The tokenizer and the chunks live in ``OUT/.partial`` with the settings they were made with; the
+arrays are written under temporary names and renamed into place, and the manifest comes last. A
 run killed at any moment and started again reuses the tokenizer and the chunks already written
 and finishes with the same files as an uninterrupted one. A finished directory is checked, not
 rebuilt; one made with other settings is refused.
@@ -20,6 +21,7 @@ rebuilt; one made with other settings is refused.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import multiprocessing
@@ -39,13 +41,12 @@ from aiayn.data.prepared import (
     VERSION,
     PreparedData,
     PrepareSettings,
-    file_digest,
     is_prepared,
     open_prepared,
 )
 from aiayn.data.tokenizer import Tokenizer
 from aiayn.errors import UserError
-from aiayn.io import atomic_file, atomic_write
+from aiayn.io import atomic_file, atomic_write, file_sha256
 
 PARTIAL = ".partial"
 CHUNK_PAIRS = 100_000
@@ -69,16 +70,18 @@ def prepare(
     """
     corpus, out = Path(corpus), Path(out)
     if is_prepared(out):
-        elsewhere = "write to another directory, or delete this one first"
-        data = open_prepared(out, settings, remedy=elsewhere)
-        if data.manifest["corpus"] != str(corpus.resolve()):
-            raise UserError(f"{out} was prepared from {data.manifest['corpus']}, not {corpus} ({elsewhere})")
-        log(f"{out}: prepared already (files checked against its manifest)")
-        return data
-    files = _aligned(corpus, settings.train_split, settings)
-    n_pairs, starts = _scan(files, chunk_pairs)
-    work = _partial_dir(out, settings, files, chunk_pairs)
+        return _prepared_already(corpus, out, settings, log)
     started = time.perf_counter()
+    if settings.train_split == settings.valid_split:
+        raise UserError(
+            f"data.train_split and data.valid_split are both {settings.train_split!r}: "
+            "validate on a split kept apart from training"
+        )
+    files = _aligned(corpus, settings.train_split, settings)
+    _aligned(corpus, settings.valid_split, settings)  # there, before hours of encoding
+    n_pairs, starts = _scan(files, chunk_pairs)
+    _remove_temporaries(out)
+    work = _partial_dir(out, settings, files, chunk_pairs, tokenizer)
     tokenizer = tokenizer or _tokenizer(work, files, n_pairs, settings, log)
     _save_tokenizer(work, tokenizer)
     dtype = token_dtype(tokenizer.vocab_size)
@@ -90,6 +93,23 @@ def prepare(
     shutil.rmtree(work)
     log(f"prepared {out} in {time.perf_counter() - started:.0f} s")
     return open_prepared(out, settings)
+
+
+def _prepared_already(corpus: Path, out: Path, settings: PrepareSettings, log: Log) -> PreparedData:
+    """``out``, checked; refused when made from another corpus or with other settings."""
+    elsewhere = "write to another directory, or delete this one first"
+    data = open_prepared(out, settings, remedy=elsewhere)
+    if data.manifest["corpus"] != str(corpus.resolve()):
+        raise UserError(f"{out} was prepared from {data.manifest['corpus']}, not {corpus} ({elsewhere})")
+    shutil.rmtree(out / PARTIAL, ignore_errors=True)  # a run killed after its manifest was written
+    log(f"{out}: prepared already (files checked against its manifest)")
+    return data
+
+
+def _remove_temporaries(out: Path) -> None:
+    """Arrays a killed run left half-written (``.NAME.tmp-PID``)."""
+    for part in out.glob(".*.tmp-*"):
+        part.unlink(missing_ok=True)
 
 
 def token_dtype(vocab_size: int) -> np.dtype:
@@ -140,11 +160,15 @@ def _line_starts(file: Path, every: int) -> tuple[int, list[int]]:
     return n_lines, starts
 
 
-def _partial_dir(out: Path, settings: PrepareSettings, files: tuple[Path, Path], chunk_pairs: int) -> Path:
-    """``out/.partial``, kept from an interrupted run with the same settings and files, else new."""
+def _partial_dir(
+    out: Path, settings: PrepareSettings, files: tuple[Path, Path], chunk_pairs: int, tokenizer
+) -> Path:
+    """``out/.partial``, kept from an interrupted run with the same settings, files and given
+    tokenizer, else new."""
     work = out / PARTIAL
     state = {
         "settings": settings.to_dict(),
+        "tokenizer": hashlib.sha256(tokenizer.to_bytes()).hexdigest() if tokenizer is not None else None,
         "chunk_pairs": chunk_pairs,
         "files": [[str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns] for f in files],
     }
@@ -247,7 +271,8 @@ def _run(tasks: list, workers: int, proto: bytes) -> Iterator[None]:
         _start_worker(proto)
         yield from map(_encode_chunk, tasks)
         return
-    with multiprocessing.get_context("fork").Pool(workers, _start_worker, (proto,)) as pool:
+    # spawned, not forked: rank 0 of a training run has communication (and maybe CUDA) threads
+    with multiprocessing.get_context("spawn").Pool(workers, _start_worker, (proto,)) as pool:
         yield from pool.imap_unordered(_encode_chunk, tasks)
 
 
@@ -292,7 +317,8 @@ def _read_range(file: Path, byte_range: tuple[int, int], first: int, n_lines: in
         line = first + data[: err.start].count(b"\n") + 1
         raise UserError(f"{file}:{line}: invalid UTF-8 (byte {data[err.start]:#04x})") from None
     lines = text.removesuffix("\n").split("\n")
-    assert len(lines) == n_lines, (file, first, len(lines), n_lines)
+    if len(lines) != n_lines:
+        raise UserError(f"{file} changed while it was being prepared (lines {first + 1}-{first + n_lines})")
     return [line.strip() for line in lines]
 
 
@@ -314,10 +340,15 @@ def _assemble(
         with np.load(chunk) as part:
             sizes += (len(part["src"]), len(part["tgt"]), len(part["lengths"]))
             counts += part["counts"]
+    source = f"{files[0].parent}/{split}.{{{files[0].suffix[1:]},{files[1].suffix[1:]}}}"
+    stats = CorpusStats(source, *map(int, counts), settings.max_sentence_tokens, settings.max_ratio)
+    if not sizes[2]:
+        raise UserError(f"empty corpus after filtering: {stats.summary()}")
     with (
         _filled(out / f"{split}.src.npy", dtype, (sizes[0],)) as src,
         _filled(out / f"{split}.tgt.npy", dtype, (sizes[1],)) as tgt,
         _filled(out / f"{split}.idx.npy", np.int64, (sizes[2] + 1, 2)) as idx,
+        _filled(out / f"{split}.len.npy", np.int32, (sizes[2], 2)) as lengths_out,
     ):
         at = np.zeros(3, np.int64)  # where the next chunk goes: source, target, pair
         idx[0] = 0
@@ -327,11 +358,8 @@ def _assemble(
                 src[at[0] : at[0] + len(part["src"])] = part["src"]
                 tgt[at[1] : at[1] + len(part["tgt"])] = part["tgt"]
                 idx[at[2] + 1 : at[2] + 1 + len(lengths)] = at[:2] + np.cumsum(lengths, axis=0)
+                lengths_out[at[2] : at[2] + len(lengths)] = lengths
                 at += (len(part["src"]), len(part["tgt"]), len(lengths))
-    source = f"{files[0].parent}/{split}.{{{files[0].suffix[1:]},{files[1].suffix[1:]}}}"
-    stats = CorpusStats(source, *map(int, counts), settings.max_sentence_tokens, settings.max_ratio)
-    if not sizes[2]:
-        raise UserError(f"empty corpus after filtering: {stats.summary()}")
     return _split_record(stats, sizes)
 
 
@@ -376,9 +404,10 @@ def _write_valid(corpus: Path, out: Path, settings: PrepareSettings, tokenizer: 
     pairs, stats = read_parallel(corpus, split, settings.src_lang, settings.tgt_lang)
     src_ids = tokenizer.encode_batch([s for s, _ in pairs])
     tgt_ids = tokenizer.encode_batch([t for _, t in pairs])
-    lengths = np.array([[len(s), len(t)] for s, t in zip(src_ids, tgt_ids)], np.int64)
-    offsets = np.concatenate([np.zeros((1, 2), np.int64), np.cumsum(lengths, axis=0)])
-    for name, array in (("src", _flat(src_ids, dtype)), ("tgt", _flat(tgt_ids, dtype)), ("idx", offsets)):
+    lengths = np.array([[len(s), len(t)] for s, t in zip(src_ids, tgt_ids)], np.int32).reshape(-1, 2)
+    offsets = np.concatenate([np.zeros((1, 2), np.int64), np.cumsum(lengths, axis=0, dtype=np.int64)])
+    arrays = {"src": _flat(src_ids, dtype), "tgt": _flat(tgt_ids, dtype), "idx": offsets, "len": lengths}
+    for name, array in arrays.items():
         with atomic_file(out / f"{split}.{name}.npy", "wb") as handle:
             np.save(handle, array)
     for side, texts in (("src", [s for s, _ in pairs]), ("tgt", [t for _, t in pairs])):
@@ -389,7 +418,7 @@ def _write_valid(corpus: Path, out: Path, settings: PrepareSettings, tokenizer: 
 
 def _write_manifest(out, corpus, settings, tokenizer, splits, dtype) -> None:
     names = [TOKENIZER_FILE] + [
-        f"{split}.{part}.npy" for split in splits for part in ("src", "tgt", "idx")
+        f"{split}.{part}.npy" for split in splits for part in ("src", "tgt", "idx", "len")
     ] + [f"{settings.valid_split}.{side}.txt" for side in ("src", "tgt")]  # fmt: skip
     manifest = {
         "format": FORMAT,
@@ -400,7 +429,7 @@ def _write_manifest(out, corpus, settings, tokenizer, splits, dtype) -> None:
         "dtype": dtype.name,
         "splits": splits,
         "files": {
-            name: {"bytes": (out / name).stat().st_size, "sha256": file_digest(out / name)} for name in names
+            name: {"bytes": (out / name).stat().st_size, "sha256": file_sha256(out / name)} for name in names
         },
     }
     atomic_write(out / MANIFEST, json.dumps(manifest, indent=1) + "\n")

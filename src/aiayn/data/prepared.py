@@ -9,12 +9,13 @@ or Megatron-LM's indexed datasets (token ids in one flat array, an index of offs
     {split}.src.npy       the source token ids of every kept pair, one flat array (no BOS/EOS),
     {split}.tgt.npy       uint16 when the vocabulary fits (int32 otherwise); the target ids alike
     {split}.idx.npy       (pairs + 1, 2) int64: where pair i starts in the source and target arrays
+    {split}.len.npy       (pairs, 2) int32: the source and target lengths (what batching reads)
     {split}.src.txt       validation split only: the pairs' text (references for BLEU)
     {split}.tgt.txt
 
-Training maps these files (``numpy.load(mmap_mode="r")``): batches are cut from the lengths in the
-index, and a pair's ids are read from the map only when a batch holds it. Resident memory does not
-grow with the corpus, and processes on one machine share the page cache.
+Training maps the lengths (``numpy.load(mmap_mode="r")``) and cuts batches from them; a pair's ids
+are read from the files only when a batch holds it (:class:`PreparedSplit`). Resident memory does
+not grow with the corpus, and processes on one machine share the page cache.
 
 Opening checks every file against the manifest (size and SHA-256): a truncated, edited or swapped
 file is a :class:`UserError` naming it. :func:`settings_differences` names each data setting that
@@ -24,8 +25,9 @@ differs from what a run asks for.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
+import os
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +37,7 @@ import numpy as np
 
 from aiayn.data.tokenizer import Tokenizer
 from aiayn.errors import UserError
+from aiayn.io import file_sha256
 
 FORMAT, VERSION = "aiayn-prepared", 1
 MANIFEST, TOKENIZER_FILE = "manifest.json", "spm.model"
@@ -75,25 +78,20 @@ def is_prepared(directory: Path) -> bool:
     return (directory / MANIFEST).is_file()
 
 
-def file_digest(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while block := handle.read(1 << 22):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 class PreparedSplit(Sequence):
-    """One split's pairs as ``(source ids, target ids)`` views into the memory-mapped arrays.
+    """One split's pairs as ``(source ids, target ids)``, read from the files a pair at a time.
 
-    ``lengths`` ((pairs, 2) int32: source and target lengths) is all the batching needs.
+    ``lengths`` ((pairs, 2) int32: source and target lengths, memory-mapped) is all the batching
+    needs. The ids and offsets are read with ``pread`` rather than through a memory map: on recent
+    kernels the page cache holds files in large folios and a fault maps a whole folio, so a batch
+    of 50 random pairs would map ~100 MiB of neighbours into the process's resident memory. Read
+    this way, resident memory stays flat and every process shares the one page cache.
     """
 
     def __init__(self, directory: Path, split: str) -> None:
-        self.src = np.load(directory / f"{split}.src.npy", mmap_mode="r")
-        self.tgt = np.load(directory / f"{split}.tgt.npy", mmap_mode="r")
-        self.offsets = np.load(directory / f"{split}.idx.npy", mmap_mode="r")  # (N + 1, 2)
-        self.lengths = np.diff(self.offsets, axis=0).astype(np.int32)  # (N, 2)
+        self.src, self.tgt = (_Rows(directory / f"{split}.{side}.npy") for side in ("src", "tgt"))
+        self.offsets = _Rows(directory / f"{split}.idx.npy")  # (N + 1, 2): pair i starts at row i
+        self.lengths = np.load(directory / f"{split}.len.npy", mmap_mode="r")  # (N, 2), read in one go
 
     def __len__(self) -> int:
         return len(self.lengths)
@@ -102,8 +100,27 @@ class PreparedSplit(Sequence):
         """Pair ``i`` as ``(source ids, target ids)``; a slice gives a list of pairs."""
         if isinstance(i, slice):
             return [self[j] for j in range(*i.indices(len(self)))]
-        (src_start, tgt_start), (src_end, tgt_end) = self.offsets[i], self.offsets[i + 1]
-        return self.src[src_start:src_end], self.tgt[tgt_start:tgt_end]
+        i = int(i) + len(self) if i < 0 else int(i)
+        if not 0 <= i < len(self):
+            raise IndexError(f"pair {i} of {len(self)}")
+        (src_start, tgt_start), (src_end, tgt_end) = self.offsets.read(i, i + 2)
+        return self.src.read(src_start, src_end), self.tgt.read(tgt_start, tgt_end)
+
+
+class _Rows:
+    """Rows ``start:stop`` of a ``.npy`` file, read with ``os.pread`` (see :class:`PreparedSplit`)."""
+
+    def __init__(self, path: Path) -> None:
+        header = np.load(path, mmap_mode="r")  # the header only: no data page is touched
+        self.dtype, self.start, self.shape = header.dtype, header.offset, header.shape
+        self.row_bytes = self.dtype.itemsize * int(np.prod(self.shape[1:]))
+        del header
+        self.fd = os.open(path, os.O_RDONLY)
+        weakref.finalize(self, os.close, self.fd)
+
+    def read(self, start: int, stop: int) -> np.ndarray:
+        data = os.pread(self.fd, (stop - start) * self.row_bytes, self.start + start * self.row_bytes)
+        return np.frombuffer(data, self.dtype).reshape(-1, *self.shape[1:])
 
 
 @dataclass
@@ -124,6 +141,9 @@ class PreparedData:
     def texts(self, name: str) -> list[tuple[str, str]]:
         """The text of a split's pairs (written for the validation split)."""
         src, tgt = (self._lines(self.directory / f"{name}.{side}.txt") for side in ("src", "tgt"))
+        pairs = self.manifest["splits"][name]["pairs"]
+        if not len(src) == len(tgt) == pairs:
+            raise UserError(f"{self.directory}: the text of {name} does not hold its {pairs} pairs")
         return list(zip(src, tgt))
 
     def summary(self, name: str) -> str:
@@ -131,7 +151,7 @@ class PreparedData:
 
     @staticmethod
     def _lines(path: Path) -> list[str]:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_bytes().decode("utf-8")  # split on LF only: a CR inside a sentence stays
         return text.split("\n")[:-1] if text else []
 
 
@@ -187,7 +207,7 @@ def check_files(directory: Path, manifest: dict[str, Any]) -> None:
                 f"{path} has {size} bytes, its manifest says {expected['bytes']} (truncated or replaced); "
                 "prepare again"
             )
-        if file_digest(path) != expected["sha256"]:
+        if file_sha256(path) != expected["sha256"]:
             raise UserError(
                 f"{path} does not match the SHA-256 in its manifest (edited or replaced); prepare again"
             )

@@ -29,6 +29,7 @@ from aiayn.config import (
     require,
     setting,
 )
+from aiayn.data.prepared import PrepareSettings
 from aiayn.errors import UserError
 from aiayn.precision import PRECISIONS
 
@@ -157,6 +158,23 @@ class RunConfig(Checked):
             )
         except ConfigError as err:
             raise err.within("model.") from None
+
+    def prepare_settings(self) -> PrepareSettings:
+        """The settings data.dir must be prepared with: the data section (the seed is train.seed)."""
+        data = self.data
+        return PrepareSettings(
+            src_lang=data.src_lang,
+            tgt_lang=data.tgt_lang,
+            train_split=data.train_split,
+            valid_split=data.valid_split,
+            vocab_size=data.vocab_size,
+            tokenizer=data.tokenizer,
+            lowercase=data.lowercase,
+            max_sentence_tokens=data.max_sentence_tokens,
+            max_ratio=data.max_ratio,
+            tokenizer_sample=data.tokenizer_sample,
+            seed=self.train.seed,
+        )
 
     def model_config(self, vocab_size: int) -> TransformerConfig:
         """The TransformerConfig of this run for a (shared) vocabulary of ``vocab_size``."""

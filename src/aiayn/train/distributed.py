@@ -42,7 +42,8 @@ def wrap(module: nn.Module, device: torch.device) -> nn.Module:
     if not active():
         return module
     device_ids = [device.index] if device.type == "cuda" else None
-    return nn.parallel.DistributedDataParallel(module, device_ids=device_ids)
+    # gradients are views into the all-reduce buckets: no second copy of every gradient
+    return nn.parallel.DistributedDataParallel(module, device_ids=device_ids, gradient_as_bucket_view=True)
 
 
 def no_sync(module: nn.Module, enabled: bool):

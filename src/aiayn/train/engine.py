@@ -17,6 +17,7 @@ A run directory holds::
     best/                        the checkpoint with the best validation metric
     metrics.jsonl                one JSON record per log line / validation
     run.yaml                     the resolved run configuration
+    data/                        a plain-text corpus prepared for the run (translation; aiayn.data.prepare)
 
 Exact resume: a checkpoint stores the weights, the optimizer, the step, the epoch and position in
 the batch order, the RNG states (torch, Python, NumPy), the best score, the patience counter, the

@@ -26,7 +26,7 @@ from aiayn.data.batching import Batch, TokenBatchSampler, collate, padding_share
 from aiayn.data.bpe_dropout import BpeDropout, EpochResampler
 from aiayn.data.corpus import CorpusStats
 from aiayn.data.prepare import prepare
-from aiayn.data.prepared import PreparedData, PreparedSplit, PrepareSettings, is_prepared, open_prepared
+from aiayn.data.prepared import PreparedData, PreparedSplit, is_prepared, open_prepared
 from aiayn.data.tokenizer import Tokenizer
 from aiayn.errors import UserError
 from aiayn.malloc import bound_onednn_caches
@@ -38,24 +38,6 @@ from aiayn.train.engine import Engine, Loss, Settings, Task, TrainState, refuse_
 from aiayn.train.loss import Seq2SeqObjective
 
 DATA_DIR = "data"  # where a plain-text corpus is prepared inside the run directory
-
-
-def prepare_settings(config: RunConfig) -> PrepareSettings:
-    """The settings data.dir must be prepared with (the data section; the tokenizer's seed is train.seed)."""
-    data = config.data
-    return PrepareSettings(
-        src_lang=data.src_lang,
-        tgt_lang=data.tgt_lang,
-        train_split=data.train_split,
-        valid_split=data.valid_split,
-        vocab_size=data.vocab_size,
-        tokenizer=data.tokenizer,
-        lowercase=data.lowercase,
-        max_sentence_tokens=data.max_sentence_tokens,
-        max_ratio=data.max_ratio,
-        tokenizer_sample=data.tokenizer_sample,
-        seed=config.train.seed,
-    )
 
 
 def engine_settings(config: RunConfig) -> Settings:
@@ -150,43 +132,52 @@ class Trainer(Task):
     def _prepared(self, resumed: Checkpoint | None) -> PreparedData:
         """The prepared data, checked against the config's data settings (and the resumed run's tokenizer)."""
         path = self._data_directory(resumed)
-        data = open_prepared(path, prepare_settings(self.config))
+        data = open_prepared(path, self.config.prepare_settings())
         if resumed is not None and resumed.tokenizer_bytes != data.tokenizer.to_bytes():
             raise UserError(f"{path} was prepared with another tokenizer than the run in {self.out} resumes")
-        self.log(f"data: {path} ({data.manifest['dtype']} token ids, memory-mapped)")
+        self.log(f"data: {path} ({data.manifest['dtype']} token ids, read as batches need them)")
         return data
 
     def _data_directory(self, resumed: Checkpoint | None) -> Path:
-        """data.dir when it is prepared; else the run directory's ``data/``: a resumed run's is kept
-        (the corpus is not read again), else rank 0 prepares it from data.dir while the others wait."""
-        own = self.out / DATA_DIR
+        """Where rank 0 finds (or makes) the prepared data; every other process takes the same one."""
+        own, given = self.out / DATA_DIR, Path(self.config.data.dir).expanduser()
+        # the other ranks' own view stands in for rank 0's answer only without a process group
+        view = 1 if self.config.data.dir and is_prepared(given) else 0
+        where = self._on_rank_0(lambda: self._find_or_prepare(resumed, own), view)
+        path = own if where == 0 else given
+        if not is_prepared(path):  # only on a rank after 0
+            raise UserError(
+                f"rank {self.engine.rank} cannot see {path}, the prepared data rank 0 trains on: the run "
+                "directory must be on storage every machine shares, or prepare the corpus on each machine "
+                "with `aiayn data prepare` and pass that directory (at the same path) as --data-dir"
+            )
+        return path
+
+    def _find_or_prepare(self, resumed: Checkpoint | None, own: Path) -> int:
+        """0: the run directory's ``data/`` (a resumed run's is kept, the corpus is not read again;
+        else a plain-text data.dir is prepared into it); 1: data.dir, prepared already."""
         if resumed is not None and is_prepared(own):
-            return own
+            return 0
         path = _data_path(self.config.data.dir)
         if is_prepared(path):
-            return path
+            return 1
         tokenizer = Tokenizer.from_bytes(resumed.tokenizer_bytes) if resumed is not None else None
-        settings = prepare_settings(self.config)
-        self._on_rank_0(lambda: prepare(path, own, settings, tokenizer=tokenizer, log=self.log))
-        if not is_prepared(own):  # only on a rank after 0
-            raise UserError(
-                f"rank {self.engine.rank} cannot see {own}, which rank 0 prepared: the run directory "
-                "must be on storage every machine shares, or prepare the corpus on each machine with "
-                "`aiayn data prepare` and pass that directory as --data-dir"
-            )
-        return own
+        prepare(path, own, self.config.prepare_settings(), tokenizer=tokenizer, log=self.log)
+        return 0
 
-    def _on_rank_0(self, work: Callable[[], Any]) -> None:
-        """Run ``work`` on rank 0 while the other processes wait; its failure stops them all."""
-        failed = 0.0
+    def _on_rank_0(self, work: Callable[[], int], answer: int = 0) -> int:
+        """``work()`` run by rank 0 while the other processes wait, its answer (>= 0) sent to all
+        (replacing theirs); its failure stops them all."""
         if self.engine.rank == 0:
             try:
-                work()
+                answer = work()
             except BaseException:
-                dist.broadcast_float(1.0)
+                dist.broadcast_float(-1.0)
                 raise
-        if dist.broadcast_float(failed):
+        answer = int(dist.broadcast_float(float(answer)))
+        if answer < 0:
             raise UserError("rank 0 could not prepare the data (its error is in its log)")
+        return answer
 
     def _read_data(self) -> tuple[PreparedSplit, list, list]:
         """The training pairs (memory-mapped), the validation pairs the model can take, and the text
@@ -201,6 +192,8 @@ class Trainer(Task):
         valid, record = self.data.split(name), self.data.manifest["splits"][name]
         limit = self.config.model_config(64).max_len - 1
         keep = np.flatnonzero(valid.lengths.max(axis=1, initial=0) <= limit)
+        if not len(keep):
+            raise UserError(f"no validation pair fits model.max_len {limit + 1}: {record['summary']}")
         stats = CorpusStats(
             record["source"], record["read"], record["empty"], len(valid) - len(keep), max_tokens=limit
         )
