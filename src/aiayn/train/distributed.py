@@ -42,8 +42,7 @@ def wrap(module: nn.Module, device: torch.device) -> nn.Module:
     if not active():
         return module
     device_ids = [device.index] if device.type == "cuda" else None
-    # gradients are views into the all-reduce buckets: no second copy of every gradient
-    return nn.parallel.DistributedDataParallel(module, device_ids=device_ids, gradient_as_bucket_view=True)
+    return nn.parallel.DistributedDataParallel(module, device_ids=device_ids)
 
 
 def no_sync(module: nn.Module, enabled: bool):
