@@ -191,3 +191,17 @@ def test_the_api_key_field_is_sent_when_the_server_needs_one(browser, tiny_trans
     assert status == 200
     assert browser.find_element(By.ID, "translation").text == expected["translations"][0]["text"]
     assert browser.execute_script("return sessionStorage.getItem('aiayn-api-key')") == "s3cret"
+
+
+def test_the_api_page_renders_offline(browser, tiny_translation_run, live_server):
+    """FastAPI's /docs with Swagger UI from the installed package: every endpoint listed, nothing
+    fetched from another host (the browser here has no network beyond loopback)."""
+    base_url = live_server(tiny_translation_run)
+    browser.get(base_url + "/docs")
+    _wait(browser, lambda d: len(d.find_elements(By.CSS_SELECTOR, ".opblock")) >= 5, "the API's operations")
+    paths = {e.text for e in browser.find_elements(By.CSS_SELECTOR, ".opblock-summary-path")}
+    assert {"/v1/translate", "/v1/attention", "/v1/model", "/health", "/v1/forecast"} <= paths, paths
+    hosts = browser.execute_script(
+        "return performance.getEntriesByType('resource').map(e => new URL(e.name).host)"
+    )
+    assert hosts and set(hosts) == {base_url.split("//")[1]}, hosts

@@ -28,6 +28,7 @@ import numpy as np
 import torch
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
@@ -125,7 +126,13 @@ def create_app(served: Served, limits: Limits, batcher_settings: dict[str, Any],
             task.cancel()
         executor.shutdown(wait=True)
 
-    app = FastAPI(title="aiayn", summary="The Transformer of 'Attention Is All You Need'", lifespan=lifespan)
+    app = FastAPI(
+        title="aiayn",
+        summary="The Transformer of 'Attention Is All You Need'",
+        lifespan=lifespan,
+        docs_url=None,  # served by _docs from local files instead of a CDN
+        redoc_url=None,
+    )
     app.state.served, app.state.limits, app.state.executor = served, limits, executor
     _errors(app)
     _body_limit(app, limits.max_body_bytes)
@@ -139,7 +146,28 @@ def create_app(served: Served, limits: Limits, batcher_settings: dict[str, Any],
             allow_headers=["Authorization", "Content-Type"],
         )
     _routes(app, _key_check(limits.api_key))
+    _docs(app)
     return app
+
+
+def _docs(app: FastAPI) -> None:
+    """FastAPI's Swagger UI page at ``/docs``, its script and style from the ``swagger-ui-py``
+    package (Swagger UI 5, which reads OpenAPI 3.1) rather than a CDN: the page works offline."""
+    import swagger_ui
+
+    assets = Path(swagger_ui.__file__).resolve().parent / "static"
+    app.mount("/docs/assets", StaticFiles(directory=assets), name="docs-assets")
+
+    async def docs() -> HTMLResponse:
+        return get_swagger_ui_html(
+            openapi_url=app.openapi_url,
+            title="aiayn API",
+            swagger_js_url="/docs/assets/swagger-ui-bundle.js",
+            swagger_css_url="/docs/assets/swagger-ui.css",
+            swagger_favicon_url="data:,",
+        )
+
+    app.get("/docs", include_in_schema=False)(docs)
 
 
 def _routes(app: FastAPI, key) -> None:
