@@ -1,5 +1,5 @@
 """The ``aiayn data`` command: ``multi30k`` (download), ``synthetic`` (the built-in task) and
-``prepare`` (encode a corpus once into memory-mapped arrays for ``aiayn train``).
+``prepare`` (encode a corpus once into token arrays and an index for ``aiayn train``).
 
 The main CLI calls :func:`register` with its sub-parsers and then ``args.func(args)``; it catches
 :class:`~aiayn.errors.UserError` and prints its one-line message.
@@ -51,9 +51,9 @@ def _add_synthetic(commands) -> None:
 def _add_prepare(commands) -> None:
     parser = commands.add_parser(
         "prepare",
-        help="encode a corpus once (sampled tokenizer, parallel encoding) into memory-mapped arrays",
+        help="encode a corpus once (sampled tokenizer, parallel encoding) into token arrays and an index",
         description="Train the tokenizer on a seeded sample, encode the training and validation splits "
-        "in parallel, filter by length and write memory-mapped token arrays with a checksummed "
+        "in parallel, filter by length and write token arrays and a lengths index with a checksummed "
         "manifest. Pass the output as `aiayn train --data-dir`. The data section of --config (and "
         "train.seed) decides every setting; training checks that they still agree.",
     )

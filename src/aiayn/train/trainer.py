@@ -180,8 +180,8 @@ class Trainer(Task):
         return answer
 
     def _read_data(self) -> tuple[PreparedSplit, list, list]:
-        """The training pairs (memory-mapped), the validation pairs the model can take, and the text
-        of every validation pair (BLEU's sources and references)."""
+        """The training pairs (read from the files as batches need them), the validation pairs the
+        model can take, and the text of every validation pair (BLEU's sources and references)."""
         train, valid = self.config.data.train_split, self.config.data.valid_split
         self.log(self.data.summary(train))
         return self.data.split(train), self._valid_examples(), self.data.texts(valid)
