@@ -66,7 +66,7 @@ def prepare(
     """Prepare the corpus directory ``corpus`` (``{split}.{lang}`` files) into ``out``.
 
     ``workers``: encoding processes (0 = one per CPU). ``tokenizer``: use this one instead of
-    training one (a resumed run keeps its own). Returns the opened, checked directory.
+    training one (a resumed run keeps its own). Returns the prepared directory, opened.
     """
     corpus, out = Path(corpus), Path(out)
     if is_prepared(out):
@@ -89,10 +89,10 @@ def prepare(
     splits = {settings.train_split: _assemble(out, settings, chunks, files, dtype)}
     splits[settings.valid_split] = _write_valid(corpus, out, settings, tokenizer, dtype)
     shutil.copyfile(work / TOKENIZER_FILE, out / TOKENIZER_FILE)
-    _write_manifest(out, corpus, settings, tokenizer, splits, dtype)
+    manifest = _write_manifest(out, corpus, settings, tokenizer, splits, dtype)
     shutil.rmtree(work)
     log(f"prepared {out} in {time.perf_counter() - started:.0f} s")
-    return open_prepared(out, settings)
+    return PreparedData(out, manifest, tokenizer)  # its files were just hashed for the manifest
 
 
 def _prepared_already(corpus: Path, out: Path, settings: PrepareSettings, log: Log) -> PreparedData:
@@ -416,7 +416,7 @@ def _write_valid(corpus: Path, out: Path, settings: PrepareSettings, tokenizer: 
     return _split_record(stats, sizes)
 
 
-def _write_manifest(out, corpus, settings, tokenizer, splits, dtype) -> None:
+def _write_manifest(out, corpus, settings, tokenizer, splits, dtype) -> dict:
     names = [TOKENIZER_FILE] + [
         f"{split}.{part}.npy" for split in splits for part in ("src", "tgt", "idx", "len")
     ] + [f"{settings.valid_split}.{side}.txt" for side in ("src", "tgt")]  # fmt: skip
@@ -433,3 +433,4 @@ def _write_manifest(out, corpus, settings, tokenizer, splits, dtype) -> None:
         },
     }
     atomic_write(out / MANIFEST, json.dumps(manifest, indent=1) + "\n")
+    return manifest

@@ -161,20 +161,8 @@ class RunConfig(Checked):
 
     def prepare_settings(self) -> PrepareSettings:
         """The settings data.dir must be prepared with: the data section (the seed is train.seed)."""
-        data = self.data
-        return PrepareSettings(
-            src_lang=data.src_lang,
-            tgt_lang=data.tgt_lang,
-            train_split=data.train_split,
-            valid_split=data.valid_split,
-            vocab_size=data.vocab_size,
-            tokenizer=data.tokenizer,
-            lowercase=data.lowercase,
-            max_sentence_tokens=data.max_sentence_tokens,
-            max_ratio=data.max_ratio,
-            tokenizer_sample=data.tokenizer_sample,
-            seed=self.train.seed,
-        )
+        names = [f.name for f in dataclasses.fields(PrepareSettings) if f.name != "seed"]
+        return PrepareSettings(**{name: getattr(self.data, name) for name in names}, seed=self.train.seed)
 
     def model_config(self, vocab_size: int) -> TransformerConfig:
         """The TransformerConfig of this run for a (shared) vocabulary of ``vocab_size``."""
