@@ -12,7 +12,7 @@ import torch
 from aiayn.forecast.baselines import DLinear, RepeatLast, SeasonalNaive
 from aiayn.forecast.data import Scaler, n_windows, prepare, read_series, split_borders, split_range
 from aiayn.forecast.model import ForecastConfig, Forecaster, InstanceNorm
-from aiayn.forecast.train import ForecastTask, TrainConfig, WeightAverage, evaluate, fit
+from aiayn.forecast.train import ForecastTask, TrainConfig, WeightAverage, batch_error, evaluate, fit
 
 
 @pytest.fixture(scope="module")
@@ -291,3 +291,54 @@ def test_scaler_round_trip() -> None:
     scaler = Scaler.from_dict(Scaler.fit(values).to_dict())
     np.testing.assert_allclose(scaler.inverse(scaler.transform(values)), values)
     np.testing.assert_allclose(scaler.inverse(scaler.transform(values)[:, [1]], [1]), values[:, [1]])
+
+
+def test_channel_independent_forecast_of_any_subset_of_variables() -> None:
+    """Channel independent: a variable's forecast does not depend on the others, so the model reads
+    any subset of them (what ``channels_per_step`` trains on)."""
+    torch.manual_seed(0)
+    model = Forecaster(tiny(channel_independent=True, patch_len=4)).eval()
+    x = torch.randn(5, 32, 3)
+    with torch.no_grad():
+        every, some = model(x), model(x[..., [2, 0]])
+    assert some.shape == (5, 16, 2)
+    torch.testing.assert_close(some, every[..., [2, 0]])
+
+
+def test_channels_per_step_trains_on_a_seeded_subset(etth1: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    data = prepare(etth1, "M", "OT", 48, 24)
+    train, val = data.windows("train", 48, 24), data.windows("val", 48, 24)
+    seen: list[int] = []
+    error = batch_error
+
+    def recording(pred, truth, loss="mse"):
+        seen.append(pred.size(-1))
+        assert truth.shape == pred.shape
+        return error(pred, truth, loss)
+
+    monkeypatch.setattr("aiayn.forecast.train.batch_error", recording)
+    cfg = TrainConfig(batch_size=64, lr=1e-3, max_epochs=2, max_steps_per_epoch=3, channels_per_step=2)
+    weights = []
+    for _ in range(2):
+        torch.manual_seed(0)
+        model = Forecaster(
+            ForecastConfig(
+                n_features=7,
+                outputs=list(range(7)),
+                seq_len=48,
+                label_len=24,
+                horizon=24,
+                d_model=16,
+                n_heads=2,
+                n_encoder_layers=1,
+                n_decoder_layers=1,
+                d_ff=32,
+                channel_independent=True,
+                patch_len=24,
+            )
+        )
+        state = fit(model, train, val, data.outputs, cfg, progress=False)
+        weights.append(model.head.weight.detach().clone())
+        assert math.isfinite(state.best_val)
+    assert seen == [2] * 12  # 2 runs x 2 epochs x 3 steps, 2 variables each
+    torch.testing.assert_close(weights[0], weights[1], rtol=0, atol=0)  # seeded draws

@@ -21,7 +21,6 @@ from aiayn.checkpoint import MODEL_FILE, latest_checkpoint, list_checkpoints
 from aiayn.errors import UserError
 from aiayn.forecast import cli as forecast_cli
 from aiayn.forecast.data import read_series
-from aiayn.forecast.model import ForecastConfig
 from aiayn.forecast.train import TrainConfig
 
 TINY_CONFIG = """
@@ -88,6 +87,13 @@ def _one_line_error(capsys: pytest.CaptureFixture, *needles: str) -> str:
             5,
             ["small.csv:5", "missing timestamp", "'date'"],
         ),
+        ("nan", lambda s: s.rsplit(",", 1)[0] + ",NaN", 8, ["small.csv:8", "'OT'", "'NaN'"]),
+        (
+            "unparsable_date",
+            lambda s: "30/06/2016 00:00," + s.split(",", 1)[1],
+            6,
+            ["small.csv:6", "'date'", "cannot read timestamp", "30/06/2016"],
+        ),
         (
             "unsorted",
             lambda s: "2016-06-30 00:00:00," + s.split(",", 1)[1],
@@ -102,19 +108,41 @@ def test_bad_cells_exit_2_with_line(case, change, line, needles, tmp_path, small
     _one_line_error(capsys, *needles)
 
 
-def test_gap_in_timestamps(tmp_path, small_csv, config, capsys) -> None:
+def test_repeated_timestamps_and_gaps_warn_once_and_train(tmp_path, small_csv, config, capsys) -> None:
+    """As in the published Weather file: a repeated timestamp and missing rows are one warning each
+    (the first of each and their counts), and the rows are used as they are."""
     lines = small_csv.read_text().splitlines(keepends=True)
-    (tmp_path / "gap.csv").write_text("".join(lines[:20] + lines[21:]))
-    assert _train(config, tmp_path / "gap.csv", tmp_path / "run") == 2
-    _one_line_error(capsys, "gap.csv:21", "missing timestamps")
+    dup = lines[30].split(",", 1)[0] + "," + lines[31].split(",", 1)[1]
+    rows = lines[:20] + lines[21:31] + [dup] + lines[31:200] + lines[203:]  # gaps: 1 h and 3 h
+    (tmp_path / "weather.csv").write_text("".join(rows))
+    assert _train(config, tmp_path / "weather.csv", tmp_path / "run", "--max-epochs", "1") == 0
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    assert len(warnings) == 2, warnings
+    assert "weather.csv:31" in warnings[0] and "repeated (1 repeated in all)" in warnings[0]
+    assert "weather.csv:21: column 'date': gap in time before 2016-07-01 20:00:00" in warnings[1]
+    assert "(expected 2016-07-01 19:00:00, step 1:00:00; 2 gap(s) in all)" in warnings[1]
+    assert read_series(tmp_path / "weather.csv").values.shape[0] == len(rows) - 1
 
 
-def test_invalid_utf8_exit_2_with_line(tmp_path, small_csv, config, capsys) -> None:
+def test_latin1_header_is_read_with_a_warning(tmp_path, small_csv, config, capsys) -> None:
     lines = small_csv.read_bytes().splitlines(keepends=True)
-    lines[3] = lines[3].replace(b"2016", b"20\xff6", 1)
+    lines[0] = lines[0].replace(b"HUFL", b"HUFL (W/m\xb2)")
+    (tmp_path / "latin.csv").write_bytes(b"".join(lines))
+    series = read_series(tmp_path / "latin.csv")
+    assert series.columns[0] == "HUFL (W/m²)"
+    assert "latin.csv:1: not UTF-8 (byte 0xb2); the file is read as Latin-1" in capsys.readouterr().err
+    lines[3] = lines[3].replace(b"2016", b"20\xff6", 1)  # a Latin-1 byte where a timestamp must be
     (tmp_path / "latin.csv").write_bytes(b"".join(lines))
     assert _train(config, tmp_path / "latin.csv", tmp_path / "run") == 2
-    _one_line_error(capsys, "latin.csv:4", "invalid UTF-8")
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "warning" in err[0] and err[1].startswith("aiayn: error: ") and len(err) == 2, err
+    assert "latin.csv:4" in err[1] and "cannot read timestamp" in err[1], err
+
+
+def test_equal_timestamps_everywhere_exit_2(tmp_path, capsys) -> None:
+    (tmp_path / "same.csv").write_text("date,OT\n" + "2020-01-01 00:00:00,1\n" * 5)
+    with pytest.raises(UserError, match="every timestamp is the same"):
+        read_series(tmp_path / "same.csv")
 
 
 def test_bom_and_trailing_blank_lines_are_accepted(tmp_path) -> None:
@@ -164,8 +192,11 @@ def test_exponents_in_the_config_are_numbers(tmp_path) -> None:
     assert train.lr == 1e-3 and train.weight_decay == 1e-2 and train.max_epochs == 2
 
 
-def test_shipped_etth1_config_is_the_benchmarked_one(data_dir: Path) -> None:
-    """configs/etth1.yaml trains what benchmarks/forecast_ett.py measured (the README's figures)."""
+def test_shipped_recipe_is_the_benchmarked_one_and_fits_every_horizon(data_dir: Path) -> None:
+    """benchmarks/forecast_ett.py runs configs/ett.yaml, and every point of its search is a model the
+    standard horizons can train (none refused)."""
+    from aiayn.forecast.tune import Tuner, points
+
     repo = Path(__file__).resolve().parents[1]
     sys.path.insert(0, str(repo / "benchmarks"))  # forecast_ett imports its sibling `common`
     try:
@@ -174,14 +205,15 @@ def test_shipped_etth1_config_is_the_benchmarked_one(data_dir: Path) -> None:
         spec.loader.exec_module(bench)
     finally:
         sys.path.remove(str(repo / "benchmarks"))
-    config = forecast_cli.load_config(repo / "configs" / "etth1.yaml")
-    assert Path(config.data.path) == (data_dir / "ett" / "ETTh1.csv").resolve()
-    assert (config.data.features, config.data.target) == ("M", "OT")
-    assert config.data.input_len == bench.INPUT_LEN
-    shape = dict(n_features=7, outputs=list(range(7)), seq_len=bench.INPUT_LEN, horizon=96)
-    shipped = ForecastConfig(**config.model, label_len=config.data.label_len, **shape)
-    assert shipped == ForecastConfig(**bench.MODEL, **shape)
-    assert TrainConfig(**config.train) == TrainConfig(**bench.TRAIN)
+    assert bench.CONFIG == repo / "configs" / "ett.yaml"
+    assert bench.DATA_DIR.resolve() == (data_dir / "ett").resolve()
+    etth1 = data_dir / "ett" / "ETTh1.csv"
+    for horizon in bench.HORIZONS:
+        config = forecast_cli.load_config(bench.CONFIG, **{"data.path": str(etth1), "data.horizon": horizon})
+        tuner = Tuner(config, bench.CONFIG, Path("/nonexistent"))
+        todo, refused = points(config, tuner.tune, tuner.check)
+        grid = np.prod([len(values) for values in tuner.tune.space.values()])
+        assert refused == 0 and len(todo) == grid and todo[0] == {}, (horizon, refused)
 
 
 def _with_columns(src: Path, dst: Path, order: list[str], extra: bool = False) -> Path:
@@ -261,7 +293,11 @@ def test_train_evaluate_predict_plot_and_resume(tmp_path, small_csv, config, cap
 
     assert cli.main(["forecast", "evaluate", "--checkpoint", str(run), "--split", "test"]) == 0
     out = capsys.readouterr().out
-    assert "test: MSE" in out and "MAE" in out
+    assert (
+        "test: MSE" in out
+        and "MAE" in out
+        and "over every window of the split (105 windows, none dropped" in out
+    )
 
     assert (
         cli.main(["forecast", "predict", "--checkpoint", str(run), "--out", str(tmp_path / "pred.csv")]) == 0
@@ -279,6 +315,17 @@ def test_train_evaluate_predict_plot_and_resume(tmp_path, small_csv, config, cap
 
     assert cli.main(["forecast", "plot", "--checkpoint", str(run), "--out", str(tmp_path / "p.png")]) == 0
     assert (tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    two = ["forecast", "plot", "--checkpoint", str(run), "--column", "OT", "HUFL", "--window", "0"]
+    assert cli.main([*two, "--out", str(tmp_path / "two.png")]) == 0
+    from PIL import Image
+
+    tall, one = (Image.open(tmp_path / name).size[1] for name in ("two.png", "p.png"))
+    assert tall > 1.5 * one  # a panel per column
+    capsys.readouterr()
+    assert cli.main([*two[:4], "--column", "XX", "--out", str(tmp_path / "x.png")]) == 2
+    _one_line_error(capsys, "--column: 'XX' is not a forecast column")
+    assert cli.main([*two[:4], "--window", "105", "--out", str(tmp_path / "x.png")]) == 2
+    _one_line_error(capsys, "--window 105: the test split has 105 windows")
 
     capsys.readouterr()
     assert _train(config, small_csv, run, "--max-epochs", "2") == 0  # resume for one more epoch

@@ -42,12 +42,14 @@ class ForecastRun(Checked):
     data: DataConfig = field(default_factory=DataConfig)
     model: dict[str, Any] = field(default_factory=dict)  #: ForecastConfig fields but the data's
     train: dict[str, Any] = field(default_factory=dict)  #: TrainConfig fields
+    tune: dict[str, Any] = field(default_factory=dict)  #: TuneConfig fields (aiayn forecast tune)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("forecast", help="time-series forecasting with the encoder-decoder")
     commands = parser.add_subparsers(dest="forecast_command", required=True, metavar="ACTION")
     _add_train(commands)
+    _add_tune(commands)
     ev = commands.add_parser("evaluate", help="MSE and MAE of a checkpoint on a split")
     ev.add_argument("--checkpoint", required=True)
     ev.add_argument("--split", default="test", choices=SPLITS)
@@ -58,17 +60,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     pr.add_argument("--data", help="CSV file (default: the training file)")
     pr.add_argument("--out", required=True, help="output CSV")
     pr.set_defaults(func=cmd_predict)
-    pl = commands.add_parser("plot", help="history, truth and forecast of the last test window as a PNG")
+    pl = commands.add_parser("plot", help="input, truth and forecast of a test window as a PNG")
     pl.add_argument("--checkpoint", required=True)
     pl.add_argument("--data", help="CSV file (default: the training file)")
-    pl.add_argument("--column", help="column to draw (default: the target)")
+    pl.add_argument("--column", nargs="+", help="columns to draw, a panel each (default: the target)")
+    pl.add_argument("--window", type=int, default=-1, help="test window (default -1: the last)")
     pl.add_argument("--out", required=True, help="output PNG")
     pl.set_defaults(func=cmd_plot)
 
 
 def _add_train(commands: argparse._SubParsersAction) -> None:
     tr = commands.add_parser("train", help="train a forecaster (resumes when --out holds a checkpoint)")
-    tr.add_argument("--config", required=True, help="YAML config (e.g. configs/etth1.yaml)")
+    tr.add_argument(
+        "--config", required=True, help="YAML config (e.g. configs/ett.yaml, or a tune run's best.yaml)"
+    )
     tr.add_argument("--data", help="CSV file (overrides data.path)")
     tr.add_argument("--horizon", type=int)
     tr.add_argument("--input-len", type=int)
@@ -78,7 +83,26 @@ def _add_train(commands: argparse._SubParsersAction) -> None:
     tr.add_argument("--max-epochs", type=int)
     tr.add_argument("--seed", type=int)
     tr.add_argument("--threads", type=int, help="torch CPU threads")
+    tr.add_argument("--device", help="cpu (the default), cuda, cuda:N or auto (overrides train.device)")
     tr.set_defaults(func=cmd_train)
+
+
+def _add_tune(commands: argparse._SubParsersAction) -> None:
+    tu = commands.add_parser(
+        "tune",
+        help="choose settings on the validation split (the config's tune section); writes OUT/best.yaml",
+    )
+    tu.add_argument("--config", required=True, help="YAML config with a tune section (configs/ett.yaml)")
+    tu.add_argument("--data", help="CSV file (overrides data.path)")
+    tu.add_argument("--horizon", type=int)
+    tu.add_argument("--target")
+    tu.add_argument("--features", choices=FEATURE_MODES)
+    tu.add_argument("--out", required=True, help="directory for trials.jsonl and best.yaml (a rerun goes on)")
+    tu.add_argument("--trials", type=int, help="at most this many trials (overrides tune.trials)")
+    tu.add_argument("--minutes", type=float, help="start no trial after this many minutes (tune.minutes)")
+    tu.add_argument("--threads", type=int, help="torch CPU threads")
+    tu.add_argument("--device", help="cpu (the default), cuda, cuda:N or auto")
+    tu.set_defaults(func=cmd_tune)
 
 
 # --- config ------------------------------------------------------------------------------------
@@ -98,15 +122,22 @@ def load_config(path: str | Path, **flags: Any) -> ForecastRun:
         return from_mapping(ForecastRun, raw)
 
 
-def _flags(args: argparse.Namespace) -> dict[str, Any]:
-    return {
+def _flags(args: argparse.Namespace, tuning: bool = False) -> dict[str, Any]:
+    """The config overrides of ``train`` (or, ``tuning``, of ``tune``'s fewer flags)."""
+    flags = {
         "data.path": args.data,
         "data.horizon": args.horizon,
-        "data.input_len": args.input_len,
         "data.target": args.target,
         "data.features": args.features,
+    }
+    if tuning:
+        return flags
+    return {
+        **flags,
+        "data.input_len": args.input_len,
         "train.max_epochs": args.max_epochs,
         "train.seed": args.seed,
+        "train.device": args.device,
     }
 
 
@@ -127,21 +158,28 @@ def model_config(config: ForecastRun, columns: list[str], outputs: list[int], so
 # --- commands ----------------------------------------------------------------------------------
 
 
-def cmd_train(args: argparse.Namespace) -> int:
-    from aiayn.forecast.train import TrainConfig, fit
+@dataclass
+class Training:
+    """What one training needs, built from a config: the data, the model and train configs, the windows."""
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    config = load_config(args.config, **_flags(args))
-    with reported(args.config):
+    data: Any  # ForecastData
+    model: ForecastConfig
+    train: Any  # TrainConfig
+    run_config: dict[str, Any]  # stored in every checkpoint
+    windows: dict[str, Any]  # "train", "val": Windows
+
+
+def build_training(config: ForecastRun, source: str | Path, data: Any = None) -> Training:
+    """The data (read unless given), configs and windows of ``config``; bad values name ``source``."""
+    from aiayn.forecast.train import TrainConfig
+
+    with reported(source):
         train_cfg = from_mapping(TrainConfig, config.train, "train.")
     d = config.data
     if d.path is None:
         raise UserError("no data file: set data.path in the config or pass --data")
-    data = prepare(d.path, d.features, d.target, d.input_len, d.horizon)
-    model_cfg = model_config(config, data.columns, data.outputs, args.config)
-    torch.manual_seed(train_cfg.seed)
-    model = Forecaster(model_cfg)
+    data = data or prepare(d.path, d.features, d.target, d.input_len, d.horizon)
+    model_cfg = model_config(config, data.columns, data.outputs, source)
     run_config = {
         "model": model_cfg.to_dict(),
         "data": {**dataclasses.asdict(d), "columns": data.columns},
@@ -149,12 +187,41 @@ def cmd_train(args: argparse.Namespace) -> int:
         "train": dataclasses.asdict(train_cfg),
     }
     windows = {s: data.windows(s, d.input_len, d.horizon) for s in ("train", "val")}
-    out = Path(args.out)
+    return Training(data, model_cfg, train_cfg, run_config, windows)
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from aiayn.forecast.train import fit
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    config = load_config(args.config, **_flags(args))
+    run = build_training(config, args.config)
+    torch.manual_seed(run.train.seed)
+    model = Forecaster(run.model)
+    out, windows = Path(args.out), run.windows
     print(f"train {len(windows['train'])} windows, val {len(windows['val'])}; run directory {out}")
-    state = fit(model, windows["train"], windows["val"], data.outputs, train_cfg, out, run_config)
+    state = fit(model, windows["train"], windows["val"], run.data.outputs, run.train, out, run.run_config)
     print(
         f"done after {state.epoch} epochs; best val MSE {state.best_val:.4f}; best weights in {out / 'best'}"
     )
+    return 0
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    from aiayn.forecast.tune import Tuner
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.trials is not None and args.trials < 1:
+        raise UserError(f"--trials must be >= 1; got {args.trials}")
+    if args.minutes is not None and args.minutes < 0:
+        raise UserError(f"--minutes must be >= 0; got {args.minutes}")
+    config = load_config(args.config, **_flags(args, tuning=True))
+    best = Tuner(config, args.config, args.out, device=args.device).run(args.trials, args.minutes)
+    chosen = ", ".join(f"{k}={v}" for k, v in best["settings"].items()) or "the config as written"
+    print(f"best: trial {best['trial']}, val MSE {best['val_mse']:.4f} ({chosen})")
+    print(f"wrote {Path(args.out) / 'best.yaml'}")
     return 0
 
 
@@ -183,10 +250,12 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     model, config = load_forecaster(args.checkpoint)
     data = _data_for(config, args.data)
     d = config["data"]
-    scores = evaluate(model, data.windows(args.split, d["input_len"], d["horizon"]), data.outputs)
+    windows = data.windows(args.split, d["input_len"], d["horizon"])
+    scores = evaluate(model, windows, data.outputs)
     print(
-        f"{args.split}: MSE {scores['mse']:.4f}  MAE {scores['mae']:.4f}  "
-        f"(horizon {d['horizon']}, input {d['input_len']}, standardised scale)"
+        f"{args.split}: MSE {scores['mse']:.4f}  MAE {scores['mae']:.4f}  over every window of the split "
+        f"({len(windows)} windows, none dropped; horizon {d['horizon']}, input {d['input_len']}, "
+        "standardised scale)"
     )
     return 0
 
@@ -228,9 +297,17 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
     model, config = load_forecaster(args.checkpoint)
     data = _data_for(config, args.data)
-    column = args.column or config["data"]["target"]
-    if column not in [data.columns[o] for o in data.outputs]:
-        raise UserError(f"--column: '{column}' is not a forecast column")
-    plot_window(model, data, config, column, args.out)
+    columns = args.column or [config["data"]["target"]]
+    forecast = [data.columns[o] for o in data.outputs]
+    for column in columns:
+        if column not in forecast:
+            raise UserError(f"--column: '{column}' is not a forecast column; they are {', '.join(forecast)}")
+    d = config["data"]
+    count = len(data.windows("test", d["input_len"], d["horizon"]))
+    if not -count <= args.window < count:
+        raise UserError(
+            f"--window {args.window}: the test split has {count} windows (0 to {count - 1}; -1: the last)"
+        )
+    plot_window(model, data, config, columns, args.out, args.window)
     print(f"wrote {args.out}")
     return 0

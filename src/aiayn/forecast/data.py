@@ -2,7 +2,10 @@
 
 A series file is a CSV with a header, a timestamp column (``date``, else the first column) and
 numeric columns. Bad input raises :class:`UserError` naming the column and the 1-based line number
-in the file (the header is line 1, the first data row line 2).
+in the file (the header is line 1, the first data row line 2). Files as they are published are read
+as the published benchmarks read them, by row: a file that is not UTF-8 is read as Latin-1 (units
+such as "W/m²"), and repeated timestamps and gaps in time are one warning each, naming the first and
+counting them; a timestamp going backwards is an error.
 
 Splits follow the Informer protocol: for files named ``ETTh*`` rows [0, 8640) train,
 [8640, 11520) validation, [11520, 14400) test; ``ETTm*`` the same ×4; any other file 70/10/20 %.
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import csv
 import io
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,7 +26,6 @@ import torch
 from torch import Tensor
 
 from aiayn.config import Checked, setting
-from aiayn.data.corpus import decode_utf8
 from aiayn.errors import UserError
 
 FEATURE_MODES = ("M", "S", "MS")  # multivariate in/out, univariate target, multivariate in -> target
@@ -53,8 +56,10 @@ class Series:
 
     @property
     def freq(self) -> np.timedelta64:
-        """The (constant) spacing of the timestamps."""
-        return self.timestamps[1] - self.timestamps[0]
+        """The spacing of the timestamps: the most common step between consecutive rows."""
+        steps, counts = np.unique(np.diff(self.timestamps), return_counts=True)
+        positive = steps > np.timedelta64(0, "s")
+        return steps[positive][np.argmax(counts[positive])]
 
     def select(self, columns: list[str]) -> "Series":
         """The same series with only ``columns``, in that order (a missing one raises :class:`UserError`)."""
@@ -87,7 +92,7 @@ def read_series(path: str | Path) -> Series:
 def _read_rows(path: Path) -> tuple[list[str], list[list[str]]]:
     if not path.is_file():
         raise UserError(f"data file not found: {path}")
-    rows = list(csv.reader(io.StringIO(decode_utf8(path), newline="")))
+    rows = list(csv.reader(io.StringIO(_decode(path), newline="")))
     while rows and len(rows[-1]) <= 1 and not "".join(rows[-1]).strip():  # trailing blank lines
         rows.pop()
     if len(rows) < 3:
@@ -99,6 +104,22 @@ def _read_rows(path: Path) -> tuple[list[str], list[list[str]]]:
         if len(row) != len(header):
             raise UserError(f"{path}:{_line(i)}: {len(row)} fields, the header has {len(header)}")
     return header, rows[1:]
+
+
+def warn(message: str) -> None:
+    """One warning line on stderr."""
+    print(f"aiayn: warning: {message}", file=sys.stderr)
+
+
+def _decode(path: Path) -> str:
+    """The file's text: UTF-8 (a byte-order mark dropped), else Latin-1 with a warning naming the line."""
+    data = path.read_bytes().removeprefix(b"\xef\xbb\xbf")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data[: err.start].count(b"\n") + 1
+        warn(f"{path}:{line}: not UTF-8 (byte {data[err.start]:#04x}); the file is read as Latin-1")
+        return data.decode("latin-1")
 
 
 def _parse_timestamps(path: Path, name: str, cells: list[str]) -> np.ndarray:
@@ -115,22 +136,39 @@ def _parse_timestamps(path: Path, name: str, cells: list[str]) -> np.ndarray:
 
 
 def _check_spacing(path: Path, name: str, stamps: np.ndarray) -> None:
-    """Timestamps must increase with one constant step (no duplicates, disorder or gaps)."""
+    """Timestamps must not go backwards; repeated ones and gaps are a warning each (rows are used as
+    they are, in file order, as the published benchmarks do)."""
     diffs = np.diff(stamps)
-    bad = np.flatnonzero(diffs <= np.timedelta64(0, "s"))
-    if bad.size:
-        i = int(bad[0]) + 1
+    back = np.flatnonzero(diffs < np.timedelta64(0, "s"))
+    if back.size:
+        i = int(back[0]) + 1
         raise UserError(
             f"{path}:{_line(i)}: column '{name}': timestamps not sorted ({stamps[i]} after {stamps[i - 1]})"
         )
-    step = diffs[0]
-    gap = np.flatnonzero(diffs != step)
-    if gap.size:
-        i = int(gap[0]) + 1
-        raise UserError(
-            f"{path}:{_line(i)}: column '{name}': missing timestamps before {stamps[i]} "
-            f"(expected {stamps[i - 1] + step}, step {step})"
+    repeated = np.flatnonzero(diffs == np.timedelta64(0, "s"))
+    if repeated.size:
+        i = int(repeated[0]) + 1
+        warn(
+            f"{path}:{_line(i)}: column '{name}': timestamp {_when(stamps[i])} repeated "
+            f"({repeated.size} repeated in all); rows are used in file order"
         )
+    steps = diffs[diffs > np.timedelta64(0, "s")]
+    if not steps.size:
+        raise UserError(f"{path}: column '{name}': every timestamp is the same ({stamps[0]})")
+    values, counts = np.unique(steps, return_counts=True)
+    step = values[np.argmax(counts)]
+    gaps = np.flatnonzero(diffs > step)
+    if gaps.size:
+        i = int(gaps[0]) + 1
+        warn(
+            f"{path}:{_line(i)}: column '{name}': gap in time before {_when(stamps[i])} (expected "
+            f"{_when(stamps[i - 1] + step)}, step {step.item()}; {gaps.size} gap(s) in all); rows are "
+            "used as they are"
+        )
+
+
+def _when(stamp: np.datetime64) -> str:
+    return str(stamp).replace("T", " ")
 
 
 def _parse_values(path: Path, header: list[str], rows: list[list[str]], cols: list[int]) -> np.ndarray:
@@ -242,8 +280,15 @@ class Windows:
     def __len__(self) -> int:
         return self.count
 
+    def to(self, device: torch.device | str) -> "Windows":
+        """The same windows with their rows on ``device`` (batches are then cut there)."""
+        moved = object.__new__(Windows)
+        moved.__dict__.update(self.__dict__, data=self.data.to(device))
+        return moved
+
     def _gather(self, idx: Tensor, offset: int, length: int) -> Tensor:
-        rows = idx[:, None] + offset + torch.arange(length)  # (B, length)
+        idx = idx.to(self.data.device)
+        rows = idx[:, None] + offset + torch.arange(length, device=idx.device)  # (B, length)
         return self.data[rows]  # (B, length, n)
 
     def inputs(self, idx: Tensor) -> Tensor:

@@ -20,6 +20,12 @@ def mae(prediction: Tensor, truth: Tensor) -> float:
     return float((prediction.double() - truth.double()).abs().mean())
 
 
+def model_device(model: nn.Module) -> torch.device:
+    """Where ``model``'s weights are (the CPU for a model without any, such as repeat-last)."""
+    tensor = next(model.parameters(), None)
+    return tensor.device if tensor is not None else torch.device("cpu")
+
+
 class Running:
     """Accumulates squared and absolute error sums over batches."""
 
@@ -47,13 +53,15 @@ def evaluate(
 ) -> dict[str, float]:
     """MSE and MAE over every window of a split (standardised scale), or over its first ``limit``."""
     model.eval()
+    device = model_device(model)
+    windows = windows.to(device)
     running = Running()
     if limit is not None and limit < 1:
         raise ValueError(f"evaluate: limit must be >= 1 (got {limit}); no windows would score a perfect 0")
     count = len(windows) if limit is None else min(limit, len(windows))
     for start in range(0, count, batch_size):
         idx = torch.arange(start, min(start + batch_size, count))
-        with autocast(torch.device("cpu"), "bf16" if bf16 else "fp32"):
+        with autocast(device, "bf16" if bf16 else "fp32"):
             pred = model(windows.inputs(idx))
         running.update(pred.float(), windows.targets(idx)[..., outputs])
     return running.result()

@@ -276,7 +276,8 @@ class Forecaster(nn.Module):
         y = self._merge_channels(y, batch)  # (B, H, n)
         if mean is not None:
             y = self.norm.restore(y, mean, std)
-        return y[..., cfg.outputs]
+        # channel independent: every variable is an output (check()), so any number of them may be read
+        return y if cfg.channel_independent else y[..., cfg.outputs]
 
     def _generate(self, x: Tensor, memory: Tensor) -> Tensor:
         """Autoregressive inference: one token (p steps) at a time, each prediction fed back."""

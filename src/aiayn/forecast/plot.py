@@ -1,4 +1,4 @@
-"""One PNG: the input history, the true future and the forecast of the last test window."""
+"""One PNG: the input history, the true future and the forecast of one test window, a panel per column."""
 
 from __future__ import annotations
 
@@ -16,26 +16,41 @@ from aiayn.forecast.data import ForecastData  # noqa: E402
 
 @torch.no_grad()
 def plot_window(
-    model: torch.nn.Module, data: ForecastData, config: dict[str, Any], column: str, out: str | Path
+    model: torch.nn.Module,
+    data: ForecastData,
+    config: dict[str, Any],
+    columns: list[str],
+    out: str | Path,
+    window: int = -1,
 ) -> None:
-    """Draw ``column`` (original units) for the last window of the test split."""
+    """Draw ``columns`` (original units) for test window ``window`` (negative: from the last)."""
     d = config["data"]
     windows = data.windows("test", d["input_len"], d["horizon"])
-    idx = torch.tensor([len(windows) - 1])
-    c = data.columns.index(column)
-    k = data.outputs.index(c)
-    history = windows.inputs(idx)[0, :, c].double().numpy()  # (L,)
-    truth = windows.targets(idx)[0, :, c].double().numpy()  # (H,)
-    pred = model(windows.inputs(idx))[0, :, k].double().numpy()  # (H,)
-    mean, std = data.scaler.mean[c], data.scaler.std[c]
-    row0 = windows.start + int(idx[0])
+    index = window % len(windows)
+    idx = torch.tensor([index])
+    x = windows.inputs(idx)
+    pred = model(x)[0].double().numpy()  # (H, n_out)
+    row0 = windows.start + index
     stamps = data.series.timestamps[row0 : row0 + d["input_len"] + d["horizon"]]
-    fig, ax = plt.subplots(figsize=(10, 4))
-    ax.plot(stamps[: d["input_len"]], history * std + mean, color="0.4", label="history")
-    ax.plot(stamps[d["input_len"] :], truth * std + mean, color="tab:blue", label="truth")
-    ax.plot(stamps[d["input_len"] :], pred * std + mean, color="tab:red", label="forecast")
-    ax.set_title(f"{Path(data.series.path).name}: {column}, horizon {d['horizon']} (last test window)")
-    ax.legend()
+    past, future = stamps[: d["input_len"]], stamps[d["input_len"] :]
+    fig, axes = plt.subplots(len(columns), 1, figsize=(10, 2.6 * len(columns) + 0.8), squeeze=False)
+    for ax, column in zip(axes[:, 0], columns):
+        c = data.columns.index(column)
+        mean, std = data.scaler.mean[c], data.scaler.std[c]
+        ax.plot(past, x[0, :, c].double().numpy() * std + mean, color="0.4", label="input")
+        ax.plot(
+            future,
+            windows.targets(idx)[0, :, c].double().numpy() * std + mean,
+            color="tab:blue",
+            label="truth",
+        )
+        ax.plot(future, pred[:, data.outputs.index(c)] * std + mean, color="tab:red", label="forecast")
+        ax.set_ylabel(column)
+    axes[0, 0].set_title(
+        f"{Path(data.series.path).name}: horizon {d['horizon']}, test window {index} of {len(windows)} "
+        f"(forecast from {str(future[0]).replace('T', ' ')})"
+    )
+    axes[0, 0].legend(loc="upper left")
     fig.autofmt_xdate()
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=100, bbox_inches="tight")

@@ -51,8 +51,15 @@ class TrainConfig(Checked):
     max_epochs: int = setting(10, ge=1)
     patience: int = setting(3, ge=1)  #: stop after this many epochs without a better validation MSE
     seed: int = setting(0, ge=0, le=2**32 - 1)  # NumPy's seeds are 32-bit
-    bf16: bool = False  #: bf16 autocast for the forward pass on CPU; the loss stays fp32
+    bf16: bool = False  #: bf16 autocast for the forward pass; the loss stays fp32
+    #: "cpu", "cuda", "cuda:N" or "auto" (a GPU when there is one); not part of the recipe: a run
+    #: may resume on another device
+    device: str = "cpu"
     max_steps_per_epoch: int = setting(0, ge=0)  #: 0 = every training window once per epoch
+    #: With a channel-independent model: each step trains on a random subset of at most this many
+    #: variables (the same for the batch's windows), so that a wide file (hundreds of variables)
+    #: costs per step what a narrow one does; 0 = every variable. Validation always scores them all.
+    channels_per_step: int = setting(0, ge=0)
     grad_clip: float = setting(0.0, ge=0)  #: 0 = no clipping
     #: Validate (and keep as best) an exponential moving average of the weights, this decay per step; 0 = off.
     ema: float = setting(0.0, ge=0, lt=1)
@@ -80,7 +87,7 @@ def engine_settings(cfg: TrainConfig) -> Settings:
     """The engine's settings for forecasting: an epoch is the unit of validation, saving and patience."""
     return Settings(
         seed=cfg.seed,
-        device="cpu",
+        device=cfg.device,
         precision="bf16" if cfg.bf16 else "fp32",
         max_epochs=cfg.max_epochs,
         clip_norm=cfg.grad_clip,
@@ -117,6 +124,8 @@ def fit(
     if engine.resumed is not None:
         changes = _changed_model(engine.resumed.config.get("model"), run_config.get("model"))
         refuse_other_run(engine.out, changes, "model settings (train.* may change)")
+    model.to(engine.device)
+    train, val = train.to(engine.device), val.to(engine.device)
     task = ForecastTask(model, train, val, outputs, cfg, run_config, engine.log)
     engine.attach(task)
     engine.run()
@@ -161,10 +170,23 @@ class ForecastTask(Task):
         """The mean error of the windows ``idx`` (weight 1: a step's gradient is this batch's)."""
         self._clock = self._clock or time.perf_counter()
         x, y = self.train.inputs(idx), self.train.targets(idx)  # (B, L, n), (B, H, n)
+        outputs = self.outputs
+        channels = self._channels(x.size(2))
+        if channels is not None:  # a channel-independent model forecasts whichever variables it reads
+            x, y, outputs = x[..., channels], y[..., channels], slice(None)  # (B, L, k), (B, H, k)
         pred = objective(x, y) if self._teacher_forced else objective(x)  # (B, H, n_out)
-        value = batch_error(pred, y[..., self.outputs], self.cfg.loss)
+        value = batch_error(pred, y[..., outputs], self.cfg.loss)
         self._losses.append(value.detach())
         return Loss(value)
+
+    def _channels(self, n: int) -> Tensor | None:
+        """This step's variables (``channels_per_step`` of ``n``), drawn from (seed, epoch, batch of
+        the epoch) so a resumed run draws the same; None: every variable."""
+        k = self.cfg.channels_per_step
+        if not k or n <= k or not getattr(self.model.config, "channel_independent", False):
+            return None
+        seed = (self.cfg.seed * 100_003 + self.batches.epoch) * 1_000_003 + self.batches.position
+        return torch.randperm(n, generator=torch.Generator().manual_seed(seed))[:k].to(self.train.data.device)
 
     def learning_rate(self, step: int, epoch: int, progress: float) -> float:
         return self.cfg.lr * self.cfg.lr_decay**epoch
