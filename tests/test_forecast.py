@@ -305,6 +305,13 @@ def test_channel_independent_forecast_of_any_subset_of_variables() -> None:
     torch.testing.assert_close(some, every[..., [2, 0]])
 
 
+def _seven_variable_model() -> Forecaster:
+    """A small channel-independent model of ETTh1's 7 variables (48 steps in, 24 out)."""
+    shape = dict(n_features=7, outputs=list(range(7)), seq_len=48, label_len=24, horizon=24, patch_len=24)
+    stacks = dict(d_model=16, n_heads=2, n_encoder_layers=1, n_decoder_layers=1, d_ff=32)
+    return Forecaster(ForecastConfig(**shape, **stacks, channel_independent=True))
+
+
 def test_channels_per_step_trains_on_a_seeded_subset(etth1: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     data = prepare(etth1, "M", "OT", 48, 24)
     train, val = data.windows("train", 48, 24), data.windows("val", 48, 24)
@@ -321,24 +328,45 @@ def test_channels_per_step_trains_on_a_seeded_subset(etth1: Path, monkeypatch: p
     weights = []
     for _ in range(2):
         torch.manual_seed(0)
-        model = Forecaster(
-            ForecastConfig(
-                n_features=7,
-                outputs=list(range(7)),
-                seq_len=48,
-                label_len=24,
-                horizon=24,
-                d_model=16,
-                n_heads=2,
-                n_encoder_layers=1,
-                n_decoder_layers=1,
-                d_ff=32,
-                channel_independent=True,
-                patch_len=24,
-            )
-        )
+        model = _seven_variable_model()
         state = fit(model, train, val, data.outputs, cfg, progress=False)
         weights.append(model.head.weight.detach().clone())
         assert math.isfinite(state.best_val)
     assert seen == [2] * 12  # 2 runs x 2 epochs x 3 steps, 2 variables each
     torch.testing.assert_close(weights[0], weights[1], rtol=0, atol=0)  # seeded draws
+
+
+def test_channels_per_step_of_the_files_width_or_more_changes_nothing(etth1: Path) -> None:
+    """The recipe's ``channels_per_step: 7`` leaves a 7-variable file's training as it was, bit for bit."""
+    data = prepare(etth1, "M", "OT", 48, 24)
+    train, val = data.windows("train", 48, 24), data.windows("val", 48, 24)
+    weights = []
+    for k in (0, 7, 9):
+        cfg = TrainConfig(batch_size=64, lr=1e-3, max_epochs=1, max_steps_per_epoch=3, channels_per_step=k)
+        torch.manual_seed(0)
+        model = _seven_variable_model()
+        fit(model, train, val, data.outputs, cfg, progress=False)
+        weights.append(model.head.weight.detach().clone())
+    torch.testing.assert_close(weights[1], weights[0], rtol=0, atol=0)
+    torch.testing.assert_close(weights[2], weights[0], rtol=0, atol=0)
+
+
+def test_a_wide_file_is_scored_in_batches_of_bounded_series(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A channel-independent model reads B windows of n variables as B*n series: evaluate cuts a wide
+    file's windows into batches of at most SERIES_PER_BATCH series, with the same scores."""
+    from aiayn.forecast import metrics
+    from aiayn.forecast.data import Windows
+
+    n = 40
+    torch.manual_seed(0)
+    model = Forecaster(tiny(n_features=n, outputs=list(range(n)), channel_independent=True, patch_len=8))
+    windows = Windows(np.random.default_rng(0).normal(size=(120, n)).astype(np.float32), 0, 120, 32, 16)
+    monkeypatch.setattr(metrics, "SERIES_PER_BATCH", 10**6)
+    whole = evaluate(model, windows, list(range(n)), batch_size=len(windows))  # 73 windows, 2,920 series
+    seen: list[int] = []
+    forward = model.forward
+    monkeypatch.setattr(model, "forward", lambda x: seen.append(x.shape[0] * x.shape[2]) or forward(x))
+    monkeypatch.setattr(metrics, "SERIES_PER_BATCH", 100)
+    cut = evaluate(model, windows, list(range(n)), batch_size=len(windows))
+    assert max(seen) <= 100 and len(seen) == math.ceil(len(windows) / 2)  # 2 windows of 40 series
+    assert cut == pytest.approx(whole, rel=1e-6)

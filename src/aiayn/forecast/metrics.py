@@ -42,6 +42,19 @@ class Running:
         return {"mse": self.sq / max(self.count, 1), "mae": self.abs / max(self.count, 1)}
 
 
+#: At most this many series per forward when scoring a channel-independent model, which reads each
+#: window's variables as that many series: a wide file (hundreds of variables) is scored in batches of
+#: fewer windows, so memory stays that of a narrow one (256 windows of ETT's 7 variables: 1,792).
+SERIES_PER_BATCH = 2048
+
+
+def windows_per_batch(model: nn.Module, n_variables: int, batch_size: int) -> int:
+    """``batch_size``, or fewer windows for a channel-independent model of a wide file."""
+    if not getattr(getattr(model, "config", None), "channel_independent", False):
+        return batch_size
+    return max(1, min(batch_size, SERIES_PER_BATCH // n_variables))
+
+
 @torch.no_grad()
 def evaluate(
     model: nn.Module,
@@ -59,6 +72,7 @@ def evaluate(
     if limit is not None and limit < 1:
         raise ValueError(f"evaluate: limit must be >= 1 (got {limit}); no windows would score a perfect 0")
     count = len(windows) if limit is None else min(limit, len(windows))
+    batch_size = windows_per_batch(model, windows.data.size(-1), batch_size)
     for start in range(0, count, batch_size):
         idx = torch.arange(start, min(start + batch_size, count))
         with autocast(device, "bf16" if bf16 else "fp32"):
