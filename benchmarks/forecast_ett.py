@@ -57,6 +57,7 @@ ANCHORS = {
 # PatchTST's test loader drops the last partial batch; its scripts' batch sizes per dataset.
 PATCHTST_TEST_BATCH = {"electricity": 32, "traffic": 24}
 MODELS = ("transformer", "dlinear", "naive")
+PART_KEYS = ("command", "device", "gpu", "threads", "machine", "versions")
 DLINEAR_INPUT_LEN = 336
 DLINEAR_TRAIN = dict(batch_size=32, lr=5e-3, lr_decay=0.5, max_epochs=10, patience=3)
 
@@ -262,7 +263,9 @@ def print_table(results: dict) -> None:
 
 def merge(parts: list[str], out: str) -> None:
     loaded = [json.loads(Path(p).read_text()) for p in parts]
-    results = {**loaded[0], "command": [r["command"] for r in loaded], "datasets": {}}
+    results = {**loaded[0], "command": command(), "datasets": {}}
+    # each run's command, machine and device (ETTh1 on a CPU, ETTm1 on a GPU, say)
+    results["parts"] = [{k: r.get(k) for k in PART_KEYS} for p in loaded for r in p.get("parts", [p])]
     for r in loaded:  # rows of the same file and horizon from runs of different models are joined
         for name, horizons in r["datasets"].items():
             for h, row in horizons.items():
