@@ -29,6 +29,15 @@ def multi30k_dir(data_dir: Path) -> Path:
     return data_dir / "multi30k"
 
 
+@pytest.fixture(scope="session")
+def small_csv(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Path:
+    """The first 600 rows of ETTh1 under a non-ETT name (so 70/10/20 % splits): a small forecasting file."""
+    lines = (data_dir / "ett" / "ETTh1.csv").read_text().splitlines(keepends=True)[:601]
+    path = tmp_path_factory.mktemp("series") / "small.csv"
+    path.write_text("".join(lines))
+    return path
+
+
 @pytest.fixture(autouse=True)
 def _seed() -> None:
     torch.manual_seed(0)

@@ -30,14 +30,6 @@ def _only_forecast_commands(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cli, "COMMAND_MODULES", ["aiayn.forecast.cli"])
 
 
-@pytest.fixture(scope="module")
-def small_csv(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Path:
-    lines = (data_dir / "ett" / "ETTh1.csv").read_text().splitlines(keepends=True)[:601]
-    path = tmp_path_factory.mktemp("series") / "small.csv"
-    path.write_text("".join(lines))
-    return path
-
-
 @pytest.fixture()
 def config(tmp_path: Path) -> Path:
     path = tmp_path / "tune.yaml"
