@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -116,7 +117,7 @@ def main() -> None:
         for channels in args.channels_per_step:
             name = f"{shape}-channels{'_recipe' if channels < 0 else channels}"
             run = work / name
-            subprocess.run(["rm", "-rf", str(run)])
+            shutil.rmtree(run, ignore_errors=True)
             results["runs"][name] = {
                 "variables": columns,
                 "rows": rows,

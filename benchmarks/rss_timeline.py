@@ -16,7 +16,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from scale_data import _tree
+from scale_data import _memory_kib, _tree
 
 
 def parse_args() -> argparse.Namespace:
@@ -32,16 +32,9 @@ def trainers(root: int) -> dict[int, tuple[int, int]]:
     """(VmRSS, VmHWM) in MiB of each training process under ``root`` (not torchrun's launcher)."""
     found = {}
     for pid in _tree(root):
-        try:
-            status = Path(f"/proc/{pid}/status").read_text()
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
-        except OSError:
-            continue
-        if b" train " not in cmdline or b"torch.distributed.run" in cmdline:
-            continue
-        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
-        if "VmRSS" in fields:
-            found[pid] = (int(fields["VmRSS"].split()[0]) // 1024, int(fields["VmHWM"].split()[0]) // 1024)
+        memory = _memory_kib(pid)
+        if memory and " train " in memory[1] and "torch.distributed.run" not in memory[1]:
+            found[pid] = (memory[0]["VmRSS"] // 1024, memory[0]["VmHWM"] // 1024)
     return found
 
 

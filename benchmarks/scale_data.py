@@ -79,15 +79,17 @@ def _tree(pid: int) -> list[int]:
 
 
 def _memory_kib(pid: int) -> tuple[dict[str, int], str] | None:
-    """VmHWM (the peak resident set), RssAnon (private memory) and RssFile (mapped files, shared
-    with other processes and dropped by the kernel under pressure) of ``pid``, and its command."""
+    """VmHWM (the peak resident set), VmRSS (the resident set now), RssAnon (private memory) and
+    RssFile (mapped files, shared with other processes and dropped by the kernel under pressure) of
+    ``pid``, and its command."""
     try:
         status = Path(f"/proc/{pid}/status").read_text()
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
     except OSError:
         return None
     fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
-    values = {key: int(fields[key].split()[0]) for key in ("VmHWM", "RssAnon", "RssFile") if key in fields}
+    keys = ("VmHWM", "VmRSS", "RssAnon", "RssFile")
+    values = {key: int(fields[key].split()[0]) for key in keys if key in fields}
     return (values, cmdline) if "VmHWM" in values else None
 
 
