@@ -59,6 +59,13 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds of the four training runs")
     parser.add_argument("--batch-tokens", type=int, default=1024, help="padded tokens per process and step")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="a config override for every training run (repeatable), e.g. train.shard_optimizer=false",
+    )
     parser.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "results" / "scale_data.json")
     return parser.parse_args()
 
@@ -176,6 +183,7 @@ def train(data: Path, run: Path, args: argparse.Namespace, log: Path, processes:
     cmd = [*launcher, "train", "--config", str(CONFIG), "--data-dir", str(data), "--out", str(run)]
     cmd += ["--max-steps", str(args.steps), "--no-progress"]
     cmd += [arg for key, value in sets.items() for arg in ("--set", f"{key}={value}")]
+    cmd += [arg for override in args.set for arg in ("--set", override)]
     result = measured(cmd, log, run / "metrics.jsonl", env)
     trainers = [
         p

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file
 from torch import Tensor
 
-from aiayn.checkpoint import MODEL_FILE, list_checkpoints, load_checkpoint, seal
+from aiayn.checkpoint import MODEL_FILE, checkpoint_name, list_checkpoints, load_checkpoint, seal
 from aiayn.cli import main
 from aiayn.data.batching import collate
 from aiayn.data.prepare import prepare
@@ -511,6 +511,53 @@ def test_two_processes_match_one_with_the_same_global_batch(task_dir: Path, tmp_
     for a, b in zip(one_log, two_log):
         assert a["loss"] == pytest.approx(b["loss"], rel=1e-5), (a, b)
     assert sum(r["split"] == "train" for r in two_log) == 5
+
+
+def test_a_sharded_optimizer_gives_the_same_run_bit_for_bit(task_dir: Path, tmp_path: Path) -> None:
+    """Two processes with ``train.shard_optimizer`` (each keeps Adam's moments for half the weights)
+    against two without: the same weights and the same whole optimizer state in every checkpoint;
+    a run sharded from an unsharded checkpoint (and the other way round) goes on as either would."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    port = 29500 + (os.getpid() + 7) % 1000
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port"]
+
+    def train(out: Path, shard: bool, max_steps: int) -> None:
+        values = run_config(
+            task_dir,
+            data={"batch_multiple": 2},
+            train={"max_steps": max_steps, "save_every": 2, "valid_every": 0, "shard_optimizer": shard},
+        )
+        config = _write_config(tmp_path / f"{out.name}.yaml", values)
+        run = subprocess.run(
+            [*torchrun, str(port), "-m", "aiayn", *_train_command(config, out)[3:]],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        assert run.returncode == 0, run.stderr[-2000:]
+        assert ("optimizer state split between the 2 processes" in run.stdout) == shard
+
+    def checkpoint(out: Path, step: int) -> dict[str, Tensor]:
+        found = load_checkpoint(out / "checkpoints" / checkpoint_name(step))
+        optimizer = found.train_state["optimizer"]
+        state = {f"{i}.{k}": v for i, s in optimizer["state"].items() for k, v in s.items()}
+        return {**found.weights, **state}
+
+    def same(a: dict[str, Tensor], b: dict[str, Tensor]) -> None:
+        assert a.keys() == b.keys()
+        for name in a:
+            assert torch.equal(a[name], b[name]), name
+
+    train(tmp_path / "plain", False, 4)
+    train(tmp_path / "sharded", True, 4)
+    for step in (2, 4):
+        same(checkpoint(tmp_path / "plain", step), checkpoint(tmp_path / "sharded", step))
+    assert not torch.equal(*(checkpoint(tmp_path / "plain", s)["0.exp_avg"] for s in (2, 4)))
+    for first, then in ((False, True), (True, False)):  # resumed at step 2 with the other setting
+        out = tmp_path / f"switched-{then}"
+        train(out, first, 2)
+        train(out, then, 4)
+        same(checkpoint(tmp_path / "plain", 4), checkpoint(out, 4))
 
 
 def test_each_process_draws_its_own_dropout_masks_and_resumes_them(

@@ -105,6 +105,9 @@ class TrainSection(Checked):
     best_metric: str = setting("bleu", choices=("bleu", "chrf", "loss"))
     patience: int = setting(0, ge=0)  #: stop after this many validations without improvement (0 = off)
     log_every: int = setting(50, ge=0)  #: a train record every N steps
+    #: with several processes, each keeps the optimizer's state (Adam's moments) for its share of the
+    #: weights only (ZeRO stage 1): half that memory per process on two, the same updates, bit for bit
+    shard_optimizer: bool = False
 
 
 MODEL_KEYS = [

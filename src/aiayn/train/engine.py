@@ -85,6 +85,8 @@ class Settings:
     keep_last: int = 5  #: checkpoints kept (0 = all)
     patience: int = 0  #: stop after this many validations without improvement (0 = off)
     restore_best: bool = False  #: the model holds the best validated weights when the run ends
+    #: several processes: each keeps the optimizer's state for its share of the weights (ZeRO stage 1)
+    shard_optimizer: bool = False
 
 
 @dataclass
@@ -261,6 +263,9 @@ class Engine:
         self.task = task
         self.objective = dist.wrap(task.objective, self.device)
         self.optimizer = task.make_optimizer(self.objective.parameters())
+        if self.settings.shard_optimizer and self.world_size > 1:
+            self.optimizer = dist.shard(self.optimizer)
+            self.log(f"optimizer state split between the {self.world_size} processes (ZeRO stage 1)")
         saved: dict[str, Any] = {}
         if self.resumed is not None:
             saved = self._resume(self.resumed)
@@ -312,10 +317,12 @@ class Engine:
             return None
         path = directory or self.out / CHECKPOINTS_DIR / checkpoint_name(self.state.step)
         self._tick()  # the checkpoint carries the time spent up to now
+        optimizer = dist.optimizer_state(self.optimizer)  # every rank takes part; rank 0 gets it whole
         if self.rank == 0:
             self.state.metrics_lines = _count_lines(self.out / METRICS_FILE)
             config = {**self.task.checkpoint_config(), "step": self.state.step}
-            save_checkpoint(path, self.task.model, config, self.task.tokenizer_bytes, self._train_state())
+            state = self._train_state(optimizer)
+            save_checkpoint(path, self.task.model, config, self.task.tokenizer_bytes, state)
             if directory is None:
                 prune_checkpoints(self.out, self.settings.keep_last)
         dist.barrier()
@@ -323,9 +330,9 @@ class Engine:
             self._saved_at = (self.state.step, self.state.validated_at)
         return path
 
-    def _train_state(self) -> dict[str, Any]:
+    def _train_state(self, optimizer: dict[str, Any]) -> dict[str, Any]:
         state = {
-            "optimizer": self.optimizer.state_dict(),
+            "optimizer": optimizer,
             "sampler": self.task.batches.state_dict(),
             "trainer": vars(self.state).copy(),
             "meter": self.meter.state_dict(),

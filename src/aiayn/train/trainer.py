@@ -58,6 +58,7 @@ def engine_settings(config: RunConfig) -> Settings:
         save_every=train.save_every,
         keep_last=train.keep_last,
         patience=train.patience,
+        shard_optimizer=train.shard_optimizer,
     )
 
 
