@@ -233,6 +233,42 @@ def test_inference_modules_never_import_the_training_package() -> None:
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+def test_the_batcher_waits_only_until_as_many_requests_as_recent_batches_are_in() -> None:
+    """After batches of three requests, a batch of three is decoded at once, not after the (here
+    hour-long) wait; requests already queued still join it; a fourth arriving later waits for the
+    next batch; a batch short of three waits up to the limit for more."""
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    from aiayn.decode.search import DecodeOptions
+    from aiayn.serve.batching import Batcher
+
+    decoded: list[list[str]] = []
+
+    def decode(lines: list[str], options: DecodeOptions):
+        decoded.append(lines)
+        return [[(0.0, line)] for line in lines]
+
+    async def scenario(wait_s: float, recent: list[int], lines: list[str]) -> None:
+        with ThreadPoolExecutor(1) as pool:
+            batcher = Batcher(decode, len, pool, max_tokens=100, max_wait_s=wait_s)
+            batcher.recent.extend(recent)
+            worker = asyncio.create_task(batcher.run())
+            options = DecodeOptions(beam=1)
+            submitted = [asyncio.create_task(batcher.submit([line], options)) for line in lines]
+            await asyncio.wait_for(asyncio.gather(*submitted), timeout=30)
+            worker.cancel()
+
+    asyncio.run(scenario(3600.0, [3, 2], ["a", "b", "c", "d"]))  # queued together: one batch
+    assert decoded == [["a", "b", "c", "d"]]
+    decoded.clear()
+    asyncio.run(scenario(3600.0, [3], ["a", "b", "c"]))
+    assert decoded == [["a", "b", "c"]]
+    decoded.clear()
+    asyncio.run(scenario(0.2, [3], ["a", "b"]))  # short of three: waits its 0.2 s, then decodes
+    assert decoded == [["a", "b"]]
+
+
 def test_the_batcher_groups_requests_by_options_within_the_token_bound() -> None:
     """Requests queued together are decoded together; other options and the token bound make new
     batches, in arrival order; each request gets its own lines' results."""

@@ -3,8 +3,10 @@
 Requests are queued as they arrive. The batcher takes the oldest, then the requests behind it that
 have the same decoding options, while their source tokens stay within ``max_tokens``; the others
 wait for the next batch, in their order. It takes those already queued at once, and waits up to
-``max_wait_s`` for more only while requests come in together (the last batch held several): a
-lone client's request is decoded without waiting. The batch is decoded in the one
+``max_wait_s`` for more only while requests come in together (a recent batch held several), and
+only until the batch holds as many as the largest of the last few batches (clients that each wait
+for their answer send their next requests together; once they are all in, waiting more only idles
+the model): a lone client's request is decoded without waiting. The batch is decoded in the one
 worker thread that runs the model (the event loop never waits on it), and each request gets its own
 sentences' results. Greedy and beam search give a sentence the same output whatever it is batched
 with (:mod:`aiayn.decode.search`), so batching changes how fast, not what.
@@ -21,6 +23,7 @@ from typing import Callable
 
 from aiayn.decode.search import DecodeOptions
 
+RECENT_BATCHES = 4  # how many batches' sizes set how many requests a batch waits for
 Results = list[list[tuple[float, str]]]  # per line, its n-best (score, text)
 Decode = Callable[[list[str], DecodeOptions], Results]
 
@@ -48,7 +51,8 @@ class Batcher:
         self.max_tokens, self.max_wait_s = max_tokens, max_wait_s
         self.queue: asyncio.Queue[Job] = asyncio.Queue()
         self.held: collections.deque[Job] = collections.deque()  # other options: the next batches
-        self.last_jobs = 1  # requests in the last batch: several = concurrent clients, worth a wait
+        #: requests in each of the last batches: several = concurrent clients, worth a wait
+        self.recent: collections.deque[int] = collections.deque([1], maxlen=RECENT_BATCHES)
 
     async def submit(self, lines: list[str], options: DecodeOptions) -> Results:
         """The n-best of each of ``lines``, decoded with whatever else arrives meanwhile."""
@@ -66,9 +70,10 @@ class Batcher:
     async def _next_batch(self) -> list[Job]:
         first = self.held.popleft() if self.held else await self.queue.get()
         batch, tokens = [first], first.tokens
-        deadline = time.monotonic() + (self.max_wait_s if self.last_jobs > 1 else 0.0)
+        expected = max(self.recent)
+        deadline = time.monotonic() + (self.max_wait_s if expected > 1 else 0.0)
         while self.max_tokens and tokens < self.max_tokens:
-            job = await self._arrival(deadline)
+            job = await self._arrival(deadline if len(batch) < expected else 0.0)  # 0: queued ones only
             if job is None:
                 break
             if job.options != first.options or tokens + job.tokens > self.max_tokens:
@@ -76,7 +81,7 @@ class Batcher:
                 continue
             batch.append(job)
             tokens += job.tokens
-        self.last_jobs = len(batch)
+        self.recent.append(len(batch))
         return batch
 
     async def _arrival(self, deadline: float) -> Job | None:
