@@ -269,6 +269,43 @@ def test_the_batcher_waits_only_until_as_many_requests_as_recent_batches_are_in(
     assert decoded == [["a", "b"]]
 
 
+def test_held_requests_are_batched_together_not_one_per_batch() -> None:
+    """Requests beyond one batch's token bound, or with other options, are held; the next batches
+    take as many of them as fit (here: 12 requests of 3 tokens with a bound of 10 are 4 batches of
+    3; before, every held request was a batch of its own), each request still answered with its own
+    lines."""
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    from aiayn.decode.search import DecodeOptions
+    from aiayn.serve.batching import Batcher
+
+    decoded: list[tuple[list[str], int]] = []
+
+    def decode(lines: list[str], options: DecodeOptions):
+        decoded.append((lines, options.beam))
+        return [[(0.0, f"{line}@{options.beam}")] for line in lines]
+
+    async def scenario(requests: list[tuple[str, int]], max_tokens: int):
+        with ThreadPoolExecutor(1) as pool:
+            batcher = Batcher(decode, len, pool, max_tokens=max_tokens, max_wait_s=0.01)
+            worker = asyncio.create_task(batcher.run())
+            submitted = [batcher.submit([line], DecodeOptions(beam=beam)) for line, beam in requests]
+            answers = await asyncio.wait_for(asyncio.gather(*submitted), timeout=30)
+            worker.cancel()
+            return answers
+
+    requests = [(f"{i:03d}", 4) for i in range(12)]
+    answers = asyncio.run(scenario(requests, max_tokens=10))
+    assert answers == [[[(0.0, f"{line}@4")]] for line, _ in requests]
+    assert [lines for lines, _ in decoded] == [[f"{i:03d}" for i in range(j, j + 3)] for j in (0, 3, 6, 9)]
+    decoded.clear()
+    mixed = [(f"{i:03d}", 4 if i % 2 else 5) for i in range(8)]  # beam 5 first, then alternating
+    answers = asyncio.run(scenario(mixed, max_tokens=100))
+    assert answers == [[[(0.0, f"{line}@{beam}")]] for line, beam in mixed]
+    assert decoded == [(["000", "002", "004", "006"], 5), (["001", "003", "005", "007"], 4)]
+
+
 def test_the_batcher_groups_requests_by_options_within_the_token_bound() -> None:
     """Requests queued together are decoded together; other options and the token bound make new
     batches, in arrival order; each request gets its own lines' results."""

@@ -2,7 +2,8 @@
 
 Requests are queued as they arrive. The batcher takes the oldest, then the requests behind it that
 have the same decoding options, while their source tokens stay within ``max_tokens``; the others
-wait for the next batch, in their order. It takes those already queued at once, and waits up to
+are held for the next batches, in their order, and a batch takes the held requests that fit before
+any that arrived after them. It takes those already queued at once, and waits up to
 ``max_wait_s`` for more only while requests come in together (a recent batch held several), and
 only until the batch holds as many as the largest of the last few batches (clients that each wait
 for their answer send their next requests together; once they are all in, waiting more only idles
@@ -70,19 +71,39 @@ class Batcher:
     async def _next_batch(self) -> list[Job]:
         first = self.held.popleft() if self.held else await self.queue.get()
         batch, tokens = [first], first.tokens
+        if not self.max_tokens:
+            return batch
+        for job in self._held_joining(first.options, self.max_tokens - tokens):
+            batch.append(job)
+            tokens += job.tokens
         expected = max(self.recent)
         deadline = time.monotonic() + (self.max_wait_s if expected > 1 else 0.0)
-        while self.max_tokens and tokens < self.max_tokens:
+        while tokens < self.max_tokens:
             job = await self._arrival(deadline if len(batch) < expected else 0.0)  # 0: queued ones only
             if job is None:
                 break
             if job.options != first.options or tokens + job.tokens > self.max_tokens:
                 self.held.append(job)  # decoded in a later batch, in its turn
+                if job.options == first.options:
+                    break  # this batch is full
                 continue
             batch.append(job)
             tokens += job.tokens
         self.recent.append(len(batch))
         return batch
+
+    def _held_joining(self, options: DecodeOptions, room: int) -> list[Job]:
+        """The held jobs, oldest first, with ``options`` that fit in ``room`` tokens (taken out of
+        ``held``); the others stay held, in their order."""
+        joining, staying = [], collections.deque()
+        for job in self.held:
+            if job.options == options and job.tokens <= room:
+                joining.append(job)
+                room -= job.tokens
+            else:
+                staying.append(job)
+        self.held = staying
+        return joining
 
     async def _arrival(self, deadline: float) -> Job | None:
         """A job already queued, else the next to arrive before ``deadline``, or None."""
