@@ -131,6 +131,21 @@ def test_last_patch_placeholders_repeat_the_last_known_patch() -> None:
         tiny(placeholders="last_patch", decoding="autoregressive")
 
 
+def test_last_period_placeholders_repeat_the_last_known_period() -> None:
+    """A period that divides neither the patch nor the horizon: the horizon's step t is the input's
+    step L - period + (t mod period); a period of 0 or beyond the input is refused, and so is a
+    period given to other placeholders (it would do nothing)."""
+    x = torch.randn(2, 32, 3)
+    dec_in = Forecaster(tiny(patch_len=4, placeholders="last_period", period=6)).decoder_input(x)
+    torch.testing.assert_close(dec_in[:, :8], x[:, 24:])  # the known steps
+    torch.testing.assert_close(dec_in[:, 8:], x[:, [26 + t % 6 for t in range(16)]])
+    for period in (0, 33):
+        with pytest.raises(ValueError, match=r"period: must be in \[1, seq_len=32\]"):
+            tiny(placeholders="last_period", period=period)
+    with pytest.raises(ValueError, match="other placeholders take none"):
+        tiny(placeholders="last_patch", period=24)
+
+
 def test_forward_shapes_and_outputs() -> None:
     model = Forecaster(tiny(outputs=[2], instance_norm=False)).eval()
     assert model(torch.randn(5, 32, 3)).shape == (5, 16, 1)

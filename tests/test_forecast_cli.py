@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import datetime
 import importlib.util
 import json
 import os
@@ -181,6 +182,35 @@ def test_exponents_in_the_config_are_numbers(tmp_path) -> None:
     assert config.train["lr"] == 1e-3
     train = TrainConfig.from_dict(config.train)
     assert train.lr == 1e-3 and train.weight_decay == 1e-2 and train.max_epochs == 2
+
+
+def test_last_period_placeholders_take_a_day_of_the_files_steps(tmp_path, small_csv) -> None:
+    """``period`` 0 becomes a day of the file's steps (24 hourly, 96 every 15 minutes), a period in
+    the config is kept, and a day longer than the input is refused naming the field."""
+    rows = small_csv.read_text().splitlines()
+    start = datetime.datetime(2016, 7, 1)
+
+    def stamped(minutes: int) -> Path:
+        path = tmp_path / f"every-{minutes}.csv"
+        dated = [
+            f"{start + datetime.timedelta(minutes=minutes * i):%Y-%m-%d %H:%M:%S}" for i in range(len(rows))
+        ]
+        body = [f"{date},{row.split(',', 1)[1]}" for date, row in zip(dated, rows[1:])]
+        path.write_text("\n".join([rows[0], *body]) + "\n")
+        return path
+
+    def period(path: Path, **model) -> int:
+        model = {"placeholders": "last_period", "patch_len": 24, **model}
+        config = {"data": {"input_len": 96, "label_len": 24, "horizon": 24}, "model": model}
+        (tmp_path / "c.yaml").write_text(yaml.safe_dump(config))
+        config = forecast_cli.load_config(tmp_path / "c.yaml", **{"data.path": str(path)})
+        return forecast_cli.build_training(config, tmp_path / "c.yaml").model.period
+
+    assert period(small_csv) == 24
+    assert period(stamped(15)) == 96
+    assert period(stamped(15), period=48) == 48
+    with pytest.raises(UserError, match=r"model.period must be in \[1, seq_len=96\] .*, got 1440 "):
+        period(stamped(1))  # 1,440 steps a day
 
 
 def test_shipped_recipe_is_the_benchmarked_one_and_fits_every_horizon(data_dir: Path) -> None:

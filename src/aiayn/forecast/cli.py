@@ -141,16 +141,19 @@ def _flags(args: argparse.Namespace, tuning: bool = False) -> dict[str, Any]:
     }
 
 
-def model_config(config: ForecastRun, columns: list[str], outputs: list[int], source: str | Path):
-    """The :class:`ForecastConfig` of the config's ``model`` section, shaped by the data."""
+def model_config(config: ForecastRun, data: Any, source: str | Path):
+    """The :class:`ForecastConfig` of the config's ``model`` section, shaped by ``data`` (a
+    ``ForecastData``); a ``period`` of 0 for last_period placeholders becomes a day of its steps."""
     d = config.data
     shape = {
-        "n_features": len(columns),
-        "outputs": outputs,
+        "n_features": len(data.columns),
+        "outputs": data.outputs,
         "seq_len": d.input_len,
         "label_len": min(d.label_len, d.input_len),
         "horizon": d.horizon,
     }
+    if config.model.get("placeholders") == "last_period" and not config.model.get("period"):
+        shape["period"] = data.series.steps_per_day
     with reported(source):
         return from_mapping(ForecastConfig, {**config.model, **shape}, "model.")
 
@@ -179,7 +182,7 @@ def build_training(config: ForecastRun, source: str | Path, data: Any = None) ->
     if d.path is None:
         raise UserError("no data file: set data.path in the config or pass --data")
     data = data or prepare(d.path, d.features, d.target, d.input_len, d.horizon)
-    model_cfg = model_config(config, data.columns, data.outputs, source)
+    model_cfg = model_config(config, data, source)
     run_config = {
         "model": model_cfg.to_dict(),
         "data": {**dataclasses.asdict(d), "columns": data.columns},

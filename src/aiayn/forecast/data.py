@@ -61,6 +61,11 @@ class Series:
         positive = steps > np.timedelta64(0, "s")
         return steps[positive][np.argmax(counts[positive])]
 
+    @property
+    def steps_per_day(self) -> int:
+        """Rows in a day at :attr:`freq`, rounded; 1 for daily or coarser data."""
+        return max(1, round(np.timedelta64(1, "D") / self.freq))
+
     def select(self, columns: list[str]) -> "Series":
         """The same series with only ``columns``, in that order (a missing one raises :class:`UserError`)."""
         missing = [c for c in columns if c not in self.columns]

@@ -25,8 +25,10 @@ Options, each off/paper-like by default where it is a deviation:
 * ``decoding``: "one_pass" (placeholders, one causal pass) or "autoregressive" (decoder input is
   the series shifted by one token, teacher-forced in training; at inference each predicted token
   is fed back, one at a time).
-* ``placeholders`` (one pass): "zeros" (Informer) or "last_patch", the last p known steps repeated
-  over the horizon (a seasonal-naive guess with period p that the decoder corrects).
+* ``placeholders`` (one pass): "zeros" (Informer), "last_patch", the last p known steps repeated
+  over the horizon (a seasonal-naive guess with period p that the decoder corrects), or
+  "last_period", the last ``period`` known steps repeated (the command sets ``period`` to a day of
+  the file's steps: 24 for hourly data, 96 at 15 minutes, whatever p is).
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from aiayn.config import Checked, TransformerConfig, from_mapping, require, sett
 from aiayn.model import Decoder, Encoder, PositionalEncoding, causal_mask
 
 DECODING = ("one_pass", "autoregressive")
-PLACEHOLDERS = ("zeros", "last_patch")
+PLACEHOLDERS = ("zeros", "last_patch", "last_period")
 
 
 @dataclass
@@ -73,9 +75,12 @@ class ForecastConfig(Checked):
     #: encoder patches start every patch_stride steps (0 = patch_len: no overlap)
     patch_stride: int = setting(0, ge=0)
     decoding: str = setting("one_pass", choices=DECODING)
-    #: One-pass placeholders for the horizon: "zeros" (Informer) or "last_patch" (the last p known
-    #: steps repeated: a seasonal-naive guess with period p for the decoder to correct).
+    #: One-pass placeholders for the horizon: "zeros" (Informer), "last_patch" (the last p known
+    #: steps repeated: a seasonal-naive guess with period p for the decoder to correct) or
+    #: "last_period" (the last ``period`` known steps repeated).
     placeholders: str = setting("zeros", choices=PLACEHOLDERS)
+    #: steps repeated by "last_period" placeholders; 0 in a config file: a day of the file's steps
+    period: int = setting(0, ge=0)
 
     def check(self) -> None:
         require("label_len", self.label_len <= self.seq_len, f"must be in [0, seq_len={self.seq_len}]")
@@ -104,6 +109,12 @@ class ForecastConfig(Checked):
             "placeholders",
             self.decoding == "one_pass" or self.placeholders == "zeros",
             f"{self.placeholders!r} applies to one-pass decoding only (autoregressive decoding has none)",
+        )
+        require(
+            "period",
+            1 <= self.period <= self.seq_len if self.placeholders == "last_period" else self.period == 0,
+            f"must be in [1, seq_len={self.seq_len}] for last_period placeholders, got {self.period} "
+            "(0 in a config file: a day of the file's steps); other placeholders take none",
         )
         require(
             "channel_independent",
@@ -245,10 +256,12 @@ class Forecaster(nn.Module):
         cfg = self.config
         known = x[:, x.size(1) - cfg.label_len :]  # (B, label_len, c)
         if cfg.decoding == "one_pass":
-            if cfg.placeholders == "last_patch":  # (B, p, c) tiled over the horizon
-                future = x[:, x.size(1) - self.p :].repeat(1, cfg.horizon // self.p, 1)
-            else:
+            if cfg.placeholders == "zeros":
                 future = x.new_zeros(x.size(0), cfg.horizon, x.size(2))
+            else:  # the last p (last_patch) or period steps, (B, period, c), tiled over the horizon
+                period = self.p if cfg.placeholders == "last_patch" else cfg.period
+                tiles = -(-cfg.horizon // period)
+                future = x[:, x.size(1) - period :].repeat(1, tiles, 1)[:, : cfg.horizon]
             return torch.cat([known, future], dim=1)
         start = x[:, x.size(1) - cfg.label_len - self.p : x.size(1) - cfg.label_len]  # one token before
         future = target if target is not None else x.new_zeros(x.size(0), cfg.horizon, x.size(2))
