@@ -271,9 +271,8 @@ def test_the_batcher_waits_only_until_as_many_requests_as_recent_batches_are_in(
 
 def test_held_requests_are_batched_together_not_one_per_batch() -> None:
     """Requests beyond one batch's token bound, or with other options, are held; the next batches
-    take as many of them as fit (here: 12 requests of 3 tokens with a bound of 10 are 4 batches of
-    3; before, every held request was a batch of its own), each request still answered with its own
-    lines."""
+    take as many of them as fit (12 requests of 3 tokens with a bound of 10 are 4 batches of 3;
+    alternating options are one batch per option), each request answered with its own lines."""
     import asyncio
     from concurrent.futures import ThreadPoolExecutor
 

@@ -250,8 +250,8 @@ class Forecaster(nn.Module):
         """The decoder input ``(B, label_len + H, c)`` for one-pass decoding or teacher forcing.
 
         One pass: the last ``label_len`` known steps, then placeholders for the horizon (zeros, or the
-        last patch repeated). Autoregressive:
-        the known steps followed by ``target`` (teacher forcing), shifted right by one token.
+        last patch or period repeated). Autoregressive: the known steps followed by ``target``
+        (teacher forcing), shifted right by one token.
         """
         cfg = self.config
         known = x[:, x.size(1) - cfg.label_len :]  # (B, label_len, c)
