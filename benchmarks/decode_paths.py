@@ -8,6 +8,8 @@ Translator's own batches):
 
 * ``one-stage selection``: PyTorch's ``argmax``/``topk`` over the whole vocabulary instead of the
   block-wise two-stage ones (``DecodeOptions(two_stage=False)``);
+* ``one encoder batch``: the encoder run on the whole padded batch at once instead of on buckets
+  of sources of similar length (``DecodeOptions(by_length=False)``);
 * ``written-out attention formula``: attention computed by the formula written out (two batched
   matmuls around an fp32 softmax) instead of the fused ``F.scaled_dot_product_attention`` that
   decoding takes (``path = "formula"`` on every ``MultiHeadAttention`` of the model);
@@ -47,7 +49,11 @@ from aiayn.model import MultiHeadAttention
 from common import command, machine, peak_rss_mib, versions
 
 ROOT = Path(__file__).resolve().parents[1]
-OPTIONS = {"one-stage selection": "two_stage", "memory per row": "group_rows"}  # DecodeOptions fields
+OPTIONS = {  # DecodeOptions fields
+    "one-stage selection": "two_stage",
+    "memory per row": "group_rows",
+    "one encoder batch": "by_length",
+}
 FORMULA = "written-out attention formula"  # MultiHeadAttention.path, on the model
 
 

@@ -22,7 +22,7 @@ from aiayn.decode import (
 )
 from aiayn.decode.cache import GroupedDecoderCache, GroupedKVCache
 from aiayn.decode.search import BLOCK, MIN_BLOCKS, _blocks, first_argmax, stable_topk
-from aiayn.decode.step import source_lengths
+from aiayn.decode.step import _buckets, encode_by_length, source_lengths
 from aiayn.errors import UserError
 from aiayn.model import KVCache, MultiHeadAttention
 from aiayn.model.masks import padding_mask
@@ -556,3 +556,33 @@ def test_grouped_and_per_row_memory_give_the_same_hypotheses(options: DecodeOpti
         step = ModelStep(model, src)
         step.reorder(torch.arange(4).repeat_interleave(3))
     assert step.cache.group == 3 and step.cache.memory.size(0) == 4
+
+
+def test_encoding_by_length_gives_each_source_its_own_memory_and_zeros_beyond_it() -> None:
+    model, lengths = tiny_model(), [9, 3, 8, 2, 7]
+    src = pad(sources(lengths, seed=2))
+    with torch.no_grad():
+        memory = encode_by_length(model, src, padding_mask(src, model.config.pad_id))
+        for i, n in enumerate(lengths):  # each source alone, with no padding at all
+            alone = model.encode(src[i : i + 1, :n])[0]
+            torch.testing.assert_close(memory[i, :n], alone, atol=1e-5, rtol=1e-5)
+            assert not memory[i, n:].any()
+    buckets = [(rows.tolist(), width) for rows, width in _buckets(torch.tensor(lengths), 0.8)]
+    assert buckets == [([0, 2], 9), ([4], 7), ([1], 3), ([3], 2)]  # 8 >= 0.8 * 9; 7 < 0.8 * 9
+
+
+def test_sources_not_padded_on_the_right_are_encoded_whole() -> None:
+    model, src = tiny_model(), pad(sources([6, 4], seed=1))
+    src[1] = torch.cat([src[1, 4:], src[1, :4]])  # padding first
+    mask = padding_mask(src, model.config.pad_id)
+    with torch.no_grad():
+        torch.testing.assert_close(encode_by_length(model, src, mask), model.encode(src, mask))
+
+
+@pytest.mark.parametrize("options", OPTION_SETS[:2], ids=["greedy", "beam"])
+def test_encoding_by_length_and_as_one_batch_give_the_same_hypotheses(options: DecodeOptions) -> None:
+    model, src = tiny_model(), pad(sources([12, 3, 9, 2, 5, 11], seed=4))
+    assert_same(generate(model, src, options), generate(model, src, replace(options, by_length=False)))
+    with torch.no_grad():  # the bucketed path zeros the memory at padding; one batch does not
+        assert not ModelStep(model, src).memory[src == PAD].any()
+        assert ModelStep(model, src, by_length=False).memory[src == PAD].any()

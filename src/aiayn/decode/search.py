@@ -7,7 +7,8 @@ model goes through :class:`~aiayn.decode.step.ModelStep`; the tests use a fake o
 Exact speed-ups, each with its reference behind an argument (and a :class:`DecodeOptions` field), so
 that tests and ``benchmarks/decode_paths.py`` compare the two: ``two_stage`` (block-wise argmax and
 top-k over the vocabulary, against PyTorch's one-stage ones), ``shortlist`` (beam search scores each
-row's best ``2 * beam`` tokens, not all of them) and ``group_rows`` (see :mod:`aiayn.decode.cache`).
+row's best ``2 * beam`` tokens, not all of them), ``group_rows`` (see :mod:`aiayn.decode.cache`) and
+``by_length`` (the encoder on buckets of similar length, see :mod:`aiayn.decode.step`).
 
 Conventions, the same in every search:
 
@@ -443,8 +444,8 @@ class DecodeOptions:
     tokens (its EOS included); the paper's "input length + 50" is a=1, b=50.
     ``scores=False``: the caller needs no scores (``Translator.translate``), so a search that does
     not need them to choose (greedy) skips them; its hypotheses' ``score``/``log_prob`` are NaN.
-    ``group_rows``, ``shortlist``, ``two_stage``: exact speed-ups (module docstring); False gives
-    the reference path, the same output.
+    ``group_rows``, ``shortlist``, ``two_stage``, ``by_length``: exact speed-ups (module
+    docstring); False gives the reference path, the same output.
     """
 
     beam: int = 4
@@ -462,6 +463,7 @@ class DecodeOptions:
     group_rows: bool = True
     shortlist: bool = True
     two_stage: bool = True
+    by_length: bool = True
 
     def __post_init__(self) -> None:
         checks = [
@@ -497,7 +499,7 @@ def generate(model, src: Tensor, options: DecodeOptions = DecodeOptions()) -> li
     greedy = options.beam == 1 and not options.sample
     with torch.inference_mode():
         # greedy: argmax of the logits
-        step = ModelStep(model, src, options.use_cache, log_probs=not greedy, group_rows=options.group_rows)
+        step = ModelStep(model, src, options.use_cache, not greedy, options.group_rows, options.by_length)
         if options.sample:
             return sample_search(
                 step,

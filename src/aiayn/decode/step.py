@@ -14,6 +14,13 @@ function*: an object with
 
 :class:`ModelStep` is that object for the real model; the tests drive the same search code with
 a fake step function of fixed probabilities.
+
+The encoder runs once per batch, before the first step. By default (:func:`encode_by_length`) it
+runs on buckets of sources of similar length, each padded only to its own longest, and the
+memories are gathered into one ``(B, S, D)`` tensor padded with zeros: a batch of mixed lengths
+(a server's requests as they arrive) would otherwise encode every sentence at the longest one's
+length. Padded memory positions are never attended (the source mask), so only the padding's cost
+changes, not the result (up to float rounding, as between any two batchings).
 """
 
 from __future__ import annotations
@@ -24,6 +31,8 @@ from torch import Tensor
 from aiayn.decode.cache import GroupedDecoderCache
 from aiayn.model.masks import padding_mask
 
+BUCKET_RATIO = 0.8  # a bucket's shortest source has at least this fraction of its longest's tokens
+
 
 class ModelStep:
     """The Transformer as a step function, with (default) or without the key/value cache.
@@ -33,14 +42,23 @@ class ModelStep:
     same source share its memory unless ``group_rows=False``); with ``use_cache=False`` it recomputes
     the decoder over the whole prefix (slow, the reference the cached path is tested against).
     ``log_probs=False``: calls return the generator's logits, not log-probabilities.
+    ``by_length=False``: the encoder runs on the whole padded batch at once (the reference of
+    :func:`encode_by_length`).
     """
 
     def __init__(
-        self, model, src: Tensor, use_cache: bool = True, log_probs: bool = True, group_rows: bool = True
+        self,
+        model,
+        src: Tensor,
+        use_cache: bool = True,
+        log_probs: bool = True,
+        group_rows: bool = True,
+        by_length: bool = True,
     ) -> None:
         self.model, self.use_cache, self.log_probs = model, use_cache, log_probs
         src_mask = padding_mask(src, model.config.pad_id)  # (B, 1, 1, S), True = may attend
-        self.memory = model.encode(src, src_mask)  # (B, S, D)
+        encode = encode_by_length if by_length else _encode_whole
+        self.memory = encode(model, src, src_mask)  # (B, S, D)
         self.src_mask = src_mask
         self.cache = None
         if use_cache:
@@ -72,6 +90,46 @@ class ModelStep:
             return
         self.memory = self.memory.index_select(0, new_order)  # (N', S, D)
         self.src_mask = self.src_mask.index_select(0, new_order)  # (N', 1, 1, S)
+
+
+def _encode_whole(model, src: Tensor, src_mask: Tensor) -> Tensor:
+    return model.encode(src, src_mask)  # (B, S, D)
+
+
+def encode_by_length(model, src: Tensor, src_mask: Tensor, ratio: float = BUCKET_RATIO) -> Tensor:
+    """``model.encode`` of right-padded ``src`` ``(B, S)`` in buckets of similar length -> ``(B, S, D)``.
+
+    Sources sorted longest first; a bucket takes them while they have at least ``ratio`` times the
+    tokens of its first, and is encoded padded to that one's length. Memory positions beyond a
+    source's length are zeros. Sources that are not right-padded are encoded whole.
+    """
+    lengths = src_mask[:, 0, 0].sum(dim=-1)  # (B,)
+    positions = torch.arange(src.size(1), device=src.device)
+    if not torch.equal(src_mask[:, 0, 0], positions < lengths[:, None]):
+        return _encode_whole(model, src, src_mask)
+    memory = None
+    for rows, width in _buckets(lengths, ratio):
+        part = model.encode(src[rows, :width], src_mask[rows, :, :, :width])  # (b, width, D)
+        if memory is None:
+            memory = part.new_zeros(src.size(0), src.size(1), part.size(-1))
+        memory[rows, :width] = part
+    if memory is None:  # no source has a token
+        return _encode_whole(model, src, src_mask)
+    return memory.masked_fill_(~src_mask[:, 0, 0, :, None], 0.0)  # a bucket's padding too
+
+
+def _buckets(lengths: Tensor, ratio: float) -> list[tuple[Tensor, int]]:
+    """(rows, width) of each bucket of non-empty sources, longest first (see :func:`encode_by_length`)."""
+    order = lengths.argsort(descending=True, stable=True).tolist()
+    sizes = lengths.tolist()
+    buckets, start = [], 0
+    while start < len(order) and sizes[order[start]] > 0:
+        width, end = sizes[order[start]], start + 1
+        while end < len(order) and sizes[order[end]] >= ratio * width:
+            end += 1
+        buckets.append((torch.tensor(order[start:end], device=lengths.device), width))
+        start = end
+    return buckets
 
 
 def source_lengths(src: Tensor, pad_id: int) -> Tensor:
