@@ -21,7 +21,6 @@ from aiayn.decode import (
     sample_search,
 )
 from aiayn.decode.cache import GroupedDecoderCache, GroupedKVCache
-from aiayn.decode.running import RunningSearch
 from aiayn.decode.search import BLOCK, MIN_BLOCKS, _blocks, first_argmax, stable_topk
 from aiayn.decode.step import _buckets, encode_by_length, source_lengths
 from aiayn.errors import UserError
@@ -587,49 +586,3 @@ def test_encoding_by_length_and_as_one_batch_give_the_same_hypotheses(options: D
     with torch.no_grad():  # the bucketed path zeros the memory at padding; one batch does not
         assert not ModelStep(model, src).memory[src == PAD].any()
         assert ModelStep(model, src, by_length=False).memory[src == PAD].any()
-
-
-# --- step-level batching: sentences join a running beam search ------------------------------------
-
-
-def run_joining(model, options: DecodeOptions, arrivals: dict[int, list[list[int]]]) -> dict:
-    """Sentences added before the steps named in ``arrivals``; every result, by key."""
-    search, keys, results, t = RunningSearch(model, options), [], {}, 0
-    while t <= max(arrivals) or search.sentences:
-        keys += [search.add(source) for source in arrivals.get(t, [])]
-        results.update(search.step())
-        t += 1
-    return [results[key] for key in keys]
-
-
-@pytest.mark.parametrize("alpha", [0.0, 0.6])
-def test_sentences_joining_a_running_search_get_what_they_get_alone(alpha: float) -> None:
-    model = tiny_model()
-    options = DecodeOptions(beam=3, alpha=alpha, nbest=3, max_len_b=9)
-    rows = sources([4, 11, 3, 9, 7, 2, 12], seed=6)
-    arrivals = {0: rows[:2], 2: rows[2:4], 3: rows[4:5], 7: rows[5:]}  # while others are mid-search
-    joined = run_joining(model, options, arrivals)
-    alone = [generate(model, pad([row]), options)[0] for row in rows]
-    assert_same(joined, alone)
-    assert all(len(hyps) == 3 for hyps in joined)
-
-
-def test_rows_of_a_running_search_keep_their_own_positions() -> None:
-    model = tiny_model()
-    with torch.no_grad():
-        step = ModelStep(model, pad(sources([5])))
-        step.reorder(torch.tensor([0, 0]))
-        step(targets(2, 1))  # two steps for the first source's two rows
-        step(targets(2, 1))
-        step.join(pad(sources([8, 3], seed=3)), group=2)
-        assert step.cache.length.tolist() == [2, 2, 0, 0, 0, 0]
-        assert step.cache.self_mask()[:, 0, 0].tolist() == [[True] * 3] * 2 + [[False, False, True]] * 4
-        step.reorder(torch.tensor([2, 3, 4, 5]))  # the first source finished: its columns go
-        assert step.cache.length == 0 and step.cache.layers[0][0].k.size(2) == 0
-        assert step.cache.self_mask() is None and step.cache.group == 2
-
-
-def test_a_running_search_refuses_greedy_search_and_sampling() -> None:
-    for options in (DecodeOptions(beam=1), DecodeOptions(sample=True), DecodeOptions(use_cache=False)):
-        with pytest.raises(ValueError, match="beam search"):
-            RunningSearch(tiny_model(), options)

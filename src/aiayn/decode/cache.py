@@ -7,13 +7,6 @@ cross-attention keys/values) once per *group* of consecutive rows with the same 
 cross-attention queries of a group attend to that one row together (:class:`GroupedKVCache`),
 instead of a copy of it for every row. Results are the same as with the model's plain
 :class:`~aiayn.model.DecoderCache`; only copies and per-row work are saved.
-
-Sources may also *join* a batch that is being decoded (:meth:`GroupedDecoderCache.join`, for
-step-level batching): their rows start at their first step while the others go on. The
-self-attention keys/values of all rows share one time axis, each row's own positions at its end
-(left-padded), with one decoded length per row; :meth:`GroupedDecoderCache.self_mask` keeps a row
-from attending to the columns before its start, and the positional encoding takes each row's own
-position. Columns no row needs any more are cut off as rows leave.
 """
 
 from __future__ import annotations
@@ -82,75 +75,9 @@ class GroupedDecoderCache(DecoderCache):
             return
         for self_cache, _ in self.layers:
             self_cache.reorder(new_order)
-        if isinstance(self.length, Tensor):
-            self.length = self.length.index_select(0, new_order)
-            self._trim()
         sources = self.sources.index_select(0, new_order)  # (N',) memory row of each new row
         if not torch.equal(sources, self.sources):
             self._regroup(sources)
-
-    def join(
-        self, memory: Tensor, src_mask: Tensor, keys_values: list[tuple[Tensor, Tensor]] | None, group: int
-    ) -> None:
-        """Add sources after the rows there are, ``group`` rows each, at their first step.
-
-        ``memory`` ``(M, S', D)`` and ``src_mask`` ``(M, 1, 1, S')`` (True = may attend) of the new
-        sources; ``keys_values``: each decoder layer's cross-attention keys and values of
-        ``memory``, ``(M, H, S', d_k)`` each, or None while the cache holds none yet (no step run).
-        """
-        filled = bool(self.layers) and self.layers[0][1].filled
-        if filled and keys_values is None:
-            raise ValueError("join: the cache holds cross-attention keys/values; give the new sources' ones")
-        rows, width = self.sources.numel(), max(self.memory.size(1), memory.size(1))
-        new_rows = memory.size(0) * group
-        sources = torch.cat([self.sources, self.memory.size(0) + self._source_ids(memory, group)])
-        self.memory = torch.cat([_pad_to(self.memory, 1, width), _pad_to(memory, 1, width)])
-        self.src_mask = torch.cat([_pad_to(self._mask(), 3, width), _pad_to(src_mask, 3, width)])
-        for i, (self_cache, cross_cache) in enumerate(self.layers):
-            if filled:
-                k, v = keys_values[i]
-                cross_cache.k = torch.cat([_pad_to(cross_cache.k, 2, width), _pad_to(k, 2, width)])
-                cross_cache.v = torch.cat([_pad_to(cross_cache.v, 2, width), _pad_to(v, 2, width)])
-            if self_cache.filled:  # the new rows have no columns of their own yet
-                self_cache.k, self_cache.v = (
-                    _add_rows(self_cache.k, new_rows),
-                    _add_rows(self_cache.v, new_rows),
-                )
-        if self.layers and self.layers[0][0].filled:
-            old = self.length if isinstance(self.length, Tensor) else torch.full((rows,), self.length)
-            self.length = torch.cat([old.to(sources.device), sources.new_zeros(new_rows)])  # (N,)
-        self.group, self.sources = 1, torch.arange(self.memory.size(0), device=memory.device)
-        self._regroup(sources)
-
-    def self_mask(self) -> Tensor | None:
-        """The decoder self-attention mask of the next step, ``(N, 1, 1, T+1)`` (True = may attend):
-        each row attends to its own positions only; None while all rows have the same length."""
-        if not isinstance(self.length, Tensor):
-            return None
-        width = self.layers[0][0].k.size(2)  # T columns held
-        keys = torch.arange(width + 1, device=self.length.device)
-        return (keys >= width - self.length[:, None])[:, None, None, :]
-
-    def _trim(self) -> None:
-        """Cut the columns no row needs; back to one length when all rows have it."""
-        width = int(self.length.max()) if self.length.numel() else 0
-        for self_cache, _ in self.layers:
-            if self_cache.filled and self_cache.k.size(2) > width:
-                start = self_cache.k.size(2) - width
-                self_cache.k, self_cache.v = self_cache.k[:, :, start:], self_cache.v[:, :, start:]
-        if not self.length.numel() or bool((self.length == width).all()):
-            self.length = width
-
-    def _mask(self) -> Tensor:
-        if self.src_mask is not None:
-            return self.src_mask
-        return torch.ones(
-            self.memory.size(0), 1, 1, self.memory.size(1), dtype=torch.bool, device=self.memory.device
-        )
-
-    @staticmethod
-    def _source_ids(memory: Tensor, group: int) -> Tensor:
-        return torch.arange(memory.size(0), device=memory.device).repeat_interleave(group)
 
     def _regroup(self, sources: Tensor) -> None:
         """Rows now read memory rows ``sources`` ``(N',)``: keep each run of equal sources once when
@@ -170,18 +97,3 @@ class GroupedDecoderCache(DecoderCache):
         self.memory = self.memory.index_select(0, rows)
         if self.src_mask is not None:
             self.src_mask = self.src_mask.index_select(0, rows)
-
-
-def _pad_to(x: Tensor, dim: int, size: int) -> Tensor:
-    """``x`` with zeros (False for a mask) appended along ``dim`` up to ``size``."""
-    missing = size - x.size(dim)
-    if not missing:
-        return x
-    shape = list(x.shape)
-    shape[dim] = missing
-    return torch.cat([x, x.new_zeros(shape)], dim=dim)
-
-
-def _add_rows(x: Tensor, rows: int) -> Tensor:
-    """``x`` ``(N, H, T, d)`` with ``rows`` rows of zeros after its own."""
-    return torch.cat([x, x.new_zeros((rows, *x.shape[1:]))])

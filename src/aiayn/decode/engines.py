@@ -11,10 +11,7 @@ first; ``[]`` for a blank line). Both engines keep :class:`~aiayn.decode.Transla
 conventions: blank line -> blank output, a source longer than ``max_len`` truncated with the same
 warning, line breaks in an output replaced by spaces.
 
-``torch`` is :class:`~aiayn.decode.Translator` on the model of the checkpoint. It also has
-``running(options)``: a :class:`~aiayn.decode.translator.RunningTranslation` that lines join
-between the steps of a beam search (step-level batching, :mod:`aiayn.decode.running`), or None
-for options it cannot take; the CTranslate2 engine has none (its batches run whole).
+``torch`` is :class:`~aiayn.decode.Translator` on the model of the checkpoint.
 
 ``ctranslate2`` runs the CTranslate2 export of the checkpoint (:mod:`aiayn.export`), made on first
 use into ``RUN/ct2`` for a run directory, ``ct2-NAME`` beside a checkpoint directory ``NAME``, or
@@ -62,10 +59,9 @@ from typing import Callable, Iterator, Sequence
 
 import torch
 
-from aiayn.decode.running import RunningSearch
 from aiayn.decode.search import DecodeOptions, length_penalty
 from aiayn.decode.step import max_output_lengths
-from aiayn.decode.translator import LINE_BREAKS, RunningTranslation, Translator
+from aiayn.decode.translator import LINE_BREAKS, Translator
 from aiayn.errors import UserError
 from aiayn.export import QUANTIZATIONS
 
@@ -143,13 +139,6 @@ class TorchEngine:
 
     def translate_nbest(self, lines: Sequence[str], options: DecodeOptions) -> NBest:
         return self.translator(options).translate_nbest(lines)
-
-    def running(self, options: DecodeOptions) -> RunningTranslation | None:
-        """A running search of ``options`` that lines join between steps, or None where the search
-        cannot take them (greedy search, sampling): :mod:`aiayn.decode.running`."""
-        if not RunningSearch.supports(options):
-            return None
-        return RunningTranslation(self.translator(options), options)
 
 
 # --- CTranslate2 ----------------------------------------------------------------------------------

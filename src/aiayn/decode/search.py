@@ -340,17 +340,11 @@ def beam_search(
     state = _Beams(step, max_lens, beam, alpha, ids, shortlist, two_stage)
     while state.active:
         state.advance()
-    return [sorted(state.finished[s], key=lambda h: -h.score)[:nbest] for s in range(len(max_lens))]
+    return [sorted(f, key=lambda h: -h.score)[:nbest] for f in state.finished]
 
 
 class _Beams:
-    """The live beams of the unfinished sentences and the finished hypotheses of every sentence.
-
-    Sentences are known by keys (``keys``, default 0..n-1). :meth:`add` lets new sentences join
-    between steps (with ``beam`` rows each, as the step function's ``join`` adds them), so each
-    sentence counts its own steps; the prefixes share one time axis, each row's tokens at its end
-    (left-padded with PAD). ``completed`` lists the sentences that finished at the last step.
-    """
+    """The live beams of the unfinished sentences and the finished hypotheses of every sentence."""
 
     def __init__(
         self,
@@ -361,43 +355,24 @@ class _Beams:
         ids: SpecialIds,
         shortlist: bool = True,
         two_stage: bool = True,
-        keys: list[int] | None = None,
     ) -> None:
-        self.step, self.beam, self.alpha, self.ids = step, beam, alpha, ids
+        self.step, self.max_lens, self.beam, self.alpha, self.ids = step, max_lens, beam, alpha, ids
         self.shortlist, self.two_stage = shortlist, two_stage
         device = _device_of(step)
         n = len(max_lens)
-        self.active = list(range(n)) if keys is None else list(keys)  # sentences still searching
-        self.limits, self.steps = list(max_lens), [0] * n  # per active sentence
-        self.finished: dict[int, list[Hypothesis]] = {s: [] for s in self.active}
-        self.completed: list[int] = []
+        self.active = list(range(n))  # sentence ids still searching
+        self.finished: list[list[Hypothesis]] = [[] for _ in range(n)]
         self.prefix = torch.full((n * beam, 1), ids.bos, dtype=torch.long, device=device)  # (n*K, t)
         self.cum = torch.full((n, beam), NEG_INF, dtype=torch.float64, device=device)  # (n, K)
         self.cum[:, 0] = 0.0  # one live hypothesis (BOS) at the start
-        self.t = 0  # steps run
+        self.t = 0  # tokens generated so far (BOS not counted)
         # The step holds one row per sentence until the first step is scored (t = 0): all K beams
         # start as the same BOS, so the first step runs once per sentence, not K times.
-
-    def add(self, keys: list[int], max_lens: list[int]) -> None:
-        """New sentences after the others, at their first step: ``beam`` rows each, beam 0 live.
-        Only after the first step (the step function holds ``beam`` rows per sentence then)."""
-        if self.t == 0:
-            raise ValueError("sentences join a beam search after its first step")
-        K, n, device = self.beam, len(keys), self.prefix.device
-        start = torch.full((n * K, self.prefix.size(1)), self.ids.pad, dtype=torch.long, device=device)
-        start[:, -1] = self.ids.bos
-        cum = torch.full((n, K), NEG_INF, dtype=torch.float64, device=device)
-        cum[:, 0] = 0.0
-        self.prefix, self.cum = torch.cat([self.prefix, start]), torch.cat([self.cum, cum])
-        self.active += keys
-        self.limits += max_lens
-        self.steps += [0] * n
-        self.finished.update({s: [] for s in keys})
 
     def advance(self) -> None:
         """One step: expand, finish EOS candidates, choose the next beams, drop finished sentences."""
         K, device = self.beam, self.prefix.device
-        forced = torch.tensor([n >= m for n, m in zip(self.steps, self.limits)], device=device)  # (n,)
+        forced = torch.tensor([self.t >= self.max_lens[s] for s in self.active], device=device)  # (n,)
         rows = 1 if self.t == 0 else K  # step rows per sentence
         log_probs = _restrict(self.step(self.prefix[:: K // rows]), forced.repeat_interleave(rows), self.ids)
         # A sentence's best 2K candidates are among the best 2K tokens of each of its K rows (ties
@@ -423,10 +398,9 @@ class _Beams:
         if not hits.numel():
             return
         rows, cands = hits[:, 0], hits[:, 1]
-        prefixes = self.prefix[rows * self.beam + origin[rows, cands]].tolist()  # BOS and tokens at the end
+        prefixes = self.prefix[rows * self.beam + origin[rows, cands], 1:].tolist()
         for row, tokens, score in zip(rows.tolist(), prefixes, scores[rows, cands].tolist()):
-            generated = tokens[len(tokens) - self.steps[row] :]
-            self._keep(self.finished[self.active[row]], _hypothesis(generated, score, self.alpha))
+            self._keep(self.finished[self.active[row]], _hypothesis(tokens, score, self.alpha))
 
     def _keep(self, finished: list[Hypothesis], hypothesis: Hypothesis) -> None:
         if len(finished) == self.beam:
@@ -436,41 +410,27 @@ class _Beams:
             finished.remove(worst)
         finished.append(hypothesis)
 
-    def _settled(self, sentence: int, steps: int, best_live: float) -> bool:
-        """``beam`` finished, and the best live hypothesis (log-prob ``best_live`` after ``steps``
-        tokens) cannot beat the worst of them."""
+    def _settled(self, sentence: int, best_live: float) -> bool:
+        """``beam`` finished, and the best live hypothesis (log-prob ``best_live``) cannot beat the
+        worst of them."""
         finished = self.finished[sentence]
         if len(finished) < self.beam:
             return False
-        bound = best_live / length_penalty(steps + 2, self.alpha)  # if it ended next step
+        bound = best_live / length_penalty(self.t + 2, self.alpha)  # if it ended next step
         return bound <= min(h.score for h in finished)
 
     def _select(self, origin: Tensor, token: Tensor, cum: Tensor, forced: Tensor) -> None:
         """Keep the unfinished sentences; their rows become the chosen (origin, token) pairs."""
         K, first = self.beam, self.t == 0
         best_live = cum.max(dim=-1).values.tolist()  # (n,) one transfer, not one per sentence
-        done = [
-            f or self._settled(s, n, b)
-            for s, n, f, b in zip(self.active, self.steps, forced.tolist(), best_live)
-        ]
+        done = [f or self._settled(s, b) for s, f, b in zip(self.active, forced.tolist(), best_live)]
         keep = torch.tensor([r for r, d in enumerate(done) if not d], dtype=torch.long, device=origin.device)
         rows = (keep[:, None] * K + origin[keep]).reshape(-1)  # (n'*K,) rows of the old prefix
         self.prefix = torch.cat([self.prefix[rows], token[keep].reshape(-1, 1)], dim=1)  # (n'*K, t+1)
         self.cum, self.t = cum[keep], self.t + 1
-        self.completed = [s for s, d in zip(self.active, done) if d]
-        self.active, self.limits, self.steps = (
-            [x for x, d in zip(values, done) if not d] for values in (self.active, self.limits, self.steps)
-        )
-        self.steps = [n + 1 for n in self.steps]
-        self._trim()
+        self.active = [s for s, d in zip(self.active, done) if not d]
         if self.active:
             self.step.reorder(rows // K if first else rows)  # after the first step: row s*K+b was row s
-
-    def _trim(self) -> None:
-        """Drop the prefix columns before the oldest live sentence's BOS (padding in every row)."""
-        width = max(self.steps, default=0) + 1
-        if self.prefix.size(1) > width:
-            self.prefix = self.prefix[:, self.prefix.size(1) - width :]
 
 
 # --- options and the model entry point -----------------------------------------------------------

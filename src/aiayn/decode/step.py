@@ -57,8 +57,8 @@ class ModelStep:
     ) -> None:
         self.model, self.use_cache, self.log_probs = model, use_cache, log_probs
         src_mask = padding_mask(src, model.config.pad_id)  # (B, 1, 1, S), True = may attend
-        self._encode = encode_by_length if by_length else _encode_whole
-        self.memory = self._encode(model, src, src_mask)  # (B, S, D)
+        encode = encode_by_length if by_length else _encode_whole
+        self.memory = encode(model, src, src_mask)  # (B, S, D)
         self.src_mask = src_mask
         self.cache = None
         if use_cache:
@@ -75,26 +75,12 @@ class ModelStep:
     def __call__(self, prefix: Tensor) -> Tensor:
         """``prefix`` ``(N, t)`` -> next-token log-probs (or logits) ``(N, V)``, fp32."""
         if self.cache is not None:
-            mask = self.cache.self_mask()  # None unless rows joined at different steps
             states = self.model.decode(
-                prefix[:, -1:], self.memory, self.src_mask, mask, self.cache
+                prefix[:, -1:], self.memory, self.src_mask, cache=self.cache
             )  # (N, 1, D)
         else:
             states = self.model.decode(prefix, self.memory, self.src_mask)  # (N, t, D)
         return self.model.generator(states[:, -1:], log_probs=self.log_probs)[:, 0].float()  # (N, V)
-
-    def join(self, src: Tensor, group: int) -> None:
-        """Add the padded sources ``src`` ``(M, S')``, ``group`` rows each, after the rows there
-        are; they start at their first step while the others go on (needs the cache)."""
-        if self.cache is None:
-            raise ValueError("join needs the key/value cache (use_cache=True)")
-        src_mask = padding_mask(src, self.model.config.pad_id)  # (M, 1, 1, S')
-        memory = self._encode(self.model, src, src_mask)  # (M, S', D)
-        keys_values = None
-        if self.cache.layers[0][1].filled:
-            keys_values = [layer.cross_attn.memory_keys_values(memory) for layer in self.model.decoder.layers]
-        self.cache.join(memory, src_mask, keys_values, group)
-        self.memory, self.src_mask = self.cache.memory, self.cache.src_mask
 
     def reorder(self, new_order: Tensor) -> None:
         """Select rows (beams, finished sentences dropped): row i becomes old row ``new_order[i]``."""

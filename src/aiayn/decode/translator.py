@@ -11,10 +11,6 @@ convention as training (src = ids + [EOS], tgt_in = [BOS] + ids, tgt_out = ids +
   output keeps exactly one line per input line.
 * Batches hold at most ``batch_tokens`` padded source tokens (at least one sentence), sentences
   sorted by length so that little padding is computed; outputs come back in input order.
-
-:class:`RunningTranslation` is the same text in and out over a
-:class:`~aiayn.decode.running.RunningSearch`: lines join a search between its steps and come
-back as they finish (a server's step-level batching).
 """
 
 from __future__ import annotations
@@ -26,7 +22,6 @@ from typing import Callable, Iterator, Sequence
 
 import torch
 
-from aiayn.decode.running import RunningSearch
 from aiayn.decode.search import DecodeOptions, Hypothesis, generate
 
 Warn = Callable[[str], None]
@@ -120,27 +115,3 @@ class Translator:
     def detokenize(self, hypothesis: Hypothesis) -> str:
         """The text of ``hypothesis`` on one line (characters that split lines become spaces)."""
         return LINE_BREAKS.sub(" ", self.tokenizer.decode(hypothesis.tokens))
-
-
-class RunningTranslation:
-    """Lines join a running beam search between its steps (:class:`~aiayn.decode.running.RunningSearch`);
-    each line's n-best ``(score, text)`` comes back when its sentence finishes, with
-    :class:`Translator`'s text conventions (a blank line: ``[]`` at once, long sources truncated
-    with the warning)."""
-
-    def __init__(self, translator: Translator, options: DecodeOptions) -> None:
-        self.translator = translator
-        self.search = RunningSearch(translator.model, options)
-
-    def add(self, line: str) -> int | None:
-        """Queue ``line`` for the next step; its key, or None for a blank line (n-best ``[]``)."""
-        if not line.strip():
-            return None
-        return self.search.add(self.translator.encode_source(line))
-
-    def step(self) -> dict[int, list[tuple[float, str]]]:
-        """One step; the n-best of each line that finished at it, by key."""
-        finished = self.search.step()
-        return {
-            key: [(h.score, self.translator.detokenize(h)) for h in hyps] for key, hyps in finished.items()
-        }

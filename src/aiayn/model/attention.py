@@ -166,22 +166,17 @@ class MultiHeadAttention(nn.Module):
     ) -> tuple[Tensor, Tensor, Tensor]:
         """Q, K, V split into heads, each ``(B, H, T, d_k)``, with the cache applied."""
         if key_value is None:  # self-attention: one fused projection
-            q, k, v = (self._split_heads(x) for x in self.in_proj(query).chunk(3, dim=-1))
+            q, k, v = self.in_proj(query).chunk(3, dim=-1)
         else:
             d = self.d_model
-            q = self._split_heads(F.linear(query, self.in_proj.weight[:d], self.in_proj.bias[:d]))
+            q = F.linear(query, self.in_proj.weight[:d], self.in_proj.bias[:d])
             if cache is not None and cache.static and cache.filled:
-                return q, cache.k, cache.v
-            k, v = self.memory_keys_values(key_value)
+                return self._split_heads(q), cache.k, cache.v
+            k, v = F.linear(key_value, self.in_proj.weight[d:], self.in_proj.bias[d:]).chunk(2, dim=-1)
+        q, k, v = self._split_heads(q), self._split_heads(k), self._split_heads(v)
         if cache is not None:
             k, v = cache.update(k, v)
         return q, k, v
-
-    def memory_keys_values(self, memory: Tensor) -> tuple[Tensor, Tensor]:
-        """Cross-attention keys and values of ``memory`` ``(B, S, D)``, each ``(B, H, S, d_k)``."""
-        d = self.d_model
-        k, v = F.linear(memory, self.in_proj.weight[d:], self.in_proj.bias[d:]).chunk(2, dim=-1)
-        return self._split_heads(k), self._split_heads(v)
 
     def _split_heads(self, x: Tensor) -> Tensor:
         """``(B, T, D)`` -> ``(B, H, T, d_k)``."""

@@ -58,19 +58,11 @@ class PositionalEncoding(nn.Module):
         elif kind != "none":
             raise ValueError(f"positional: unknown value {kind!r}; valid: sinusoidal, learned, none")
 
-    def forward(self, x: Tensor, offset: int | Tensor = 0) -> Tensor:
-        """``x`` ``(B, T, D)`` holding positions ``offset .. offset+T-1``; ``offset`` is an int, or
-        ``(B,)``, one per row (decoding rows that started at different steps)."""
+    def forward(self, x: Tensor, offset: int = 0) -> Tensor:
+        """``x`` ``(B, T, D)`` holding positions ``offset .. offset+T-1``."""
         if self.kind != "none":
-            x = x + self._positions(offset, x.size(1)).to(x.dtype)  # (T, D) or (B, T, D)
+            end = offset + x.size(1)
+            if end > self.max_len:
+                raise ValueError(f"sequence of {end} positions exceeds max_len={self.max_len}")
+            x = x + self.table[offset:end].to(x.dtype)
         return self.dropout(x)
-
-    def _positions(self, offset: int | Tensor, length: int) -> Tensor:
-        if isinstance(offset, Tensor):
-            end = int(offset.max()) + length if offset.numel() else length
-            positions = offset[:, None] + torch.arange(length, device=offset.device)  # (B, T)
-        else:
-            end, positions = offset + length, None
-        if end > self.max_len:
-            raise ValueError(f"sequence of {end} positions exceeds max_len={self.max_len}")
-        return self.table[offset:end] if positions is None else self.table[positions]

@@ -57,14 +57,13 @@ class DecoderCache:
 
     Per decoder layer: a growing self-attention :class:`KVCache` and a static cross-attention one
     (the memory's keys/values, projected once per source); the memory and its mask; the number of
-    target positions decoded (an int, or ``(B,)`` when rows started at different steps, as in
-    :mod:`aiayn.decode.cache`). ``reorder`` selects batch rows, as beam search needs after each step.
+    target positions decoded. ``reorder`` selects batch rows, as beam search needs after each step.
     """
 
     def __init__(self, n_layers: int, memory: Tensor, src_mask: Tensor | None) -> None:
         self.layers = [(KVCache(static=False), KVCache(static=True)) for _ in range(n_layers)]
         self.memory, self.src_mask = memory, src_mask  # (B, S, D), (B, 1, 1, S)
-        self.length: int | Tensor = 0  # target positions already decoded; (B,) when rows differ
+        self.length = 0  # target positions already decoded
 
     def reorder(self, new_order: Tensor) -> None:
         """Row i of every cached tensor becomes old row ``new_order[i]`` (rows may repeat or go)."""
@@ -74,8 +73,6 @@ class DecoderCache:
         self.memory = self.memory.index_select(0, new_order)
         if self.src_mask is not None:
             self.src_mask = self.src_mask.index_select(0, new_order)
-        if isinstance(self.length, Tensor):
-            self.length = self.length.index_select(0, new_order)
 
 
 class Decoder(nn.Module):
@@ -163,7 +160,7 @@ class Transformer(nn.Module):
         x = self.tgt_pos(self.tgt_embed(tgt), offset)
         out = self.decoder(x, memory, src_mask, tgt_mask, cache, need_weights)
         if cache is not None:
-            cache.length = cache.length + tgt.size(1)  # a new object: a (B,) length may be shared
+            cache.length += tgt.size(1)
         return out
 
     def forward(
