@@ -126,17 +126,6 @@ def test_beam_search_equals_torch(engines, sources) -> None:
         assert theirs[10] == [] and all(len(b) == 2 for b in theirs if b)
 
 
-def test_both_engines_report_each_line_once_with_its_results(engines, sources) -> None:
-    """``on_done`` (what the server answers each request with as its lines are done): every line
-    once, blank lines included, with the n-best ``translate_nbest`` returns for it."""
-    lines = sources.read_text(encoding="utf-8").splitlines()[:40]
-    for engine in engines:
-        reported: dict[int, list] = {}
-        results = engine.translate_nbest(lines, DecodeOptions(beam=3, nbest=2), reported.setdefault)
-        assert sorted(reported) == list(range(len(lines))) and [reported[i] for i in range(40)] == results
-        assert reported[10] == [] and all(len(nbest) == 2 for i, nbest in reported.items() if i != 10)
-
-
 def test_text_conventions_match(engines) -> None:
     """Blank lines, a truncated long source (the same warning), sampling's n-best shape."""
     warnings = {}

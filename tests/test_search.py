@@ -586,26 +586,3 @@ def test_encoding_by_length_and_as_one_batch_give_the_same_hypotheses(options: D
     with torch.no_grad():  # the bucketed path zeros the memory at padding; one batch does not
         assert not ModelStep(model, src).memory[src == PAD].any()
         assert ModelStep(model, src, by_length=False).memory[src == PAD].any()
-
-
-@pytest.mark.parametrize("search", ["greedy", "beam"])
-def test_each_sentence_is_reported_as_it_finishes_with_its_results(search: str) -> None:
-    """Maximum lengths 4, 0 and 2 on a model that never ends: sentence 1 finishes first, then 2,
-    then 0, each reported with what the search returns for it."""
-    reported: list[tuple[int, list]] = []
-    step = FakeStep([{}, {}, {}], default=NEVER_ENDS)
-    on_done = lambda i, hyps: reported.append((i, hyps))  # noqa: E731
-    if search == "greedy":
-        results = greedy_search(step, [4, 0, 2], on_done=on_done)
-    else:
-        results = beam_search(step, [4, 0, 2], beam=2, nbest=2, on_done=on_done)
-    assert [i for i, _ in reported] == [1, 2, 0]
-    assert [hyps for _, hyps in sorted(reported, key=lambda r: r[0])] == results
-
-
-@pytest.mark.parametrize("options", OPTION_SETS, ids=["greedy", "beam", "sample"])
-def test_generate_reports_every_sentence_once_with_its_results(options: DecodeOptions) -> None:
-    reported: dict[int, list] = {}
-    model, src = tiny_model(), pad(sources([5, 9, 3]))
-    results = generate(model, src, options, on_done=lambda i, hyps: reported.setdefault(i, hyps))
-    assert sorted(reported) == [0, 1, 2] and [reported[i] for i in range(3)] == results

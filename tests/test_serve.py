@@ -245,7 +245,7 @@ def test_the_batcher_waits_only_until_as_many_requests_as_recent_batches_are_in(
 
     decoded: list[list[str]] = []
 
-    def decode(lines: list[str], options: DecodeOptions, on_done=None):  # reports no line early
+    def decode(lines: list[str], options: DecodeOptions):
         decoded.append(lines)
         return [[(0.0, line)] for line in lines]
 
@@ -281,7 +281,7 @@ def test_held_requests_are_batched_together_not_one_per_batch() -> None:
 
     decoded: list[tuple[list[str], int]] = []
 
-    def decode(lines: list[str], options: DecodeOptions, on_done=None):  # reports no line early
+    def decode(lines: list[str], options: DecodeOptions):
         decoded.append((lines, options.beam))
         return [[(0.0, f"{line}@{options.beam}")] for line in lines]
 
@@ -305,44 +305,6 @@ def test_held_requests_are_batched_together_not_one_per_batch() -> None:
     assert decoded == [(["000", "002", "004", "006"], 5), (["001", "003", "005", "007"], 4)]
 
 
-def test_a_request_is_answered_as_soon_as_its_lines_are_done() -> None:
-    """Two requests decoded in one batch: the one whose line is reported done is answered while the
-    batch is still decoding; the other when the batch ends."""
-    import asyncio
-    import threading
-    from concurrent.futures import ThreadPoolExecutor
-
-    from aiayn.decode.search import DecodeOptions
-    from aiayn.serve.batching import Batcher
-
-    release = threading.Event()
-    batches: list[list[str]] = []
-
-    def decode(lines: list[str], options: DecodeOptions, on_done):
-        batches.append(lines)
-        on_done(1, [(0.5, "early")])  # the second request's line
-        assert release.wait(30)
-        return [[(0.0, line)] for line in lines]
-
-    async def scenario():
-        with ThreadPoolExecutor(1) as pool:
-            batcher = Batcher(decode, len, pool, max_tokens=100, max_wait_s=0.0)
-            worker = asyncio.create_task(batcher.run())
-            options = DecodeOptions(beam=4)
-            first = asyncio.create_task(batcher.submit(["a"], options))
-            second = asyncio.create_task(batcher.submit(["b"], options))
-            early = await asyncio.wait_for(second, timeout=30)
-            still_decoding = not first.done()
-            release.set()
-            late = await asyncio.wait_for(first, timeout=30)
-            worker.cancel()
-            return early, still_decoding, late
-
-    early, still_decoding, late = asyncio.run(scenario())
-    assert batches == [["a", "b"]] and still_decoding
-    assert early == [[(0.5, "early")]] and late == [[(0.0, "a")]]
-
-
 def test_the_batcher_groups_requests_by_options_within_the_token_bound() -> None:
     """Requests queued together are decoded together; other options and the token bound make new
     batches, in arrival order; each request gets its own lines' results."""
@@ -354,7 +316,7 @@ def test_the_batcher_groups_requests_by_options_within_the_token_bound() -> None
 
     decoded: list[tuple[list[str], int]] = []
 
-    def decode(lines: list[str], options: DecodeOptions, on_done=None):  # reports no line early
+    def decode(lines: list[str], options: DecodeOptions):
         decoded.append((lines, options.beam))
         return [[(0.0, f"{line}@{options.beam}")] for line in lines]
 

@@ -6,12 +6,10 @@
 An engine has ``name``, ``tokenizer`` (:class:`~aiayn.data.Tokenizer`), ``config``
 (:class:`~aiayn.TransformerConfig`), ``progress`` (None, or called with the number of sentences
 each finished batch held), ``translate(lines, options)`` (one string per line) and
-``translate_nbest(lines, options, on_done=None)`` (per line the ``options.nbest`` best
-``(score, text)``, best first; ``[]`` for a blank line; ``on_done(i, nbest)`` is called as line i
-is done: by the torch engine as its sentence finishes, by CTranslate2 as its batch does). Both
-engines keep :class:`~aiayn.decode.Translator`'s text conventions: blank line -> blank output, a
-source longer than ``max_len`` truncated with the same warning, line breaks in an output replaced
-by spaces.
+``translate_nbest(lines, options)`` (per line the ``options.nbest`` best ``(score, text)``, best
+first; ``[]`` for a blank line). Both engines keep :class:`~aiayn.decode.Translator`'s text
+conventions: blank line -> blank output, a source longer than ``max_len`` truncated with the same
+warning, line breaks in an output replaced by spaces.
 
 ``torch`` is :class:`~aiayn.decode.Translator` on the model of the checkpoint.
 
@@ -63,7 +61,7 @@ import torch
 
 from aiayn.decode.search import DecodeOptions, length_penalty
 from aiayn.decode.step import max_output_lengths
-from aiayn.decode.translator import LINE_BREAKS, LineDone, Translator
+from aiayn.decode.translator import LINE_BREAKS, Translator
 from aiayn.errors import UserError
 from aiayn.export import QUANTIZATIONS
 
@@ -139,10 +137,8 @@ class TorchEngine:
     def translate(self, lines: Sequence[str], options: DecodeOptions) -> list[str]:
         return self.translator(options).translate(lines)
 
-    def translate_nbest(
-        self, lines: Sequence[str], options: DecodeOptions, on_done: LineDone | None = None
-    ) -> NBest:
-        return self.translator(options).translate_nbest(lines, on_done=on_done)
+    def translate_nbest(self, lines: Sequence[str], options: DecodeOptions) -> NBest:
+        return self.translator(options).translate_nbest(lines)
 
 
 # --- CTranslate2 ----------------------------------------------------------------------------------
@@ -243,23 +239,16 @@ class CTranslate2Engine:
             nbest[0][1] if nbest else "" for nbest in self.translate_nbest(lines, replace(options, nbest=1))
         ]
 
-    def translate_nbest(
-        self, lines: Sequence[str], options: DecodeOptions, on_done: LineDone | None = None
-    ) -> NBest:
+    def translate_nbest(self, lines: Sequence[str], options: DecodeOptions) -> NBest:
         check_ct2_options(options)
         translator = self._translator_for(options)
         results: NBest = [[] for _ in lines]
         sources = {i: self.encode_source(line, i + 1) for i, line in enumerate(lines) if line.strip()}
         limits = self._limits(sources, options)
-        for i in range(len(lines) if on_done is not None else 0):
-            if i not in sources:  # a blank line: done at once
-                on_done(i, [])
         for batch in token_batches({i: len(pieces) + 1 for i, pieces in sources.items()}, self.batch_tokens):
             found = self._search(translator, [sources[i] for i in batch], [limits[i] for i in batch], options)
             for i, hypotheses in zip(batch, found):
                 results[i] = hypotheses
-                if on_done is not None:  # CTranslate2 returns a batch whole
-                    on_done(i, hypotheses)
             if self.progress is not None:
                 self.progress(len(batch))
         return results

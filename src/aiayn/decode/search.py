@@ -25,8 +25,6 @@ Conventions, the same in every search:
   matmuls (about 1e-6), greedy and beam search give a sentence the same result alone or inside any
   batch. Sampling does not: one random stream feeds every row of the batch, so a sentence's samples
   depend on what else (and how much) is in its batch, even with a fixed seed.
-* ``on_done(i, hypotheses)``, where a search takes it, is called as sentence i finishes, before
-  the rest of the batch is done (a server answers it then).
 
 Beam search: at each step the ``2 * beam`` best candidates (beam, token) of a sentence are taken in
 score order; an EOS among the first ``beam`` of them finishes a hypothesis, and the sentence keeps
@@ -182,7 +180,6 @@ def _check_lengths(batch_size: int, max_lens: list[int]) -> None:
 # --- greedy search and sampling (one path per row) ------------------------------------------------
 
 Chooser = Callable[[Tensor], Tensor]  # (N, V) restricted log-probs -> (N,) token ids
-Done = Callable[[int, list[Hypothesis]], None]  # a sentence's index in the batch and its results
 
 
 def greedy_search(
@@ -192,7 +189,6 @@ def greedy_search(
     ids: SpecialIds = SpecialIds(),
     scores: bool = True,
     two_stage: bool = True,
-    on_done: Done | None = None,
 ) -> list[list[Hypothesis]]:
     """The most probable next token at each step (argmax; ties: the lowest id). One hypothesis per row.
 
@@ -204,7 +200,7 @@ def greedy_search(
     """
     logits = not getattr(step, "log_probs", True)
     choose = functools.partial(first_argmax, two_stage=two_stage)
-    return _single_path(step, max_lens, alpha, ids, choose, logits, scores, on_done)
+    return _single_path(step, max_lens, alpha, ids, choose, normalise=logits, scores=scores)
 
 
 def sample_search(
@@ -277,7 +273,6 @@ def _single_path(
     choose: Chooser,
     normalise: bool = False,
     scores: bool = True,
-    on_done: Done | None = None,
 ) -> list[list[Hypothesis]]:
     """Extend each row by ``choose`` until EOS or its maximum length; finished rows leave the batch.
 
@@ -301,8 +296,6 @@ def _single_path(
         for row, i in enumerate(active):
             if done[row]:
                 results[i] = [_hypothesis(prefix[row, 1:].tolist(), float(log_prob[row]), alpha)]
-                if on_done is not None:
-                    on_done(i, results[i])
         keep = torch.tensor([r for r, d in enumerate(done) if not d], dtype=torch.long, device=device)
         active = [i for i, d in zip(active, done) if not d]
         if active:
@@ -334,7 +327,6 @@ def beam_search(
     ids: SpecialIds = SpecialIds(),
     shortlist: bool = True,
     two_stage: bool = True,
-    on_done: Done | None = None,
 ) -> list[list[Hypothesis]]:
     """Beam search (stopping rule in the module docstring). Returns ``nbest`` hypotheses per row,
     best score first. ``step`` holds one row per sentence on entry; it is expanded to ``beam`` rows.
@@ -348,13 +340,7 @@ def beam_search(
     state = _Beams(step, max_lens, beam, alpha, ids, shortlist, two_stage)
     while state.active:
         state.advance()
-        for sentence in state.completed if on_done is not None else []:
-            on_done(sentence, _best(state.finished[sentence], nbest))
-    return [_best(f, nbest) for f in state.finished]
-
-
-def _best(finished: list[Hypothesis], nbest: int) -> list[Hypothesis]:
-    return sorted(finished, key=lambda h: -h.score)[:nbest]
+    return [sorted(f, key=lambda h: -h.score)[:nbest] for f in state.finished]
 
 
 class _Beams:
@@ -375,7 +361,6 @@ class _Beams:
         device = _device_of(step)
         n = len(max_lens)
         self.active = list(range(n))  # sentence ids still searching
-        self.completed: list[int] = []  # sentence ids that finished at the last step
         self.finished: list[list[Hypothesis]] = [[] for _ in range(n)]
         self.prefix = torch.full((n * beam, 1), ids.bos, dtype=torch.long, device=device)  # (n*K, t)
         self.cum = torch.full((n, beam), NEG_INF, dtype=torch.float64, device=device)  # (n, K)
@@ -443,7 +428,6 @@ class _Beams:
         rows = (keep[:, None] * K + origin[keep]).reshape(-1)  # (n'*K,) rows of the old prefix
         self.prefix = torch.cat([self.prefix[rows], token[keep].reshape(-1, 1)], dim=1)  # (n'*K, t+1)
         self.cum, self.t = cum[keep], self.t + 1
-        self.completed = [s for s, d in zip(self.active, done) if d]
         self.active = [s for s, d in zip(self.active, done) if not d]
         if self.active:
             self.step.reorder(rows // K if first else rows)  # after the first step: row s*K+b was row s
@@ -502,13 +486,10 @@ class DecodeOptions:
                 raise UserError(f"{name}: {message}")
 
 
-def generate(
-    model, src: Tensor, options: DecodeOptions = DecodeOptions(), on_done: Done | None = None
-) -> list[list[Hypothesis]]:
+def generate(model, src: Tensor, options: DecodeOptions = DecodeOptions()) -> list[list[Hypothesis]]:
     """Decode a padded source batch ``src`` ``(B, S)`` with ``model`` (put it in eval mode first).
 
     Returns, per sentence, ``options.nbest`` hypotheses (one for greedy search), best first.
-    ``on_done(i, hypotheses)`` is called as sentence i finishes (for sampling: all at the end).
     """
     config = model.config
     ids = SpecialIds(config.bos_id, config.eos_id, config.pad_id)
@@ -520,7 +501,7 @@ def generate(
         # greedy: argmax of the logits
         step = ModelStep(model, src, options.use_cache, not greedy, options.group_rows, options.by_length)
         if options.sample:
-            found = sample_search(
+            return sample_search(
                 step,
                 max_lens,
                 options.alpha,
@@ -531,13 +512,8 @@ def generate(
                 options.seed,
                 ids,
             )
-            for i, hypotheses in enumerate(found if on_done is not None else []):
-                on_done(i, hypotheses)
-            return found
         if greedy:
-            return greedy_search(
-                step, max_lens, options.alpha, ids, options.scores, options.two_stage, on_done
-            )
+            return greedy_search(step, max_lens, options.alpha, ids, options.scores, options.two_stage)
         return beam_search(
             step,
             max_lens,
@@ -547,5 +523,4 @@ def generate(
             ids,
             options.shortlist,
             options.two_stage,
-            on_done,
         )

@@ -25,7 +25,6 @@ import torch
 from aiayn.decode.search import DecodeOptions, Hypothesis, generate
 
 Warn = Callable[[str], None]
-LineDone = Callable[[int, list[tuple[float, str]]], None]  # a line's index and its n-best
 LINE_BREAKS = re.compile("[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
 
 
@@ -64,12 +63,12 @@ class Translator:
         return [nbest[0][1] if nbest else "" for nbest in self._search(lines, options)]
 
     def translate_nbest(
-        self, lines: Sequence[str], nbest: int | None = None, on_done: LineDone | None = None
+        self, lines: Sequence[str], nbest: int | None = None
     ) -> list[list[tuple[float, str]]]:
         """``nbest`` (default: the options') ``(score, text)`` pairs per line, best first; [] for a
-        blank line. ``on_done(i, pairs)`` is called as line i is translated, before the others are."""
+        blank line."""
         options = replace(self.options, nbest=nbest or self.options.nbest)
-        return self._search(lines, options, on_done)
+        return self._search(lines, options)
 
     def encode_source(self, text: str, line_number: int | None = None) -> list[int]:
         """``encode(text) + [EOS]``, truncated (with a warning) to the model's ``max_len``."""
@@ -82,22 +81,13 @@ class Translator:
         return ids + [self.model.config.eos_id]
 
     # --- internals ---------------------------------------------------------------------------------
-    def _search(
-        self, lines: Sequence[str], options: DecodeOptions, on_done: LineDone | None = None
-    ) -> list[list[tuple[float, str]]]:
+    def _search(self, lines: Sequence[str], options: DecodeOptions) -> list[list[tuple[float, str]]]:
         results: list[list[tuple[float, str]]] = [[] for _ in lines]
         sources = {i: self.encode_source(line, i + 1) for i, line in enumerate(lines) if line.strip()}
-        for i in range(len(lines) if on_done is not None else 0):
-            if i not in sources:  # a blank line: done at once
-                on_done(i, [])
         for batch in self._batches(sources):
-
-            def finished(j: int, hyps: list[Hypothesis], batch: list[int] = batch) -> None:
-                results[batch[j]] = [(h.score, self.detokenize(h)) for h in hyps]
-                if on_done is not None:
-                    on_done(batch[j], results[batch[j]])
-
-            generate(self.model, self._pad([sources[i] for i in batch]), options, finished)
+            hypotheses = generate(self.model, self._pad([sources[i] for i in batch]), options)
+            for i, hyps in zip(batch, hypotheses):
+                results[i] = [(h.score, self.detokenize(h)) for h in hyps]
             if self.progress is not None:
                 self.progress(len(batch))
         return results

@@ -292,8 +292,8 @@ def _finite(score: float) -> float | None:
 
 
 def _decode(served: Served):
-    def decode(lines: list[str], options: DecodeOptions, on_done):
-        return served.engine.translate_nbest(lines, options, on_done)
+    def decode(lines: list[str], options: DecodeOptions):
+        return served.engine.translate_nbest(lines, options)
 
     return decode
 

@@ -8,11 +8,9 @@ any that arrived after them. It takes those already queued at once, and waits up
 only until the batch holds as many as the largest of the last few batches (clients that each wait
 for their answer send their next requests together; once they are all in, waiting more only idles
 the model): a lone client's request is decoded without waiting. The batch is decoded in the one
-worker thread that runs the model (the event loop never waits on it), and each request is answered
-as soon as its own sentences are done, while the rest of the batch is still decoding: a client
-that waits for its answer sends its next request meanwhile, so it is there when the batch ends.
-Greedy and beam search give a sentence the same output whatever it is batched with
-(:mod:`aiayn.decode.search`), so batching changes how fast, not what.
+worker thread that runs the model (the event loop never waits on it), and each request gets its own
+sentences' results. Greedy and beam search give a sentence the same output whatever it is batched
+with (:mod:`aiayn.decode.search`), so batching changes how fast, not what.
 """
 
 from __future__ import annotations
@@ -28,8 +26,7 @@ from aiayn.decode.search import DecodeOptions
 
 RECENT_BATCHES = 4  # how many batches' sizes set how many requests a batch waits for
 Results = list[list[tuple[float, str]]]  # per line, its n-best (score, text)
-LineDone = Callable[[int, list[tuple[float, str]]], None]  # a line's index in the batch, its n-best
-Decode = Callable[[list[str], DecodeOptions, LineDone], Results]  # calls LineDone as each line is done
+Decode = Callable[[list[str], DecodeOptions], Results]
 
 
 @dataclass
@@ -38,15 +35,6 @@ class Job:
     options: DecodeOptions
     tokens: int
     future: asyncio.Future = field(repr=False)
-    answers: dict[int, list[tuple[float, str]]] = field(default_factory=dict, repr=False)  # line -> n-best
-
-    def answer(self, line: int, nbest: list[tuple[float, str]]) -> None:
-        """Line ``line`` is done; the request is answered once all of its lines are."""
-        if self.future.done():  # the client went away (cancelled)
-            return
-        self.answers[line] = nbest
-        if len(self.answers) == len(self.lines):
-            self.future.set_result([self.answers[i] for i in range(len(self.lines))])
 
 
 class Batcher:
@@ -131,19 +119,16 @@ class Batcher:
 
     async def _decode(self, batch: list[Job]) -> None:
         lines = [line for job in batch for line in job.lines]
-        owners = [(job, i) for job in batch for i in range(len(job.lines))]  # batch line -> (job, line)
         loop = asyncio.get_running_loop()
-
-        def done(index: int, nbest: list[tuple[float, str]]) -> None:  # in the worker thread
-            loop.call_soon_threadsafe(owners[index][0].answer, owners[index][1], nbest)
-
         try:
-            results = await loop.run_in_executor(self.executor, self.decode, lines, batch[0].options, done)
+            results = await loop.run_in_executor(self.executor, self.decode, lines, batch[0].options)
         except Exception as err:  # the jobs' requests answer with it; the batcher goes on
             for job in batch:
                 if not job.future.done():
                     job.future.set_exception(err)
             return
-        for (job, i), nbest in zip(owners, results):  # lines not reported done (answered ones stay)
-            if i not in job.answers:
-                job.answer(i, nbest)
+        start = 0
+        for job in batch:
+            if not job.future.done():  # a client that went away cancelled its future
+                job.future.set_result(results[start : start + len(job.lines)])
+            start += len(job.lines)
