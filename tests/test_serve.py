@@ -235,8 +235,8 @@ def test_inference_modules_never_import_the_training_package() -> None:
 
 def test_the_batcher_waits_only_until_as_many_requests_as_recent_batches_are_in() -> None:
     """After batches of three requests, a batch of three is decoded at once, not after the (here
-    hour-long) wait; requests already queued still join it; a fourth arriving later waits for the
-    next batch; a batch short of three waits up to the limit for more."""
+    hour-long) wait; requests already queued beyond three still join it; a batch short of three
+    waits up to the limit for more."""
     import asyncio
     from concurrent.futures import ThreadPoolExecutor
 
