@@ -40,10 +40,10 @@ from pathlib import Path
 
 import torch
 
-from aiayn.checkpoint import load_translation_model
 from aiayn.data.corpus import read_parallel
 from aiayn.decode.search import DecodeOptions
 from aiayn.decode.translator import Translator
+from aiayn.loading import load_translation_model
 from aiayn.malloc import keep_freed_memory
 from aiayn.model import MultiHeadAttention
 from common import command, machine, peak_rss_mib, versions

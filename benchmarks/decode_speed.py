@@ -74,12 +74,12 @@ import torch
 import transformers
 from transformers import GenerationConfig
 
-from aiayn.checkpoint import load_translation_model
 from aiayn.data.corpus import read_parallel
 from aiayn.decode.search import DecodeOptions, generate
 from aiayn.decode.step import max_output_lengths
 from aiayn.decode.translator import Translator
 from aiayn.export import PAD_PIECE, SUPPRESS, export_ctranslate2
+from aiayn.loading import load_translation_model
 from aiayn.malloc import keep_freed_memory
 from common import command, machine, peak_rss_mib, versions
 from hf_marian import check_positions, to_marian

@@ -205,10 +205,10 @@ def train(config: Path, out: Path, args: argparse.Namespace) -> dict:
 def decode_and_score(
     checkpoint: Path, data: Path, split: str, src: str, tgt: str, beam: int, alpha: float
 ) -> dict:
-    from aiayn.checkpoint import load_translation_model
     from aiayn.data.corpus import read_parallel
     from aiayn.decode.translator import Translator
     from aiayn.evaluate import sacrebleu_scores, tokenized_bleu
+    from aiayn.loading import load_translation_model
 
     model, tokenizer = load_translation_model(checkpoint)[:2]
     pairs, _ = read_parallel(data, split, src, tgt)

@@ -31,8 +31,8 @@ import aiayn.decode.cache as decode_cache
 import aiayn.decode.search as current_search
 import aiayn.decode.translator as translator_module
 import aiayn.model.attention as attention
-from aiayn.checkpoint import load_translation_model
 from aiayn.decode.translator import Translator
+from aiayn.loading import load_translation_model
 from aiayn.malloc import keep_freed_memory
 from common import command, machine, versions
 

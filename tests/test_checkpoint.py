@@ -20,7 +20,6 @@ from aiayn.checkpoint import (
     latest_checkpoint,
     list_checkpoints,
     load_checkpoint,
-    load_translation_model,
     load_weights,
     pack_state,
     prune_checkpoints,
@@ -30,6 +29,7 @@ from aiayn.checkpoint import (
 )
 from aiayn.errors import UserError
 from aiayn.io import ABANDONED_AFTER_S, temporary_path
+from aiayn.loading import load_translation_model
 
 
 def _model(tie: str = "all"):

@@ -15,13 +15,14 @@ import pytest
 import torch
 
 from aiayn import TransformerConfig, build_model
-from aiayn.checkpoint import load_translation_model, save_checkpoint, seal
+from aiayn.checkpoint import save_checkpoint, seal
 from aiayn.cli import main
 from aiayn.data.tokenizer import Tokenizer
 from aiayn.decode import Translator
 from aiayn.device import resolve_device
 from aiayn.errors import UserError
 from aiayn.io import stdin_blocks
+from aiayn.loading import load_translation_model
 
 MAX_LEN = 24
 FAST = ["--max-len-b", "4"]
@@ -212,12 +213,12 @@ def test_translate_files_match_the_translator_and_no_cache(checkpoint, tmp_path,
 
 
 def test_unwritable_output_fails_before_any_decoding(checkpoint, tmp_path, monkeypatch, capsys) -> None:
-    import aiayn.checkpoint as checkpoint_module
+    import aiayn.loading as loading_module
 
     def never(*_args, **_kwargs):
         raise AssertionError("the model was loaded before the output was checked")
 
-    monkeypatch.setattr(checkpoint_module, "load_translation_model", never)
+    monkeypatch.setattr(loading_module, "load", never)  # every model load goes through it
     src = write(tmp_path / "in.txt", LINES)
     for out, reason in (
         (tmp_path / "no" / "such" / "dir.txt", "No such file or directory"),

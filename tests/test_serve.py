@@ -19,9 +19,9 @@ import torch
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("fastapi")
 
-from aiayn.checkpoint import load  # noqa: E402
 from aiayn.cli import main  # noqa: E402
 from aiayn.decode import Translator  # noqa: E402
+from aiayn.loading import load  # noqa: E402
 
 NUMBERS = ["907042", "13", "500", "2024", "77", "100001", "48", "9", "31337", "600", "7", "123456"]
 

@@ -7,8 +7,8 @@
 A trained model: ``model, tokenizer, config = aiayn.load("runs/de_en")``.
 """
 
-from aiayn.checkpoint import LoadedModel, load
 from aiayn.config import TransformerConfig
+from aiayn.loading import LoadedModel, load
 from aiayn.model import Transformer, build_model, count_parameters, positional_encoding
 from aiayn.model.masks import causal_mask, padding_mask, target_mask
 

@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
@@ -332,94 +331,3 @@ def prune_checkpoints(run_dir: str | Path, keep: int) -> None:
     if keep > 0:
         for old in list_checkpoints(run_dir)[:-keep]:
             shutil.rmtree(old, ignore_errors=True)
-
-
-# --- loading a trained model for inference -------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class LoadedModel:
-    """What :func:`load` returns; unpacks as ``model, tokenizer, config = aiayn.load(path)``."""
-
-    model: nn.Module  #: in eval mode, on the requested device
-    tokenizer: Any  #: :class:`aiayn.data.Tokenizer`; None for a forecasting model
-    config: Any  #: :class:`aiayn.TransformerConfig`, or :class:`aiayn.forecast.ForecastConfig`
-    checkpoint: Checkpoint  #: where it came from, with the stored ``config.json`` (run settings, step)
-
-    @property
-    def kind(self) -> str:
-        return self.checkpoint.kind
-
-    def __iter__(self):
-        return iter((self.model, self.tokenizer, self.config))
-
-
-def load(path: str | Path, device: str | torch.device = "cpu") -> LoadedModel:
-    """A trained model from a checkpoint or run directory (a run's ``best/``, else its latest).
-
-    Translation checkpoints give the :class:`~aiayn.model.Transformer` and its tokenizer,
-    forecasting ones the :class:`~aiayn.forecast.Forecaster` (tokenizer None). Every file is
-    checked against the checkpoint's checksums; a bad or missing file is a :class:`UserError`
-    naming it.
-    """
-    ckpt = load_checkpoint(path, with_state=False)
-    if ckpt.kind == "translation":
-        model, tokenizer, config = _translation_model(ckpt)
-    elif ckpt.kind == "forecast":
-        model = _forecast_model(ckpt)
-        tokenizer, config = None, model.config
-    else:
-        raise UserError(f"{ckpt.path / CONFIG_FILE}: unknown checkpoint kind {ckpt.kind!r}")
-    return LoadedModel(model.to(device).eval(), tokenizer, config, ckpt)
-
-
-def load_translation_model(path: str | Path, device: str | torch.device = "cpu"):
-    """``(model, tokenizer, checkpoint)`` from a checkpoint or run directory, model in eval mode."""
-    loaded = load(path, device)
-    if loaded.kind != "translation":
-        raise UserError(f"{loaded.checkpoint.path} is a {loaded.kind!r} checkpoint, not a translation model")
-    return loaded.model, loaded.tokenizer, loaded.checkpoint
-
-
-def _translation_model(ckpt: Checkpoint):
-    from aiayn.config import TransformerConfig
-    from aiayn.data.tokenizer import Tokenizer
-    from aiayn.model import build_model
-
-    try:
-        config = TransformerConfig.from_dict(ckpt.config["model"])
-    except (KeyError, TypeError, ValueError) as err:
-        raise UserError(f"corrupt checkpoint file {ckpt.path / CONFIG_FILE}: {err}") from None
-    if ckpt.tokenizer_bytes is None:
-        raise UserError(f"checkpoint file missing: {ckpt.path / TOKENIZER_FILE}")
-    try:
-        tokenizer = Tokenizer.from_bytes(ckpt.tokenizer_bytes)
-    except UserError as err:
-        raise UserError(f"corrupt checkpoint file {ckpt.path / TOKENIZER_FILE}: {err}") from None
-    _check_vocabulary(ckpt.path, config, tokenizer.vocab_size)
-    model = build_model(config)
-    load_weights(model, ckpt.weights, ckpt.path / MODEL_FILE)
-    return model, tokenizer, config
-
-
-def _forecast_model(ckpt: Checkpoint):
-    from aiayn.forecast.model import ForecastConfig, Forecaster
-
-    try:
-        config = ForecastConfig.from_dict(ckpt.config["model"])
-    except (KeyError, TypeError, ValueError) as err:
-        raise UserError(f"corrupt checkpoint file {ckpt.path / CONFIG_FILE}: model: {err}") from None
-    model = Forecaster(config)
-    load_weights(model, ckpt.weights, ckpt.path / MODEL_FILE)
-    return model
-
-
-def _check_vocabulary(path: Path, config, pieces: int) -> None:
-    """The tokenizer's ids must be the model's: more pieces overrun the embeddings, fewer cannot
-    decode every output id."""
-    for name in ("src_vocab_size", "tgt_vocab_size"):
-        if getattr(config, name) != pieces:
-            raise UserError(
-                f"{path}: {TOKENIZER_FILE} has {pieces} pieces but {CONFIG_FILE} says "
-                f"{name}={getattr(config, name)}; they must be equal"
-            )

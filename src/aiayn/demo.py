@@ -15,9 +15,10 @@ from pathlib import Path
 
 import torch
 
-from aiayn.checkpoint import latest_checkpoint, load_checkpoint, load_translation_model
+from aiayn.checkpoint import latest_checkpoint, load_checkpoint
 from aiayn.data.corpus import read_parallel
 from aiayn.data.synthetic import SRC_LANG, TGT_LANG, write_task
+from aiayn.loading import load_translation_model
 
 N_SAMPLES = 8
 

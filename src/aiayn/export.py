@@ -110,8 +110,9 @@ def export_ctranslate2(
     when a run is given: ``run/ct2`` is fine); ``force`` replaces only an earlier export, and only
     once the new export is complete.
     """
-    from aiayn.checkpoint import load_translation_model, resolve_checkpoint
+    from aiayn.checkpoint import resolve_checkpoint
     from aiayn.io import remove_abandoned_temporaries, replace_dir, temporary_path
+    from aiayn.loading import load_translation_model
 
     if quantization not in QUANTIZATIONS:
         raise UserError(f"--quantization: unknown value {quantization!r}; valid: {', '.join(QUANTIZATIONS)}")

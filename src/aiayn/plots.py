@@ -239,7 +239,7 @@ def _plot_done(path: Path) -> int:
 
 
 def run_plot_attention(args) -> int:
-    from aiayn.checkpoint import load_translation_model
+    from aiayn.loading import load_translation_model
 
     device = resolve_device(args.device, "--device")
     model, tokenizer, _ = load_translation_model(args.checkpoint, device=device)

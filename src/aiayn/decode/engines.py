@@ -122,7 +122,7 @@ class TorchEngine:
 
     @classmethod
     def load(cls, checkpoint, device, batch_tokens: int, warn: Warn) -> "TorchEngine":
-        from aiayn.checkpoint import load_translation_model
+        from aiayn.loading import load_translation_model
 
         model, tokenizer, _ = load_translation_model(checkpoint, device=device)
         return cls(model, tokenizer, device, batch_tokens, warn)

@@ -19,7 +19,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from aiayn.checkpoint import load
 from aiayn.config import Checked, assign, from_mapping, read_yaml, reported
 from aiayn.errors import UserError
 from aiayn.forecast.data import (
@@ -33,6 +32,7 @@ from aiayn.forecast.data import (
 )
 from aiayn.forecast.metrics import evaluate
 from aiayn.forecast.model import ForecastConfig, Forecaster
+from aiayn.loading import load
 
 
 @dataclass

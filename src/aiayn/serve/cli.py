@@ -146,8 +146,8 @@ def _is_loopback(host: str) -> bool:
 
 def load_served(args: argparse.Namespace):
     """The model behind the API (translation: the engine and the torch model; forecast: the model)."""
-    from aiayn.checkpoint import load
     from aiayn.device import resolve_device
+    from aiayn.loading import load
 
     device = resolve_device(args.device, "--device")
     loaded = load(args.checkpoint, device)
