@@ -7,14 +7,14 @@ primitive, and translates the same sentences with ``Translator.translate`` (text
 Translator's own batches):
 
 * ``one-stage selection``: PyTorch's ``argmax``/``topk`` over the whole vocabulary instead of the
-  block-wise two-stage ones (``DecodeOptions(two_stage=False)``);
+  block-wise two-stage ones (``SearchPaths(two_stage=False)``);
 * ``one encoder batch``: the encoder run on the whole padded batch at once instead of on buckets
-  of sources of similar length (``DecodeOptions(by_length=False)``);
+  of sources of similar length (``SearchPaths(by_length=False)``);
 * ``written-out attention formula``: attention computed by the formula written out (two batched
   matmuls around an fp32 softmax) instead of the fused ``F.scaled_dot_product_attention`` that
   decoding takes (``path = "formula"`` on every ``MultiHeadAttention`` of the model);
 * ``memory per row`` (beam search): the encoder memory and cross-attention keys/values copied for
-  every beam instead of kept once per sentence (``DecodeOptions(group_rows=False)``);
+  every beam instead of kept once per sentence (``SearchPaths(group_rows=False)``);
 * ``scores`` (greedy search): hypotheses scored (a log-softmax per step), as ``translate_nbest``
   needs, where ``translate`` skips it (``DecodeOptions(scores=True)``);
 * ``all off``: every fast path above off at once (attention as shipped).
@@ -41,7 +41,7 @@ from pathlib import Path
 import torch
 
 from aiayn.data.corpus import read_parallel
-from aiayn.decode.search import DecodeOptions
+from aiayn.decode.search import DecodeOptions, SearchPaths
 from aiayn.decode.translator import Translator
 from aiayn.loading import load_translation_model
 from aiayn.malloc import keep_freed_memory
@@ -49,7 +49,7 @@ from aiayn.model import MultiHeadAttention
 from common import command, machine, peak_rss_mib, versions
 
 ROOT = Path(__file__).resolve().parents[1]
-OPTIONS = {  # DecodeOptions fields
+OPTIONS = {  # SearchPaths fields (DecodeOptions.paths)
     "one-stage selection": "two_stage",
     "memory per row": "group_rows",
     "one encoder batch": "by_length",
@@ -91,7 +91,8 @@ def set_attention_path(model, path: str) -> None:
 def run(translator: Translator, lines: list[str], off: set[str], scores: bool) -> list[str]:
     shipped = translator.options
     try:
-        translator.options = replace(shipped, **{OPTIONS[name]: False for name in off if name in OPTIONS})
+        paths = SearchPaths(**{OPTIONS[name]: False for name in off if name in OPTIONS})
+        translator.options = replace(shipped, paths=paths)
         set_attention_path(translator.model, "formula" if FORMULA in off else "auto")
         if scores:  # what translate() returns, through the scored search
             return [nbest[0][1] if nbest else "" for nbest in translator.translate_nbest(lines, 1)]

@@ -13,6 +13,7 @@ from aiayn import TransformerConfig, build_model
 from aiayn.decode import (
     DecodeOptions,
     ModelStep,
+    SearchPaths,
     beam_search,
     generate,
     greedy_search,
@@ -328,13 +329,18 @@ def test_decoding_over_a_vocabulary_large_enough_for_the_two_stage_selection(opt
         step = ModelStep(model, src)
         max_lens = max_output_lengths(source_lengths(src, PAD), options.max_len_a, options.max_len_b, 64)
         if options.beam == 1:
-            reference = greedy_search(step, max_lens, options.alpha, two_stage=False)
+            reference = greedy_search(step, max_lens, alpha=options.alpha, paths=SearchPaths(two_stage=False))
         else:
             reference = beam_search(
-                step, max_lens, options.beam, options.alpha, options.nbest, two_stage=False
+                step,
+                max_lens,
+                beam=options.beam,
+                alpha=options.alpha,
+                nbest=options.nbest,
+                paths=SearchPaths(two_stage=False),
             )
     assert_same(cached, reference)
-    assert_same(cached, generate(model, src, replace(options, two_stage=False)))
+    assert_same(cached, generate(model, src, replace(options, paths=SearchPaths(two_stage=False))))
 
 
 def test_only_greedy_search_takes_logits() -> None:
@@ -411,14 +417,14 @@ def test_beam_shortlist_equals_scoring_every_token(step_class) -> None:
     max_lens = [12] * 4
 
     def run(shortlist: bool):
+        paths = SearchPaths(shortlist=shortlist)
         with torch.no_grad():
-            return beam_search(
-                step_class(model, src), max_lens, beam=4, alpha=0.6, nbest=4, shortlist=shortlist
-            )
+            return beam_search(step_class(model, src), max_lens, beam=4, alpha=0.6, nbest=4, paths=paths)
 
     assert_same(run(shortlist=True), run(shortlist=False))
     options = DecodeOptions(beam=4, nbest=4, max_len_b=8)
-    assert_same(generate(model, src, options), generate(model, src, replace(options, shortlist=False)))
+    no_shortlist = replace(options, paths=SearchPaths(shortlist=False))
+    assert_same(generate(model, src, options), generate(model, src, no_shortlist))
 
 
 def test_sampling_without_a_seed_differs_between_calls_and_follows_torch_manual_seed() -> None:
@@ -548,9 +554,10 @@ def test_without_group_rows_every_row_keeps_its_own_memory_row() -> None:
 def test_grouped_and_per_row_memory_give_the_same_hypotheses(options: DecodeOptions) -> None:
     model, src = tiny_model(), pad(sources([5, 9, 3, 7], seed=5))
     grouped = generate(model, src, options)
-    assert_same(grouped, generate(model, src, replace(options, group_rows=False)))
+    per_row = replace(options, paths=SearchPaths(group_rows=False))
+    assert_same(grouped, generate(model, src, per_row))
     assert [h.tokens for hyps in grouped for h in hyps] == [
-        h.tokens for hyps in generate(model, src, replace(options, group_rows=False)) for h in hyps
+        h.tokens for hyps in generate(model, src, per_row) for h in hyps
     ]
     with torch.no_grad():  # the grouped path was taken: one memory row per sentence after expansion
         step = ModelStep(model, src)
@@ -582,7 +589,8 @@ def test_sources_not_padded_on_the_right_are_encoded_whole() -> None:
 @pytest.mark.parametrize("options", OPTION_SETS[:2], ids=["greedy", "beam"])
 def test_encoding_by_length_and_as_one_batch_give_the_same_hypotheses(options: DecodeOptions) -> None:
     model, src = tiny_model(), pad(sources([12, 3, 9, 2, 5, 11], seed=4))
-    assert_same(generate(model, src, options), generate(model, src, replace(options, by_length=False)))
+    whole = replace(options, paths=SearchPaths(by_length=False))
+    assert_same(generate(model, src, options), generate(model, src, whole))
     with torch.no_grad():  # the bucketed path zeros the memory at padding; one batch does not
         assert not ModelStep(model, src).memory[src == PAD].any()
-        assert ModelStep(model, src, by_length=False).memory[src == PAD].any()
+        assert ModelStep(model, src, paths=SearchPaths(by_length=False)).memory[src == PAD].any()

@@ -14,6 +14,7 @@ from aiayn.decode.cache import GroupedDecoderCache
 from aiayn.decode.search import (
     DecodeOptions,
     Hypothesis,
+    SearchPaths,
     SpecialIds,
     beam_search,
     generate,
@@ -29,6 +30,7 @@ __all__ = [
     "GroupedDecoderCache",
     "Hypothesis",
     "ModelStep",
+    "SearchPaths",
     "SpecialIds",
     "Translator",
     "beam_search",

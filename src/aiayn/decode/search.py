@@ -4,7 +4,8 @@ Every search works on a *step function* (see :mod:`aiayn.decode.step`): ``step(p
 the next-token log-probabilities of each row, ``step.reorder(new_order)`` selects rows. The real
 model goes through :class:`~aiayn.decode.step.ModelStep`; the tests use a fake one.
 
-Exact speed-ups, each with its reference behind an argument (and a :class:`DecodeOptions` field), so
+Exact speed-ups, each with its reference behind one switch of a :class:`SearchPaths` (the
+``paths`` of the searches, of :class:`~aiayn.decode.step.ModelStep` and of :class:`DecodeOptions`), so
 that tests and ``benchmarks/decode_paths.py`` compare the two: ``two_stage`` (block-wise argmax and
 top-k over the vocabulary, against PyTorch's one-stage ones), ``shortlist`` (beam search scores each
 row's best ``2 * beam`` tokens, not all of them), ``group_rows`` (see :mod:`aiayn.decode.cache`) and
@@ -50,7 +51,7 @@ import torch
 from torch import Tensor
 
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID
-from aiayn.decode.step import ModelStep, max_output_lengths, source_lengths
+from aiayn.decode.step import FAST_PATHS, ModelStep, SearchPaths, max_output_lengths, source_lengths
 from aiayn.errors import UserError
 
 NEG_INF = float("-inf")
@@ -95,7 +96,7 @@ BLOCK = 64  # elements per block in the two-stage row reductions below
 MIN_BLOCKS = 16  # rows shorter than BLOCK * MIN_BLOCKS take PyTorch's one-stage kernels
 
 
-def _blocks(x: Tensor, two_stage: bool = True) -> Tensor | None:
+def _blocks(x: Tensor, *, two_stage: bool = True) -> Tensor | None:
     """``x`` ``(N, M)`` viewed as ``(N, M // BLOCK, BLOCK)``, or None when that is not worth it
     (short rows, or not ``two_stage``) or not possible (M not a multiple of BLOCK, or rows not
     contiguous)."""
@@ -105,14 +106,14 @@ def _blocks(x: Tensor, two_stage: bool = True) -> Tensor | None:
     return x.as_strided((n, m // BLOCK, BLOCK), (x.stride(0), BLOCK, 1))
 
 
-def first_argmax(x: Tensor, two_stage: bool = True) -> Tensor:
+def first_argmax(x: Tensor, *, two_stage: bool = True) -> Tensor:
     """``x.argmax(dim=-1)`` of ``(N, M)`` -> ``(N,)``: the first (lowest) index of each row's maximum.
 
     Over a vocabulary PyTorch's CPU ``argmax`` is slow (it does not vectorise). Two stages give the
     same index: the block maxima (a vectorised ``amax``), the first block holding the row's maximum,
     then the first maximum inside that block. ``two_stage=False``: PyTorch's ``argmax``.
     """
-    blocks = _blocks(x, two_stage)
+    blocks = _blocks(x, two_stage=two_stage)
     if blocks is None:
         return x.argmax(dim=-1)
     block = blocks.amax(dim=-1).argmax(dim=-1)  # (N,) first block with the maximum
@@ -120,14 +121,14 @@ def first_argmax(x: Tensor, two_stage: bool = True) -> Tensor:
     return block * BLOCK + blocks[rows, block].argmax(dim=-1)
 
 
-def _topk(x: Tensor, k: int, two_stage: bool = True) -> tuple[Tensor, Tensor]:
+def _topk(x: Tensor, k: int, *, two_stage: bool = True) -> tuple[Tensor, Tensor]:
     """``x.topk(k, dim=-1)`` of ``(N, M)``: the same values; indices of ties may differ, as topk's may.
 
     Two stages over a vocabulary: the ``k`` blocks with the largest maxima hold the top ``k`` values
     (a block left out has a maximum no larger than ``k`` elements of the chosen blocks, so none of its
     elements can be needed), then ``topk`` over those ``k * BLOCK`` candidates.
     """
-    blocks = _blocks(x, two_stage)
+    blocks = _blocks(x, two_stage=two_stage)
     if blocks is None or k > blocks.size(1):
         return x.topk(k, dim=-1)
     n = x.size(0)
@@ -137,7 +138,7 @@ def _topk(x: Tensor, k: int, two_stage: bool = True) -> tuple[Tensor, Tensor]:
     return values, chosen.gather(1, position // BLOCK) * BLOCK + position % BLOCK
 
 
-def stable_topk(x: Tensor, k: int, two_stage: bool = True) -> tuple[Tensor, Tensor]:
+def stable_topk(x: Tensor, k: int, *, two_stage: bool = True) -> tuple[Tensor, Tensor]:
     """Top ``k`` of each row of ``x`` ``(N, M)``, descending; equal values: lower index first.
 
     ``torch.topk`` leaves the order of ties unspecified; this makes it deterministic. It costs one
@@ -145,7 +146,7 @@ def stable_topk(x: Tensor, k: int, two_stage: bool = True) -> tuple[Tensor, Tens
     sort of only the rows with a tie across the cut (their k-th and (k+1)-th largest values are equal).
     ``two_stage=False``: one ``torch.topk`` over the whole row instead of :func:`_topk`'s two stages.
     """
-    top_values, top_index = _topk(x, min(k + 1, x.size(-1)), two_stage)
+    top_values, top_index = _topk(x, min(k + 1, x.size(-1)), two_stage=two_stage)
     index = top_index[:, :k].sort(dim=-1).values  # (N, k), ascending index
     values, perm = x.gather(-1, index).sort(dim=-1, descending=True, stable=True)
     index = index.gather(-1, perm)
@@ -185,10 +186,11 @@ Chooser = Callable[[Tensor], Tensor]  # (N, V) restricted log-probs -> (N,) toke
 def greedy_search(
     step: StepFunction,
     max_lens: list[int],
+    *,
     alpha: float = 0.0,
     ids: SpecialIds = SpecialIds(),
     scores: bool = True,
-    two_stage: bool = True,
+    paths: SearchPaths = FAST_PATHS,
 ) -> list[list[Hypothesis]]:
     """The most probable next token at each step (argmax; ties: the lowest id). One hypothesis per row.
 
@@ -196,16 +198,17 @@ def greedy_search(
     ``ModelStep(..., log_probs=False)``): the argmax is taken over them as they are, and the chosen
     token's log-probability comes from their ``log_softmax``. ``scores=False`` skips that, as
     CTranslate2 does when no scores are asked for: the tokens are the same, ``score`` and
-    ``log_prob`` are NaN. ``two_stage``: see :func:`first_argmax`.
+    ``log_prob`` are NaN. ``paths.two_stage``: see :func:`first_argmax`.
     """
     logits = not getattr(step, "log_probs", True)
-    choose = functools.partial(first_argmax, two_stage=two_stage)
-    return _single_path(step, max_lens, alpha, ids, choose, normalise=logits, scores=scores)
+    choose = functools.partial(first_argmax, two_stage=paths.two_stage)
+    return _single_path(step, max_lens, choose, alpha=alpha, ids=ids, normalise=logits, scores=scores)
 
 
 def sample_search(
     step: StepFunction,
     max_lens: list[int],
+    *,
     alpha: float = 0.0,
     nbest: int = 1,
     temperature: float = 1.0,
@@ -233,7 +236,7 @@ def sample_search(
 
     rows = torch.arange(len(max_lens), device=_device_of(step))
     step.reorder(rows.repeat_interleave(nbest))  # nbest copies of each row
-    flat = _single_path(step, [n for n in max_lens for _ in range(nbest)], alpha, ids, choose)
+    flat = _single_path(step, [n for n in max_lens for _ in range(nbest)], choose, alpha=alpha, ids=ids)
     groups = [[h[0] for h in flat[i * nbest : (i + 1) * nbest]] for i in range(len(max_lens))]
     return [sorted(g, key=lambda h: -h.score) for g in groups]
 
@@ -268,9 +271,10 @@ def _nucleus(logits: Tensor, top_p: float) -> Tensor:
 def _single_path(
     step: StepFunction,
     max_lens: list[int],
+    choose: Chooser,
+    *,
     alpha: float,
     ids: SpecialIds,
-    choose: Chooser,
     normalise: bool = False,
     scores: bool = True,
 ) -> list[list[Hypothesis]]:
@@ -321,23 +325,24 @@ def _device_of(step: StepFunction) -> torch.device:
 def beam_search(
     step: StepFunction,
     max_lens: list[int],
+    *,
     beam: int = 4,
     alpha: float = 0.6,
     nbest: int = 1,
     ids: SpecialIds = SpecialIds(),
-    shortlist: bool = True,
-    two_stage: bool = True,
+    paths: SearchPaths = FAST_PATHS,
 ) -> list[list[Hypothesis]]:
     """Beam search (stopping rule in the module docstring). Returns ``nbest`` hypotheses per row,
     best score first. ``step`` holds one row per sentence on entry; it is expanded to ``beam`` rows.
 
-    ``shortlist``: score only each row's best ``2 * beam`` tokens (exact, see ``_Beams.advance``);
-    False scores all ``beam * V`` candidates. ``two_stage``: see :func:`stable_topk`.
+    ``paths.shortlist``: score only each row's best ``2 * beam`` tokens (exact, see
+    ``_Beams.advance``); False scores all ``beam * V`` candidates. ``paths.two_stage``: see
+    :func:`stable_topk`.
     """
     if not 1 <= nbest <= beam:
         raise ValueError(f"nbest ({nbest}) must be between 1 and beam ({beam})")
     _need_log_probs(step, "beam search")
-    state = _Beams(step, max_lens, beam, alpha, ids, shortlist, two_stage)
+    state = _Beams(step, max_lens, beam=beam, alpha=alpha, ids=ids, paths=paths)
     while state.active:
         state.advance()
     return [sorted(f, key=lambda h: -h.score)[:nbest] for f in state.finished]
@@ -350,14 +355,14 @@ class _Beams:
         self,
         step: StepFunction,
         max_lens: list[int],
+        *,
         beam: int,
         alpha: float,
         ids: SpecialIds,
-        shortlist: bool = True,
-        two_stage: bool = True,
+        paths: SearchPaths,
     ) -> None:
         self.step, self.max_lens, self.beam, self.alpha, self.ids = step, max_lens, beam, alpha, ids
-        self.shortlist, self.two_stage = shortlist, two_stage
+        self.paths = paths
         device = _device_of(step)
         n = len(max_lens)
         self.active = list(range(n))  # sentence ids still searching
@@ -378,12 +383,13 @@ class _Beams:
         # A sentence's best 2K candidates are among the best 2K tokens of each of its K rows (ties
         # included: both selections prefer the lower beam, then the lower token id), so only those
         # K * 2K candidates per sentence are scored, not K * V.
-        per_row = min(2 * K, log_probs.size(-1)) if self.shortlist else log_probs.size(-1)
-        row_scores, row_tokens = stable_topk(log_probs, per_row, self.two_stage)  # (n*rows, per_row)
+        per_row = min(2 * K, log_probs.size(-1)) if self.paths.shortlist else log_probs.size(-1)
+        two_stage = self.paths.two_stage
+        row_scores, row_tokens = stable_topk(log_probs, per_row, two_stage=two_stage)  # (n*rows, per_row)
         if rows == 1:  # beams 1..K-1 are copies of beam 0 with log-prob -inf
             row_scores, row_tokens = row_scores.repeat_interleave(K, 0), row_tokens.repeat_interleave(K, 0)
         cand = (self.cum.reshape(-1, 1) + row_scores.double()).reshape(len(self.active), K * per_row)
-        scores, flat = stable_topk(cand, 2 * K, self.two_stage)  # (n, 2K)
+        scores, flat = stable_topk(cand, 2 * K, two_stage=two_stage)  # (n, 2K)
         origin = flat // per_row  # beam index of each candidate
         token = row_tokens.reshape(len(self.active), K * per_row).gather(-1, flat)  # (n, 2K)
         is_eos = (token == self.ids.eos) & torch.isfinite(scores)  # (n, 2K)
@@ -444,8 +450,8 @@ class DecodeOptions:
     tokens (its EOS included); the paper's "input length + 50" is a=1, b=50.
     ``scores=False``: the caller needs no scores (``Translator.translate``), so a search that does
     not need them to choose (greedy) skips them; its hypotheses' ``score``/``log_prob`` are NaN.
-    ``group_rows``, ``shortlist``, ``two_stage``, ``by_length``: exact speed-ups (module
-    docstring); False gives the reference path, the same output.
+    ``paths``: the exact speed-ups (:class:`SearchPaths`, module docstring); a switch set to False
+    gives its reference path, the same output.
     """
 
     beam: int = 4
@@ -460,10 +466,7 @@ class DecodeOptions:
     top_p: float = 1.0
     seed: int | None = None
     scores: bool = True
-    group_rows: bool = True
-    shortlist: bool = True
-    two_stage: bool = True
-    by_length: bool = True
+    paths: SearchPaths = FAST_PATHS
 
     def __post_init__(self) -> None:
         checks = [
@@ -499,28 +502,29 @@ def generate(model, src: Tensor, options: DecodeOptions = DecodeOptions()) -> li
     greedy = options.beam == 1 and not options.sample
     with torch.inference_mode():
         # greedy: argmax of the logits
-        step = ModelStep(model, src, options.use_cache, not greedy, options.group_rows, options.by_length)
+        step = ModelStep(model, src, use_cache=options.use_cache, log_probs=not greedy, paths=options.paths)
         if options.sample:
             return sample_search(
                 step,
                 max_lens,
-                options.alpha,
-                options.nbest,
-                options.temperature,
-                options.top_k,
-                options.top_p,
-                options.seed,
-                ids,
+                alpha=options.alpha,
+                nbest=options.nbest,
+                temperature=options.temperature,
+                top_k=options.top_k,
+                top_p=options.top_p,
+                seed=options.seed,
+                ids=ids,
             )
         if greedy:
-            return greedy_search(step, max_lens, options.alpha, ids, options.scores, options.two_stage)
+            return greedy_search(
+                step, max_lens, alpha=options.alpha, ids=ids, scores=options.scores, paths=options.paths
+            )
         return beam_search(
             step,
             max_lens,
-            options.beam,
-            options.alpha,
-            options.nbest,
-            ids,
-            options.shortlist,
-            options.two_stage,
+            beam=options.beam,
+            alpha=options.alpha,
+            nbest=options.nbest,
+            ids=ids,
+            paths=options.paths,
         )

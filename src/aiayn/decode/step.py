@@ -25,6 +25,8 @@ changes, not the result (up to float rounding, as between any two batchings).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import Tensor
 
@@ -32,6 +34,27 @@ from aiayn.decode.cache import GroupedDecoderCache
 from aiayn.model.masks import padding_mask
 
 BUCKET_RATIO = 0.8  # a bucket's shortest source has at least this fraction of its longest's tokens
+
+
+@dataclass(frozen=True)
+class SearchPaths:
+    """Which implementation of each exact speed-up decodes: the fast paths by default.
+
+    Each switch set to False takes the reference path the fast one replaces, with the same output,
+    so that tests and ``benchmarks/decode_paths.py`` can compare the two:
+    ``two_stage`` (block-wise argmax/top-k over the vocabulary, :func:`aiayn.decode.search.stable_topk`),
+    ``shortlist`` (beam search scores each row's best ``2 * beam`` tokens, not all of them),
+    ``group_rows`` (rows of one source share its memory, :mod:`aiayn.decode.cache`) and
+    ``by_length`` (the encoder on buckets of similar length, :func:`encode_by_length`).
+    """
+
+    two_stage: bool = True
+    shortlist: bool = True
+    group_rows: bool = True
+    by_length: bool = True
+
+
+FAST_PATHS = SearchPaths()  # every fast path: the default everywhere
 
 
 class ModelStep:
@@ -42,27 +65,28 @@ class ModelStep:
     same source share its memory unless ``group_rows=False``); with ``use_cache=False`` it recomputes
     the decoder over the whole prefix (slow, the reference the cached path is tested against).
     ``log_probs=False``: calls return the generator's logits, not log-probabilities.
-    ``by_length=False``: the encoder runs on the whole padded batch at once (the reference of
-    :func:`encode_by_length`).
+    ``paths``: its ``group_rows`` and ``by_length`` (False: the encoder runs on the whole padded
+    batch at once, the reference of :func:`encode_by_length`).
     """
 
     def __init__(
         self,
         model,
         src: Tensor,
+        *,
         use_cache: bool = True,
         log_probs: bool = True,
-        group_rows: bool = True,
-        by_length: bool = True,
+        paths: SearchPaths = FAST_PATHS,
     ) -> None:
         self.model, self.use_cache, self.log_probs = model, use_cache, log_probs
         src_mask = padding_mask(src, model.config.pad_id)  # (B, 1, 1, S), True = may attend
-        encode = encode_by_length if by_length else _encode_whole
+        encode = encode_by_length if paths.by_length else _encode_whole
         self.memory = encode(model, src, src_mask)  # (B, S, D)
         self.src_mask = src_mask
         self.cache = None
         if use_cache:
-            self.cache = GroupedDecoderCache(len(model.decoder.layers), self.memory, src_mask, group_rows)
+            layers = len(model.decoder.layers)
+            self.cache = GroupedDecoderCache(layers, self.memory, src_mask, paths.group_rows)
 
     @property
     def device(self) -> torch.device:
