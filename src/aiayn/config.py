@@ -33,7 +33,7 @@ import types
 import typing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 import yaml
 
@@ -45,6 +45,9 @@ ACTIVATIONS = ("relu", "gelu")
 
 # Fixed special-token ids, shared by the tokenizer (aiayn.data) and the model.
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
+
+#: The seed of every run that sets none (training, and the tokenizer's sample of prepared data).
+DEFAULT_SEED = 1
 
 
 # --- fields that state their rules ----------------------------------------------------------------
@@ -119,6 +122,11 @@ def setting(
     """
     rule = Rule(choices, ge, gt, le, lt, says)
     return dataclasses.field(default=default, default_factory=factory, metadata={"rule": rule})
+
+
+def seed_setting() -> Any:
+    """The ``seed`` field of every config: :data:`DEFAULT_SEED`, within NumPy's 32-bit seeds."""
+    return setting(DEFAULT_SEED, ge=0, le=2**32 - 1)
 
 
 TYPE_WORDS = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
@@ -221,6 +229,25 @@ def assign(values: dict[str, Any], dotted: str, value: Any) -> None:
         values[section] = {}
     if isinstance(values[section], dict):  # else the loader reports the section, naming the file
         values[section][key] = value
+
+
+def read_config(path: str | Path | None, overrides: Sequence[str] = (), flags: dict[str, Any] | None = None):
+    """A YAML config's values (``{}`` without a file) with ``overrides`` (``section.key=value``, the
+    value read as YAML) applied, then ``flags`` (``"section.key"``: value; None = not given)."""
+    values: dict[str, Any] = read_yaml(path) if path else {}
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or "." not in key:
+            raise UserError(f"an override must read section.key=value; got {item!r}")
+        try:
+            value = parse_yaml(raw)
+        except yaml.YAMLError:
+            raise UserError(f"override {item!r}: the value is not valid YAML") from None
+        assign(values, key, value)
+    for key, value in (flags or {}).items():
+        if value is not None:
+            assign(values, key, value)
+    return values
 
 
 @contextlib.contextmanager

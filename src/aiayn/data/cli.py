@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from aiayn.config import read_config
+from aiayn.data.config import prepare_settings_of
 from aiayn.data.download import DEFAULT_URL, LANGUAGES, download_multi30k
 from aiayn.data.prepare import CHUNK_PAIRS, prepare
 from aiayn.data.synthetic import N_TEST, N_TRAIN, N_VALID, write_task
@@ -55,7 +57,7 @@ def _add_prepare(commands) -> None:
         description="Train the tokenizer on a seeded sample, encode the training and validation splits "
         "in parallel, filter by length and write token arrays and a lengths index with a checksummed "
         "manifest. Pass the output as `aiayn train --data-dir`. The data section of --config (and "
-        "train.seed) decides every setting; training checks that they still agree.",
+        "train.seed) decides every setting; training checks the other sections, and that these still agree.",
     )
     parser.add_argument("--config", required=True, help="the run config YAML that will train on it")
     parser.add_argument("--data-dir", help="corpus directory ({split}.{lang} files); overrides data.dir")
@@ -89,24 +91,19 @@ def run_synthetic(args: argparse.Namespace) -> int:
 
 
 def run_prepare(args: argparse.Namespace) -> int:
-    from aiayn.train.config import load_run_config  # its input is the run config that will train on it
-
     if args.workers < 0 or args.chunk_pairs < 1:
         raise UserError("--workers must be >= 0 and --chunk-pairs >= 1")
-    config = load_run_config(
-        args.config,
-        args.set,
-        **{"data.dir": args.data_dir, "data.src_lang": args.src_lang, "data.tgt_lang": args.tgt_lang},
-    )
-    if not config.data.dir:
+    flags = {"data.dir": args.data_dir, "data.src_lang": args.src_lang, "data.tgt_lang": args.tgt_lang}
+    corpus, settings = prepare_settings_of(read_config(args.config, args.set, flags), args.config)
+    if not corpus.dir:
         raise UserError("config data.dir is empty: give --data-dir or set data.dir")
     prepared = prepare(
-        Path(config.data.dir).expanduser(),
+        Path(corpus.dir).expanduser(),
         Path(args.out),
-        config.prepare_settings(),
+        settings,
         workers=args.workers,
         chunk_pairs=args.chunk_pairs,
     )
-    for split in (config.data.train_split, config.data.valid_split):
+    for split in (corpus.train_split, corpus.valid_split):
         print(prepared.summary(split))
     return 0

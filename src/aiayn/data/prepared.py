@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from aiayn.config import DEFAULT_SEED
 from aiayn.data.tokenizer import Tokenizer
 from aiayn.errors import UserError
 from aiayn.io import file_sha256
@@ -58,7 +59,9 @@ class PrepareSettings:
     max_ratio: float = 3.0
     #: pairs sampled (seeded) from the training split to train the tokenizer; 0 = every pair
     tokenizer_sample: int = 1_000_000
-    seed: int = 1  #: the tokenizer's and the sample's seed (not compared: another seed may reuse the data)
+    seed: int = (
+        DEFAULT_SEED  #: the tokenizer's and the sample's seed (not compared: another seed may reuse the data)
+    )
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

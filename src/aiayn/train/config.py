@@ -14,58 +14,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from aiayn.config import (
     PRESETS,
     Checked,
     ConfigError,
     TransformerConfig,
-    assign,
     from_mapping,
-    parse_yaml,
-    read_yaml,
+    read_config,
     reported,
     require,
     setting,
 )
+from aiayn.data.config import CorpusConfig
 from aiayn.data.prepared import PrepareSettings
-from aiayn.errors import UserError
 from aiayn.precision import PRECISIONS
-
-
-@dataclass
-class DataConfig(Checked):
-    dir: str = ""  #: corpus directory: {split}.{lang} files for train_split and valid_split
-    src_lang: str = "de"
-    tgt_lang: str = "en"
-    train_split: str = "train"
-    valid_split: str = "val"
-    vocab_size: int = setting(8000, gt=0)  #: joint SentencePiece vocabulary (an upper bound on tiny corpora)
-    #: pairs of the training split sampled (seeded) to train the tokenizer; 0 = every pair
-    tokenizer_sample: int = setting(1_000_000, ge=0)
-    tokenizer: str = setting("bpe", choices=("bpe", "unigram"))
-    #: The tokenizer lowercases all text, so the model reads and writes lowercase (the Multi30k
-    #: literature's preprocessing).
-    lowercase: bool = False
-    #: BPE-dropout (Provilkov et al., 2020): each epoch the training pairs are segmented anew, each
-    #: merge skipped with this probability (0 = off; decoding always uses all merges).
-    bpe_dropout: float = setting(0.0, ge=0, lt=1, says="is a probability below 1")
-    #: pairs longer than this (subword tokens, either side) are dropped
-    max_sentence_tokens: int = setting(100, gt=0)
-    max_ratio: float = setting(
-        3.0, gt=0
-    )  #: pairs whose length ratio exceeds this are dropped (aiayn.data.corpus)
-    #: padded tokens per batch, all processes together (per optimizer step: × accum_steps)
-    batch_tokens: int = setting(4096, gt=0)
-    batch_multiple: int = setting(0, ge=0)  #: sentences per batch a multiple of this (0 = the world size)
-
-    def check(self) -> None:
-        require(
-            "bpe_dropout",
-            not self.bpe_dropout or self.tokenizer == "bpe",
-            f"needs data.tokenizer bpe (got {self.tokenizer!r})",
-        )
 
 
 @dataclass
@@ -119,7 +81,7 @@ MODEL_KEYS = [
 @dataclass
 class RunConfig(Checked):
     model: dict[str, Any] = field(default_factory=dict)
-    data: DataConfig = field(default_factory=DataConfig)
+    data: CorpusConfig = field(default_factory=CorpusConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     train: TrainSection = field(default_factory=TrainSection)
 
@@ -164,8 +126,7 @@ class RunConfig(Checked):
 
     def prepare_settings(self) -> PrepareSettings:
         """The settings data.dir must be prepared with: the data section (the seed is train.seed)."""
-        names = [f.name for f in dataclasses.fields(PrepareSettings) if f.name != "seed"]
-        return PrepareSettings(**{name: getattr(self.data, name) for name in names}, seed=self.train.seed)
+        return self.data.prepare_settings(self.train.seed)
 
     def model_config(self, vocab_size: int) -> TransformerConfig:
         """The TransformerConfig of this run for a (shared) vocabulary of ``vocab_size``."""
@@ -190,21 +151,6 @@ def run_config_from_dict(values: dict[str, Any], source: str | Path = "config") 
 
 
 def load_run_config(path: str | Path | None, overrides: list[str] = (), **cli: Any) -> RunConfig:
-    """Read a YAML run config, apply ``--set section.key=value`` overrides, then CLI flags.
-
-    ``cli`` maps ``"section.key"`` to a value (None = not given).
-    """
-    values: dict[str, Any] = read_yaml(path) if path else {}
-    for item in overrides:
-        key, sep, raw = item.partition("=")
-        if not sep or "." not in key:
-            raise UserError(f"--set expects section.key=value, got {item!r}")
-        try:
-            value = parse_yaml(raw)
-        except yaml.YAMLError:
-            raise UserError(f"--set {item!r}: the value is not valid YAML") from None
-        assign(values, key, value)
-    for key, value in cli.items():
-        if value is not None:
-            assign(values, key, value)
-    return run_config_from_dict(values, str(path or "config"))
+    """Read a YAML run config, apply ``section.key=value`` overrides, then ``cli``'s values
+    (``"section.key"``: value, None = not given)."""
+    return run_config_from_dict(read_config(path, overrides, cli), str(path or "config"))
