@@ -104,7 +104,7 @@ def run(translator: Translator, lines: list[str], off: set[str], scores: bool) -
 
 def measure(translator: Translator, lines: list[str], rounds: int, greedy: bool) -> dict:
     sources = {i: translator.encode_source(line) for i, line in enumerate(lines)}
-    batches = [[lines[i] for i in batch] for batch in translator._batches(sources)]
+    batches = [[lines[i] for i in batch] for batch in translator.batches(sources)]
     cases = variants(greedy)
     names = list(cases)
     seconds = {name: [0.0] * rounds for name in names}

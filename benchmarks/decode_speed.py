@@ -74,6 +74,7 @@ import torch
 import transformers
 from transformers import GenerationConfig
 
+from aiayn.data.batching import pad
 from aiayn.data.corpus import read_parallel
 from aiayn.decode.search import DecodeOptions, generate
 from aiayn.decode.step import max_output_lengths
@@ -203,6 +204,10 @@ class Aiayn:
         }
         self.first = next(iter(self.translators.values()))
 
+    def pad(self, rows: list[list[int]]) -> torch.Tensor:
+        """Right-padded ``(B, S)`` ids on the Translator's device, as it feeds ``generate``."""
+        return pad(rows, self.model.config.pad_id).to(self.first.device)
+
     def encode(self, line: str) -> list[int]:
         """``encode(text) + [EOS]``, truncated to ``max_len``: what the Translator feeds the encoder."""
         return self.first.encode_source(line)
@@ -210,7 +215,7 @@ class Aiayn:
     def plan(self, lines: list[str]) -> tuple[list[list[int]], list[int]]:
         """The Translator's batches (sentence indices, longest first) and each sentence's length limit."""
         sources = {i: self.encode(line) for i, line in enumerate(lines) if line.strip()}
-        batches = list(self.first._batches(sources))  # the very grouping translate() uses
+        batches = self.first.batches(sources)  # the very grouping translate() uses
         lengths = torch.tensor([len(sources.get(i, [])) for i in range(len(lines))])
         o = self.first.options
         return batches, max_output_lengths(lengths, o.max_len_a, o.max_len_b, self.model.config.max_len)
@@ -225,7 +230,7 @@ class Aiayn:
         options = replace(translator.options, nbest=1, scores=False)
         out: list[list[int]] = [[] for _ in lines]
         for batch in batches:
-            src = translator._pad([self.encode(lines[i]) for i in batch])
+            src = self.pad([self.encode(lines[i]) for i in batch])
             for i, hypotheses in zip(batch, generate(self.model, src, options)):
                 out[i] = hypotheses[0].tokens
         return out
@@ -382,9 +387,9 @@ def logits_check(systems: dict, lines, batch: list[int], greedy: list[list[int]]
     CTranslate2's per-token log-probs (``score_batch``, EOS included) against aiayn's."""
     aiayn, hf, ct2 = systems["aiayn"], systems["transformers"], systems["ctranslate2"]
     c = aiayn.model.config
-    src = aiayn.first._pad([aiayn.encode(lines[i]) for i in batch])
+    src = aiayn.pad([aiayn.encode(lines[i]) for i in batch])
     targets = [greedy[i] + [c.eos_id] for i in batch]
-    tgt_in = aiayn.first._pad([[c.bos_id] + t[:-1] for t in targets])  # (B, T)
+    tgt_in = aiayn.pad([[c.bos_id] + t[:-1] for t in targets])  # (B, T)
     real = tgt_in != c.pad_id  # right-padded: row r's first len(targets[r]) positions
     with torch.inference_mode():
         ours = aiayn.model(src, tgt_in)[real].float()  # (N, V), real positions only

@@ -1,5 +1,10 @@
 """Token-bounded batches from length buckets, resumable and shardable; collation into tensors.
 
+The token bound is written once (:func:`_cut`) and serves training (:func:`make_batches`) and
+inference (:func:`token_batches`: the batches of :class:`aiayn.decode.Translator` and of the
+CTranslate2 backend); padding is written once too (:func:`pad`, which :func:`collate` and the
+Translator use).
+
 The paper batches "by approximate sequence length", about 25,000 source and 25,000 target tokens
 per batch (§5.1). Here:
 
@@ -33,7 +38,7 @@ in memory). Iterate it directly (reading a batch's pairs and :func:`collate` are
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -75,19 +80,32 @@ def make_batches(
     return [order[start:end] for start, end in _cut(sizes[order], max_tokens, batch_multiple)]
 
 
+def token_batches(sizes: Mapping[int, int], max_tokens: int) -> list[list[int]]:
+    """Inference batches: the keys of ``sizes`` (e.g. line numbers -> source tokens with EOS),
+    longest first (ties: the lower key first), cut greedily so that ``len(batch) * longest <=
+    max_tokens`` (at least one each)."""
+    keys = sorted(sizes, key=lambda i: (-sizes[i], i))
+    ordered = np.array([sizes[i] for i in keys], dtype=np.int64)
+    return [keys[start:end] for start, end in _cut(ordered, max_tokens, 1)]
+
+
 def _cut(sizes: np.ndarray, max_tokens: int, multiple: int) -> list[tuple[int, int]]:
-    """``(start, end)`` of each batch of the ascending ``sizes``, cut greedily: an example joins the
-    current batch unless the batch would cost more than ``max_tokens`` padded tokens and already
-    holds ``multiple`` examples; then the batch's largest multiple of ``multiple`` examples is cut
-    and the rest carries over (sizes ascend: the carry fits with the new example)."""
+    """``(start, end)`` of each batch of ``sizes`` in their order, cut greedily: an example joins the
+    current batch unless the batch would then cost more than ``max_tokens`` padded tokens (its
+    length times its largest size) and already holds ``multiple`` examples; then the batch's
+    largest multiple of ``multiple`` examples is cut and the rest carries over. With ``multiple``
+    above 1 the sizes must ascend (training), so that the carry fits with the new example."""
     bounds, start, scan, n = [], 0, 0, len(sizes)
     while scan < n:
         first = max(scan, start + multiple)  # the first example that may close the batch
         if first >= n:
             break
-        # (j - start + 1) * sizes[j] grows with j, above max_tokens by j = start + max_tokens // sizes[first]
-        window = sizes[first : max(first, start + max_tokens // int(sizes[first])) + 1]
-        over = np.flatnonzero((np.arange(first, first + len(window)) - start + 1) * window > max_tokens)
+        largest = int(sizes[start : first + 1].max())
+        # the cost (j - start + 1) * max(sizes[start..j]) grows with j, above max_tokens by
+        # j = start + max_tokens // largest
+        window = sizes[first : max(first, start + max_tokens // largest) + 1]
+        widest = np.maximum(np.maximum.accumulate(window), largest)  # (len(window),)
+        over = np.flatnonzero((np.arange(first, first + len(window)) - start + 1) * widest > max_tokens)
         if not len(over):  # the window reached the end
             break
         j = first + int(over[0])
@@ -230,20 +248,37 @@ class Batch:
         return self.src.shape[0]
 
 
+def pad(
+    sequences: Sequence[Sequence[int]],
+    pad_id: int = PAD_ID,
+    *,
+    start: int | None = None,
+    end: int | None = None,
+) -> torch.Tensor:
+    """``[start] + ids + [end]`` of each sequence (lists or arrays; ``start``/``end`` only when
+    given), right-padded with ``pad_id`` to the longest: one ``(B, S)`` int64 tensor (on the CPU)."""
+    lengths = [len(ids) for ids in sequences]
+    offset = int(start is not None)
+    extra = offset + int(end is not None)
+    out = np.full((len(sequences), max(lengths, default=-extra) + extra), pad_id, dtype=np.int64)  # (B, S)
+    if start is not None:
+        out[:, :1] = start  # a slice: no error for an empty batch
+    for i, ids in enumerate(sequences):
+        out[i, offset : offset + lengths[i]] = ids
+        if end is not None:
+            out[i, offset + lengths[i]] = end
+    return torch.from_numpy(out)
+
+
 def collate(examples: Sequence[Example]) -> Batch:
     """Stack ``(src_ids, tgt_ids)`` examples (lists or arrays) into a padded :class:`Batch`."""
-    src_lens = np.array([len(s) for s, _ in examples], dtype=np.int64)
-    tgt_lens = np.array([len(t) for _, t in examples], dtype=np.int64)
+    sources, targets = [s for s, _ in examples], [t for _, t in examples]
+    src = pad(sources, end=EOS_ID)  # (B, S) source + EOS
+    tgt_in = pad(targets, start=BOS_ID)  # (B, T) BOS + target
+    tgt_out = pad(targets, end=EOS_ID)  # (B, T) target + EOS
     n = len(examples)
-    src = np.full((n, int(src_lens.max(initial=-1)) + 1), PAD_ID, dtype=np.int64)  # (B, S)
-    tgt_in = np.full((n, int(tgt_lens.max(initial=-1)) + 1), PAD_ID, dtype=np.int64)  # (B, T)
-    tgt_out = tgt_in.copy()
-    for i, (s, t) in enumerate(examples):
-        src[i, : src_lens[i]], src[i, src_lens[i]] = s, EOS_ID
-        tgt_in[i, 0], tgt_in[i, 1 : tgt_lens[i] + 1] = BOS_ID, t
-        tgt_out[i, : tgt_lens[i]], tgt_out[i, tgt_lens[i]] = t, EOS_ID
-    n_src, n_tgt = int(src_lens.sum()) + n, int(tgt_lens.sum()) + n
-    return Batch(torch.from_numpy(src), torch.from_numpy(tgt_in), torch.from_numpy(tgt_out), n_src, n_tgt)
+    n_src, n_tgt = sum(map(len, sources)) + n, sum(map(len, targets)) + n
+    return Batch(src, tgt_in, tgt_out, n_src, n_tgt)
 
 
 def iterate_batches(examples: Sequence[Example], sampler: Iterable[list[int]]) -> Iterator[Batch]:

@@ -55,10 +55,11 @@ import json
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Sequence
 
 import torch
 
+from aiayn.data.batching import token_batches
 from aiayn.decode.search import DecodeOptions, length_penalty
 from aiayn.decode.step import max_output_lengths
 from aiayn.decode.translator import LINE_BREAKS, Translator
@@ -315,19 +316,6 @@ class CTranslate2Engine:
     def _text(self, pieces: list[str]) -> str:
         ids = [self.piece_ids.get(piece, self.config.unk_id) for piece in pieces]
         return LINE_BREAKS.sub(" ", self.tokenizer.decode(ids))
-
-
-def token_batches(lengths: dict[int, int], batch_tokens: int) -> Iterator[list[int]]:
-    """Indices grouped so that ``len(batch) * longest <= batch_tokens`` (at least one each), longest
-    first: the torch engine's batches (:class:`~aiayn.decode.Translator`)."""
-    batch: list[int] = []
-    for i in sorted(lengths, key=lambda i: (-lengths[i], i)):
-        if batch and (len(batch) + 1) * lengths[batch[0]] > batch_tokens:
-            yield batch
-            batch = []
-        batch.append(i)
-    if batch:
-        yield batch
 
 
 def _suppress() -> list[list[str]]:

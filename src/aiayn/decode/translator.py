@@ -10,7 +10,8 @@ convention as training (src = ids + [EOS], tgt_in = [BOS] + ids, tgt_out = ids +
   can emit them through SentencePiece's byte fallback, e.g. ``<0x0A>``) become spaces, so the
   output keeps exactly one line per input line.
 * Batches hold at most ``batch_tokens`` padded source tokens (at least one sentence), sentences
-  sorted by length so that little padding is computed; outputs come back in input order.
+  sorted by length so that little padding is computed (:func:`aiayn.data.batching.token_batches`);
+  outputs come back in input order.
 """
 
 from __future__ import annotations
@@ -18,10 +19,11 @@ from __future__ import annotations
 import re
 import sys
 from dataclasses import replace
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Sequence
 
 import torch
 
+from aiayn.data.batching import pad, token_batches
 from aiayn.decode.search import DecodeOptions, Hypothesis, generate
 
 Warn = Callable[[str], None]
@@ -80,37 +82,23 @@ class Translator:
             ids = ids[:limit]
         return ids + [self.model.config.eos_id]
 
+    def batches(self, sources: dict[int, list[int]]) -> list[list[int]]:
+        """The keys of ``sources`` (line -> :meth:`encode_source` ids) in the batches decoded together."""
+        return token_batches({i: len(ids) for i, ids in sources.items()}, self.batch_tokens)
+
     # --- internals ---------------------------------------------------------------------------------
     def _search(self, lines: Sequence[str], options: DecodeOptions) -> list[list[tuple[float, str]]]:
         results: list[list[tuple[float, str]]] = [[] for _ in lines]
         sources = {i: self.encode_source(line, i + 1) for i, line in enumerate(lines) if line.strip()}
-        for batch in self._batches(sources):
-            hypotheses = generate(self.model, self._pad([sources[i] for i in batch]), options)
+        pad_id = self.model.config.pad_id
+        for batch in self.batches(sources):
+            src = pad([sources[i] for i in batch], pad_id).to(self.device)  # (B, S)
+            hypotheses = generate(self.model, src, options)
             for i, hyps in zip(batch, hypotheses):
                 results[i] = [(h.score, self.detokenize(h)) for h in hyps]
             if self.progress is not None:
                 self.progress(len(batch))
         return results
-
-    def _batches(self, sources: dict[int, list[int]]) -> Iterator[list[int]]:
-        """Indices grouped so that ``len(batch) * longest <= batch_tokens``, longest sentences first."""
-        order = sorted(sources, key=lambda i: (-len(sources[i]), i))
-        batch: list[int] = []
-        for i in order:
-            longest = len(sources[batch[0]]) if batch else len(sources[i])
-            if batch and (len(batch) + 1) * longest > self.batch_tokens:
-                yield batch
-                batch = []
-            batch.append(i)
-        if batch:
-            yield batch
-
-    def _pad(self, sequences: list[list[int]]) -> torch.Tensor:
-        """Right-padded ``(B, S)`` ids on the device."""
-        width = max(len(s) for s in sequences)
-        pad = self.model.config.pad_id
-        rows = [s + [pad] * (width - len(s)) for s in sequences]
-        return torch.tensor(rows, dtype=torch.long, device=self.device)
 
     def detokenize(self, hypothesis: Hypothesis) -> str:
         """The text of ``hypothesis`` on one line (characters that split lines become spaces)."""
