@@ -169,3 +169,77 @@ def live_server():
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+# --- training: a tiny model on the digits->words task (the test_train_*.py files) ---------------
+
+TINY_MODEL = {
+    "d_model": 32,
+    "n_heads": 4,
+    "n_encoder_layers": 1,
+    "n_decoder_layers": 1,
+    "d_ff": 64,
+    "max_len": 64,
+    "tie_embeddings": "all",
+}
+
+
+@pytest.fixture(scope="module")
+def task_dir(tmp_path_factory) -> Path:
+    """The built-in digits->words task, small: 400 training pairs, 40 validation and 40 test."""
+    from aiayn.data.synthetic import write_task
+
+    directory = tmp_path_factory.mktemp("task")
+    write_task(directory, seed=0, n_train=400, n_valid=40, n_test=40)
+    return directory
+
+
+def run_config(data_dir: Path, **sections) -> dict:
+    """The values of a run config for :data:`TINY_MODEL` on ``data_dir``, each section updated from
+    ``sections``."""
+    values = {
+        "model": {**TINY_MODEL, "dropout": 0.1},
+        "data": {
+            "dir": str(data_dir),
+            "src_lang": "digits",
+            "tgt_lang": "words",
+            "vocab_size": 400,
+            "batch_tokens": 256,
+            "max_sentence_tokens": 32,
+        },
+        "optim": {"warmup": 10},
+        "train": {
+            "precision": "fp32",
+            "device": "cpu",
+            "max_steps": 12,
+            "save_every": 4,
+            "valid_every": 6,
+            "log_every": 1,
+            "valid_bleu": False,
+            "keep_last": 10,
+        },
+    }
+    for name, updates in sections.items():
+        values[name] = {**values[name], **updates}
+    return values
+
+
+def _train_command(config: Path, out: Path) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "aiayn",
+        "train",
+        "--config",
+        str(config),
+        "--out",
+        str(out),
+        "--no-progress",
+    ]
+
+
+def _write_config(path: Path, values: dict) -> Path:
+    import yaml
+
+    path.write_text(yaml.safe_dump(values))
+    return path

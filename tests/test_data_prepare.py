@@ -25,7 +25,7 @@ from aiayn.data.prepared import MANIFEST, PrepareSettings, open_prepared
 from aiayn.data.synthetic import write_task
 from aiayn.data.tokenizer import Tokenizer
 from aiayn.errors import UserError
-from test_train import run_config
+from conftest import run_config
 
 TASK = PrepareSettings("digits", "words", vocab_size=400, max_sentence_tokens=32)
 

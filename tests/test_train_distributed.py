@@ -1,0 +1,144 @@
+"""Training: several processes (torchrun DDP, a sharded optimizer, per-rank dropout masks)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch import Tensor
+
+from aiayn.checkpoint import checkpoint_name, load_checkpoint
+from aiayn.data.prepare import prepare
+from aiayn.train import distributed
+from aiayn.train.config import run_config_from_dict
+from aiayn.train.engine import Engine
+from aiayn.train.trainer import Trainer
+from conftest import _train_command, _write_config, run_config
+
+
+def test_two_processes_match_one_with_the_same_global_batch(task_dir: Path, tmp_path: Path) -> None:
+    values = run_config(
+        task_dir,
+        model={"dropout": 0.0},
+        data={"batch_multiple": 2},
+        train={"max_steps": 5, "save_every": 5, "valid_every": 5},
+    )
+    config = _write_config(tmp_path / "run.yaml", values)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    subprocess.run(_train_command(config, tmp_path / "one"), check=True, env=env, capture_output=True)
+    torchrun = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_port",
+        str(29500 + os.getpid() % 1000),
+        "-m",
+        "aiayn",
+    ]
+    two = subprocess.run(
+        torchrun + _train_command(config, tmp_path / "two")[3:], env=env, capture_output=True, text=True
+    )
+    assert two.returncode == 0, two.stderr[-2000:]
+    read = lambda run: [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]  # noqa: E731
+    one_log, two_log = read(tmp_path / "one"), read(tmp_path / "two")
+    assert [r["split"] for r in one_log] == [r["split"] for r in two_log]
+    for a, b in zip(one_log, two_log):
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-5), (a, b)
+    assert sum(r["split"] == "train" for r in two_log) == 5
+
+
+def test_a_sharded_optimizer_gives_the_same_run_bit_for_bit(task_dir: Path, tmp_path: Path) -> None:
+    """Two processes with ``train.shard_optimizer`` (each keeps Adam's moments for half the weights)
+    against two without: the same weights and the same whole optimizer state in every checkpoint;
+    a run sharded from an unsharded checkpoint (and the other way round) goes on as either would."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    port = 29500 + (os.getpid() + 7) % 1000
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port"]
+
+    def train(out: Path, shard: bool, max_steps: int) -> None:
+        values = run_config(
+            task_dir,
+            data={"batch_multiple": 2},
+            train={"max_steps": max_steps, "save_every": 2, "valid_every": 0, "shard_optimizer": shard},
+        )
+        config = _write_config(tmp_path / f"{out.name}.yaml", values)
+        run = subprocess.run(
+            [*torchrun, str(port), "-m", "aiayn", *_train_command(config, out)[3:]],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        assert run.returncode == 0, run.stderr[-2000:]
+        assert ("optimizer state split between the 2 processes" in run.stdout) == shard
+
+    def checkpoint(out: Path, step: int) -> dict[str, Tensor]:
+        found = load_checkpoint(out / "checkpoints" / checkpoint_name(step))
+        optimizer = found.train_state["optimizer"]
+        state = {f"{i}.{k}": v for i, s in optimizer["state"].items() for k, v in s.items()}
+        return {**found.weights, **state}
+
+    def same(a: dict[str, Tensor], b: dict[str, Tensor]) -> None:
+        assert a.keys() == b.keys()
+        for name in a:
+            assert torch.equal(a[name], b[name]), name
+
+    train(tmp_path / "plain", False, 4)
+    train(tmp_path / "sharded", True, 4)
+    for step in (2, 4):
+        same(checkpoint(tmp_path / "plain", step), checkpoint(tmp_path / "sharded", step))
+    assert not torch.equal(*(checkpoint(tmp_path / "plain", s)["0.exp_avg"] for s in (2, 4)))
+    for first, then in ((False, True), (True, False)):  # resumed at step 2 with the other setting
+        out = tmp_path / f"switched-{then}"
+        train(out, first, 2)
+        train(out, then, 4)
+        same(checkpoint(tmp_path / "plain", 4), checkpoint(out, 4))
+
+
+def test_each_process_draws_its_own_dropout_masks_and_resumes_them(
+    task_dir: Path, tmp_path: Path, monkeypatch
+) -> None:
+    """Ranks built in one process (rank and world size patched), the random state recorded as each
+    optimizer step starts: ranks start from the same weights and draw other masks at every step, and
+    rank 1 resumed from a checkpoint draws what it drew uninterrupted."""
+    states: dict[tuple[str, int], torch.Tensor] = {}  # (run, step before it) -> torch's RNG state
+    accumulate = Engine.accumulate_gradients
+
+    def recording(self, batches):
+        states[(self.out.name, self.state.step)] = torch.get_rng_state()
+        return accumulate(self, batches)
+
+    monkeypatch.setattr(Engine, "accumulate_gradients", recording)
+
+    prepared = tmp_path / "prepared"  # in one process no rank 0 prepares for the others
+    prepare(task_dir, prepared, run_config_from_dict(run_config(task_dir)).prepare_settings(), log=print)
+
+    def run(rank: int, world_size: int, out: Path, max_steps: int) -> Trainer:
+        monkeypatch.setattr(distributed, "setup", lambda: (rank, world_size))
+        config = run_config(prepared, train={"max_steps": max_steps, "save_every": 2, "valid_every": 0})
+        trainer = Trainer(run_config_from_dict(config), out, log=lambda _: None, progress=False)
+        trainer.train()
+        return trainer
+
+    run(0, 2, tmp_path / "rank0", 4), run(1, 2, tmp_path / "rank1", 4)
+    assert all(not torch.equal(states[("rank0", step)], states[("rank1", step)]) for step in range(4))
+    run(0, 1, tmp_path / "resumed", 2)  # a checkpoint at step 2
+    run(1, 2, tmp_path / "resumed", 4)  # rank 1 resumes it
+    for step in (2, 3):
+        assert torch.equal(states[("resumed", step)], states[("rank1", step)]), step
+    monkeypatch.setattr(distributed, "setup", lambda: (1, 2))
+    fresh = Trainer(
+        run_config_from_dict(run_config(prepared)), tmp_path / "fresh", log=lambda _: None, progress=False
+    )
+    monkeypatch.setattr(distributed, "setup", lambda: (0, 2))
+    fresh0 = Trainer(
+        run_config_from_dict(run_config(prepared)), tmp_path / "fresh0", log=lambda _: None, progress=False
+    )
+    for a, b in zip(fresh0.model.parameters(), fresh.model.parameters()):
+        assert torch.equal(a, b)  # the same initial weights on every rank
