@@ -10,7 +10,7 @@ checkpoint's run config, ``--limit`` first ones) with the same search (``--beam`
 * **batched**: ``python -m aiayn serve --checkpoint RUN --host 127.0.0.1 --port FREE`` (its defaults:
   requests that arrive together are decoded together, under a token budget and a short wait);
 * **unbatched**: the same server with ``--no-batching`` (one request at a time);
-* **offline**: what ``aiayn translate --input FILE`` runs (``load_engine`` + ``engine.translate``,
+* **offline**: what ``aiayn translate --input FILE`` runs (``load_backend`` + ``backend.translate``,
   its default 4,096-token batches, sentences sorted by length), in a child process with the same
   threads, timed without the process start and model load (the servers' are not timed either).
 
@@ -301,14 +301,14 @@ def offline_worker(args: argparse.Namespace) -> None:
     """Child: load the engine as `aiayn translate` does, translate --input, print the timing as JSON."""
     import torch
 
-    from aiayn.decode.engines import load_engine
+    from aiayn.decode.backends import load_backend
     from aiayn.decode.search import DecodeOptions
     from aiayn.malloc import keep_freed_memory
 
     keep_freed_memory()  # as the aiayn command does
     torch.set_num_threads(args.threads)
     lines = Path(args.input).read_text(encoding="utf-8").splitlines()
-    engine = load_engine(args.checkpoint, args.engine, "cpu", batch_tokens=4096)
+    engine = load_backend(args.checkpoint, args.engine, device="cpu", batch_tokens=4096)
     options = DecodeOptions(beam=args.beam, alpha=args.alpha)
     start = time.perf_counter()
     engine.translate(lines, options)

@@ -1,10 +1,10 @@
-"""`--engine ctranslate2` (aiayn.decode.engines): the CTranslate2 export of a checkpoint gives the
+"""`--engine ctranslate2` (aiayn.decode.backends): the CTranslate2 export of a checkpoint gives the
 torch engine's outputs, is made once and made again when the checkpoint changes.
 
 The model is a tiny random one whose EOS logit is raised by a constant (its generator row gets a
 multiple of the last LayerNorm's bias direction), so that outputs end by themselves after ~10
 tokens, all different lengths, far from their maximum length: there aiayn and CTranslate2 search
-the same way (see the engines module for where they differ).
+the same way (see the backends module for where they differ).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from aiayn.checkpoint import save_checkpoint
 from aiayn.cli import main
 from aiayn.data.tokenizer import Tokenizer
 from aiayn.decode import DecodeOptions
-from aiayn.decode.engines import CTranslate2Engine, TorchEngine, load_engine
+from aiayn.decode.backends import CTranslate2Backend, TorchBackend, load_backend
 
 N_SENTENCES = 200
 EOS_BONUS = 0.7  # mean output ~10 tokens, none at its limit, ~66 distinct outputs of 200
@@ -82,8 +82,8 @@ def run(tmp_path_factory, tokenizer) -> Path:
 
 
 @pytest.fixture(scope="module")
-def engines(run) -> tuple[TorchEngine, CTranslate2Engine]:
-    return load_engine(run, "torch"), load_engine(run, "ctranslate2")
+def engines(run) -> tuple[TorchBackend, CTranslate2Backend]:
+    return load_backend(run, "torch"), load_backend(run, "ctranslate2")
 
 
 def translate(*args: str) -> int:

@@ -225,7 +225,7 @@ def test_inference_modules_never_import_the_training_package() -> None:
     import subprocess
     import sys
 
-    modules = "aiayn.decode.cli, aiayn.decode.engines, aiayn.decode.attention, aiayn.export, aiayn.plots"
+    modules = "aiayn.decode.cli, aiayn.decode.backends, aiayn.decode.attention, aiayn.export, aiayn.plots"
     code = (
         f"import sys, aiayn, aiayn.serve.app, aiayn.serve.cli, {modules}; "
         "assert not [m for m in sys.modules if m.startswith('aiayn.train')], sorted(sys.modules)"

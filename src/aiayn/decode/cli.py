@@ -12,7 +12,7 @@ evaluate
     signatures) on detokenized text, plus the Multi30k literature's tokenized lowercased BLEU,
     labelled as not comparable.
 
-Both take ``--engine torch|ctranslate2`` (:mod:`aiayn.decode.engines`): ``ctranslate2`` translates
+Both take ``--engine torch|ctranslate2`` (:mod:`aiayn.decode.backends`): ``ctranslate2`` translates
 with the CTranslate2 export of the checkpoint (made on first use, reused while the checkpoint
 stays the same; ``--ct2-dir``, ``--compute-type``). Options it cannot honour are refused.
 """
@@ -75,8 +75,8 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _engine_loader(args, **overrides) -> tuple["DecodeOptions", Callable]:
-    """Check the decoding options now; the returned function loads the engine."""
-    from aiayn.decode.engines import check_engine, load_engine
+    """Check the decoding options now; the returned function loads the backend."""
+    from aiayn.decode.backends import check_backend, load_backend
     from aiayn.decode.search import DecodeOptions
 
     device = resolve_device(args.device, "--device")
@@ -90,17 +90,17 @@ def _engine_loader(args, **overrides) -> tuple["DecodeOptions", Callable]:
         use_cache=not args.no_cache,
         **overrides,
     )
-    check_engine(args.engine, args.compute_type or "default")
+    check_backend(args.engine, args.compute_type or "default")
     _check_engine_options(args, options)
 
     def load():
-        return load_engine(
+        return load_backend(
             args.checkpoint,
             args.engine,
-            device,
-            args.ct2_dir,
-            args.compute_type or "default",
-            args.batch_tokens,
+            device=device,
+            ct2_dir=args.ct2_dir,
+            compute_type=args.compute_type or "default",
+            batch_tokens=args.batch_tokens,
         )
 
     return options, load
@@ -108,7 +108,7 @@ def _engine_loader(args, **overrides) -> tuple["DecodeOptions", Callable]:
 
 def _check_engine_options(args, options: "DecodeOptions") -> None:
     """Options for one engine only are refused with the other."""
-    from aiayn.decode.engines import check_ct2_options, require_ctranslate2
+    from aiayn.decode.backends import check_ct2_options, require_ctranslate2
 
     if args.engine == "torch":
         for flag, value in (("--ct2-dir", args.ct2_dir), ("--compute-type", args.compute_type)):

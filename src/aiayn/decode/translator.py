@@ -27,6 +27,7 @@ from aiayn.data.batching import pad, token_batches
 from aiayn.decode.search import DecodeOptions, Hypothesis, generate
 
 Warn = Callable[[str], None]
+NBest = list[list[tuple[float, str]]]  # per line, its n-best (score, text), best first; [] for a blank line
 LINE_BREAKS = re.compile("[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
 
 
@@ -48,6 +49,7 @@ class Translator:
         model,
         tokenizer,
         device: str | torch.device = "cpu",
+        *,
         batch_tokens: int = 4096,
         options: DecodeOptions | None = None,
         warn: Warn = _stderr,
@@ -64,9 +66,7 @@ class Translator:
         options = replace(self.options, nbest=1, scores=False)  # text only: greedy skips the log-softmax
         return [nbest[0][1] if nbest else "" for nbest in self._search(lines, options)]
 
-    def translate_nbest(
-        self, lines: Sequence[str], nbest: int | None = None
-    ) -> list[list[tuple[float, str]]]:
+    def translate_nbest(self, lines: Sequence[str], nbest: int | None = None) -> NBest:
         """``nbest`` (default: the options') ``(score, text)`` pairs per line, best first; [] for a
         blank line."""
         options = replace(self.options, nbest=nbest or self.options.nbest)
@@ -87,8 +87,8 @@ class Translator:
         return token_batches({i: len(ids) for i, ids in sources.items()}, self.batch_tokens)
 
     # --- internals ---------------------------------------------------------------------------------
-    def _search(self, lines: Sequence[str], options: DecodeOptions) -> list[list[tuple[float, str]]]:
-        results: list[list[tuple[float, str]]] = [[] for _ in lines]
+    def _search(self, lines: Sequence[str], options: DecodeOptions) -> NBest:
+        results: NBest = [[] for _ in lines]
         sources = {i: self.encode_source(line, i + 1) for i, line in enumerate(lines) if line.strip()}
         pad_id = self.model.config.pad_id
         for batch in self.batches(sources):

@@ -54,12 +54,12 @@ class Limits:
 
 @dataclass
 class Served:
-    """The loaded model behind the API: a translation engine (and the torch model for attention),
+    """The loaded model behind the API: a translation backend (and the torch model for attention),
     or a forecaster."""
 
     kind: str  # "translation" or "forecast"
     info: dict[str, Any]  # GET /v1/model
-    engine: Any = None  # aiayn.decode.engines engine (translation)
+    backend: Any = None  # an aiayn.decode.backends backend (translation)
     model: Any = None  # the torch model: attention (translation) or the forecaster
     stored: dict[str, Any] | None = None  # the checkpoint's config.json (forecast: data, scaler)
     device: torch.device = torch.device("cpu")
@@ -204,7 +204,7 @@ async def translate(body: TranslateRequest, request: Request) -> dict[str, Any]:
     _check_text(body.text, limits)
     options = _options(body, served, nbest=body.nbest)
     results = await request.app.state.batcher.submit(body.text, options)
-    return {"translations": [_translation(nbest) for nbest in results], "engine": served.engine.name}
+    return {"translations": [_translation(nbest) for nbest in results], "engine": served.backend.name}
 
 
 async def attention(body: AttentionRequest, request: Request) -> dict[str, Any]:
@@ -216,7 +216,7 @@ async def attention(body: AttentionRequest, request: Request) -> dict[str, Any]:
         raise _bad(422, "text: must not be blank")
     options = _options(body, served, nbest=1)
     run = functools.partial(
-        sentence_attention, served.model, served.engine.tokenizer, body.text, options, served.device
+        sentence_attention, served.model, served.backend.tokenizer, body.text, options, served.device
     )
     found = await asyncio.get_running_loop().run_in_executor(request.app.state.executor, run)
     return {
@@ -271,8 +271,8 @@ def _check_text(lines: list[str], limits: Limits) -> None:
 def _options(body: SearchOptions, served: Served, nbest: int) -> DecodeOptions:
     if body.beam > MAX_BEAM:  # DecodeOptions checks the lower bounds
         raise _bad(422, f"beam: must be <= {MAX_BEAM}")
-    if body.engine is not None and body.engine != served.engine.name:
-        raise _bad(422, f"engine: this server runs {served.engine.name!r}; valid: {served.engine.name}")
+    if body.engine is not None and body.engine != served.backend.name:
+        raise _bad(422, f"engine: this server runs {served.backend.name!r}; valid: {served.backend.name}")
     try:
         return DecodeOptions(
             beam=body.beam, alpha=body.alpha, nbest=nbest, max_len_a=body.max_len_a, max_len_b=body.max_len_b
@@ -293,14 +293,14 @@ def _finite(score: float) -> float | None:
 
 def _decode(served: Served):
     def decode(lines: list[str], options: DecodeOptions):
-        return served.engine.translate_nbest(lines, options)
+        return served.backend.translate_nbest(lines, options)
 
     return decode
 
 
 def _token_counter(served: Served):
     def count(line: str) -> int:
-        return len(served.engine.tokenizer.encode(line)) + 1  # + EOS
+        return len(served.backend.tokenizer.encode(line)) + 1  # + EOS
 
     return count
 

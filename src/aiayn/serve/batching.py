@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from aiayn.decode.search import DecodeOptions
+from aiayn.decode.translator import NBest
 
 RECENT_BATCHES = 4  # how many batches' sizes set how many requests a batch waits for
-Results = list[list[tuple[float, str]]]  # per line, its n-best (score, text)
-Decode = Callable[[list[str], DecodeOptions], Results]
+Decode = Callable[[list[str], DecodeOptions], NBest]
 
 
 @dataclass
@@ -55,7 +55,7 @@ class Batcher:
         #: requests in each of the last batches: several = concurrent clients, worth a wait
         self.recent: collections.deque[int] = collections.deque([1], maxlen=RECENT_BATCHES)
 
-    async def submit(self, lines: list[str], options: DecodeOptions) -> Results:
+    async def submit(self, lines: list[str], options: DecodeOptions) -> NBest:
         """The n-best of each of ``lines``, decoded with whatever else arrives meanwhile."""
         tokens = sum(self.count_tokens(line) for line in lines)
         job = Job(lines, options, tokens, asyncio.get_running_loop().create_future())

@@ -145,7 +145,7 @@ def _is_loopback(host: str) -> bool:
 
 
 def load_served(args: argparse.Namespace):
-    """The model behind the API (translation: the engine and the torch model; forecast: the model)."""
+    """The model behind the API (translation: the backend and the torch model; forecast: the model)."""
     from aiayn.device import resolve_device
     from aiayn.loading import load
 
@@ -157,26 +157,28 @@ def load_served(args: argparse.Namespace):
 
 
 def _translation_served(loaded, args: argparse.Namespace, device):
-    from aiayn.decode.engines import TorchEngine, check_engine, load_engine
+    from aiayn.decode.backends import TorchBackend, check_backend, load_backend
     from aiayn.model import count_parameters
     from aiayn.serve.app import Served
 
-    check_engine(args.engine, args.compute_type)
+    check_backend(args.engine, args.compute_type)
     if args.engine == "torch":
-        engine = TorchEngine(loaded.model, loaded.tokenizer, device)
+        backend = TorchBackend(loaded.model, loaded.tokenizer, device=device)
     else:
-        engine = load_engine(args.checkpoint, args.engine, device, args.ct2_dir, args.compute_type)
+        backend = load_backend(
+            args.checkpoint, args.engine, device=device, ct2_dir=args.ct2_dir, compute_type=args.compute_type
+        )
     data = loaded.checkpoint.config.get("run", {}).get("data", {})
     info = {
         "kind": "translation",
-        "engine": engine.name,
+        "engine": backend.name,
         "step": loaded.checkpoint.config.get("step"),
         "config": loaded.config.to_dict(),
         "parameters": count_parameters(loaded.model),
         "languages": {"source": data.get("src_lang"), "target": data.get("tgt_lang")},
         "vocab_size": loaded.tokenizer.vocab_size,
     }
-    return Served("translation", info, engine=engine, model=loaded.model, device=device)
+    return Served("translation", info, backend=backend, model=loaded.model, device=device)
 
 
 def _forecast_served(loaded):

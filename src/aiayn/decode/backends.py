@@ -1,13 +1,14 @@
-"""Translation engines: the same text in, text out, run by PyTorch or by CTranslate2.
+"""Inference backends: the same text in, text out, run by PyTorch or by CTranslate2 (the user's
+``engine`` setting, ``--engine`` on the command line, picks one).
 
-    >>> engine = load_engine("runs/de_en", engine="ctranslate2", compute_type="int8")  # doctest: +SKIP
-    >>> engine.translate(["Ein Mann fährt Fahrrad."], DecodeOptions(beam=4))           # doctest: +SKIP
+    >>> backend = load_backend("runs/de_en", engine="ctranslate2", compute_type="int8")  # doctest: +SKIP
+    >>> backend.translate(["Ein Mann fährt Fahrrad."], DecodeOptions(beam=4))            # doctest: +SKIP
 
-An engine has ``name``, ``tokenizer`` (:class:`~aiayn.data.Tokenizer`), ``config``
+A backend has ``name`` (its engine), ``tokenizer`` (:class:`~aiayn.data.Tokenizer`), ``config``
 (:class:`~aiayn.TransformerConfig`), ``progress`` (None, or called with the number of sentences
 each finished batch held), ``translate(lines, options)`` (one string per line) and
 ``translate_nbest(lines, options)`` (per line the ``options.nbest`` best ``(score, text)``, best
-first; ``[]`` for a blank line). Both engines keep :class:`~aiayn.decode.Translator`'s text
+first; ``[]`` for a blank line). Both backends keep :class:`~aiayn.decode.Translator`'s text
 conventions: blank line -> blank output, a source longer than ``max_len`` truncated with the same
 warning, line breaks in an output replaced by spaces.
 
@@ -18,20 +19,20 @@ use into ``RUN/ct2`` for a run directory, ``ct2-NAME`` beside a checkpoint direc
 ``ct2_dir``; it is reused while its ``aiayn_export.json`` records the checkpoint's SHA-256
 (:func:`~aiayn.export.checkpoint_digest`) and made again when the checkpoint changed. The export
 holds float32 weights; ``compute_type`` (e.g. ``int8``) is applied when CTranslate2 loads them.
-How it differs from the torch engine's search (:mod:`aiayn.decode.search`):
+How it differs from the torch backend's search (:mod:`aiayn.decode.search`):
 
 * **Greedy search** gives the same tokens (up to float rounding: near-ties may break differently).
-* **Batches** are the torch engine's (at most ``batch_tokens`` padded source tokens, sorted by
+* **Batches** are the torch backend's (at most ``batch_tokens`` padded source tokens, sorted by
   length). **Maximum length**: CTranslate2 has one ``max_decoding_length`` per call, so a batch
   decodes up to its largest limit ``floor(a * S + b)`` plus one step for the EOS, and a longer
   output is cut to its own limit. aiayn forces (and scores) an EOS there instead, so greedy
   tokens are the same, but beam search may choose differently among hypotheses that reach their
   limit, and the score of a cut output keeps the log-prob of the whole one.
 * **Length penalty**: CTranslate2 divides by ``|Y| ** alpha`` (``|Y|`` with the EOS, as asked
-  with ``return_end_token``), not by GNMT's ``((5 + |Y|) / 6) ** alpha``. The engine undoes
+  with ``return_end_token``), not by GNMT's ``((5 + |Y|) / 6) ** alpha``. The backend undoes
   CTranslate2's division and scores every finished hypothesis as aiayn does
   (``log P / ((5 + |Y|) / 6) ** alpha``), then ranks them by that score; scores are therefore
-  comparable with the torch engine's.
+  comparable with the torch backend's.
 * **Beam search** takes the same candidates at each step (the ``2 * beam`` best, an EOS among the
   first ``beam`` finishes a hypothesis). It stops differently: with ``alpha = 0`` once the best
   candidate is an EOS (the same best hypothesis as aiayn's, whose bound is exact then); with
@@ -62,7 +63,7 @@ import torch
 from aiayn.data.batching import token_batches
 from aiayn.decode.search import DecodeOptions, length_penalty
 from aiayn.decode.step import max_output_lengths
-from aiayn.decode.translator import LINE_BREAKS, Translator
+from aiayn.decode.translator import LINE_BREAKS, NBest, Translator
 from aiayn.errors import UserError
 from aiayn.export import QUANTIZATIONS
 
@@ -72,7 +73,6 @@ ENGINES = ("torch", "ctranslate2")
 COMPUTE_TYPES = ("default", "auto", *(q for q in QUANTIZATIONS if q != "none"))
 EOS_PIECE = "</s>"
 Warn = Callable[[str], None]
-NBest = list[list[tuple[float, str]]]
 
 
 def _warning(message: str) -> None:
@@ -83,7 +83,7 @@ def _note(message: str) -> None:
     print(f"aiayn: {message}", file=sys.stderr)
 
 
-def check_engine(engine: str, compute_type: str = "default") -> None:
+def check_backend(engine: str, compute_type: str = "default") -> None:
     """One-line errors for an unknown engine or compute type."""
     if engine not in ENGINES:
         raise UserError(f"--engine: unknown engine {engine!r}; valid: {', '.join(ENGINES)}")
@@ -91,46 +91,62 @@ def check_engine(engine: str, compute_type: str = "default") -> None:
         raise UserError(f"--compute-type: unknown value {compute_type!r}; valid: {', '.join(COMPUTE_TYPES)}")
 
 
-def load_engine(
+def load_backend(
     checkpoint: str | Path,
     engine: str = "torch",
+    *,
     device: str | torch.device = "cpu",
     ct2_dir: str | Path | None = None,
     compute_type: str = "default",
     batch_tokens: int = 4096,
     warn: Warn = _warning,
 ):
-    """The engine ``engine`` for the translation model of ``checkpoint`` (checkpoint or run directory)."""
-    check_engine(engine, compute_type)
+    """The backend of ``engine`` for the translation model of ``checkpoint`` (checkpoint or run
+    directory)."""
+    check_backend(engine, compute_type)
     if engine == "torch":
-        return TorchEngine.load(checkpoint, device, batch_tokens, warn)
-    return CTranslate2Engine.load(checkpoint, device, ct2_dir, compute_type, batch_tokens, warn)
+        return TorchBackend.load(checkpoint, device=device, batch_tokens=batch_tokens, warn=warn)
+    return CTranslate2Backend.load(
+        checkpoint,
+        device=device,
+        ct2_dir=ct2_dir,
+        compute_type=compute_type,
+        batch_tokens=batch_tokens,
+        warn=warn,
+    )
 
 
 # --- torch ----------------------------------------------------------------------------------------
 
 
-class TorchEngine:
-    """:class:`~aiayn.decode.Translator` behind the engine interface (a Translator per call: the
+class TorchBackend:
+    """:class:`~aiayn.decode.Translator` behind the backend interface (a Translator per call: the
     options travel with the call, so concurrent calls do not share state)."""
 
     name = "torch"
 
-    def __init__(self, model, tokenizer, device, batch_tokens: int = 4096, warn: Warn = _warning) -> None:
+    def __init__(
+        self, model, tokenizer, *, device="cpu", batch_tokens: int = 4096, warn: Warn = _warning
+    ) -> None:
         self.model, self.tokenizer, self.config = model, tokenizer, model.config
         self.device, self.batch_tokens, self.warn = device, batch_tokens, warn
         self.progress: Callable[[int], None] | None = None
 
     @classmethod
-    def load(cls, checkpoint, device, batch_tokens: int, warn: Warn) -> "TorchEngine":
+    def load(cls, checkpoint, *, device, batch_tokens: int, warn: Warn) -> "TorchBackend":
         from aiayn.loading import load_translation_model
 
         model, tokenizer, _ = load_translation_model(checkpoint, device=device)
-        return cls(model, tokenizer, device, batch_tokens, warn)
+        return cls(model, tokenizer, device=device, batch_tokens=batch_tokens, warn=warn)
 
     def translator(self, options: DecodeOptions) -> Translator:
         translator = Translator(
-            self.model, self.tokenizer, self.device, self.batch_tokens, options, self.warn
+            self.model,
+            self.tokenizer,
+            self.device,
+            batch_tokens=self.batch_tokens,
+            options=options,
+            warn=self.warn,
         )
         translator.progress = self.progress
         return translator
@@ -206,13 +222,13 @@ def _check_replaceable(out: Path, info_file: str) -> None:
         raise UserError(f"--ct2-dir: {out} holds something other than a CTranslate2 export ({info_file})")
 
 
-class CTranslate2Engine:
+class CTranslate2Backend:
     """A ``ctranslate2.Translator`` on an aiayn export, with aiayn's options, scores and text rules."""
 
     name = "ctranslate2"
 
     def __init__(
-        self, open_translator, tokenizer, config, batch_tokens: int = 4096, warn: Warn = _warning
+        self, open_translator, tokenizer, config, *, batch_tokens: int = 4096, warn: Warn = _warning
     ) -> None:
         self.open_translator = open_translator  # () -> a new ctranslate2.Translator on the export
         self.translator = open_translator()
@@ -224,7 +240,7 @@ class CTranslate2Engine:
         self.pieces = pieces
 
     @classmethod
-    def load(cls, checkpoint, device, ct2_dir, compute_type: str, batch_tokens: int, warn: Warn):
+    def load(cls, checkpoint, *, device, ct2_dir, compute_type: str, batch_tokens: int, warn: Warn):
         from aiayn.config import TransformerConfig
         from aiayn.data.tokenizer import Tokenizer
         from aiayn.export import SPM_FILE
@@ -233,7 +249,7 @@ class CTranslate2Engine:
         open_translator = _ct2_opener(out, torch.device(device), compute_type)
         tokenizer = Tokenizer.from_bytes((out / SPM_FILE).read_bytes())
         config = TransformerConfig.from_dict(_export_info(out)["model"])
-        return cls(open_translator, tokenizer, config, batch_tokens, warn)
+        return cls(open_translator, tokenizer, config, batch_tokens=batch_tokens, warn=warn)
 
     def translate(self, lines: Sequence[str], options: DecodeOptions) -> list[str]:
         return [
@@ -255,7 +271,7 @@ class CTranslate2Engine:
         return results
 
     def encode_source(self, text: str, line_number: int | None = None) -> list[str]:
-        """The source's pieces (CTranslate2 appends EOS), truncated as the torch engine does."""
+        """The source's pieces (CTranslate2 appends EOS), truncated as the torch backend does."""
         ids = self.tokenizer.encode(text)
         limit = self.config.max_len - 1
         if len(ids) > limit:
