@@ -67,8 +67,10 @@ def plot_attention(
         layout="constrained",
     )
     for r, (kind, layer, weights) in enumerate(rows):
+        queries, keys = _labels(kind, src_tokens, tgt_tokens)
         for h in range(n_heads):
-            image = _attention_panel(axes[r][h], weights[h], kind, layer, h, src_tokens, tgt_tokens)
+            title = f"{ATTENTION_KINDS[kind][0]}\nlayer {layer + 1}, head {h + 1}"
+            image = _attention_panel(axes[r][h], weights[h], title=title, queries=queries, keys=keys)
     fig.colorbar(image, ax=axes, shrink=min(1.0, 4.0 / len(rows)), label="attention weight")
     fig.suptitle("Attention weights (rows: queries, columns: keys)", fontsize=14)
     return _save(fig, path)
@@ -97,12 +99,12 @@ def _check_shape(kind, layer, weights, src_tokens, tgt_tokens) -> None:
         )
 
 
-def _attention_panel(ax, weights, kind, layer, head, src_tokens, tgt_tokens) -> None:
-    queries, keys = _labels(kind, src_tokens, tgt_tokens)
+def _attention_panel(ax, weights, *, title: str, queries: Sequence[str], keys: Sequence[str]):
+    """One head's ``(T_q, T_k)`` weights, queries down, keys across."""
     image = ax.imshow(weights, cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
     ax.set_xticks(range(len(keys)), keys, rotation=90, fontsize=7)
     ax.set_yticks(range(len(queries)), queries, fontsize=7)
-    ax.set_title(f"{ATTENTION_KINDS[kind][0]}\nlayer {layer + 1}, head {head + 1}", fontsize=8)
+    ax.set_title(title, fontsize=8)
     return image
 
 
@@ -243,14 +245,14 @@ def run_plot_attention(args) -> int:
 
     device = resolve_device(args.device, "--device")
     model, tokenizer, _ = load_translation_model(args.checkpoint, device=device)
-    return _plot_done(draw_attention(model, tokenizer, args.src, args.tgt, args.out, device))
+    return _plot_done(draw_attention(model, tokenizer, args.src, args.tgt, args.out, device=device))
 
 
-def draw_attention(model, tokenizer, src_text: str, tgt_text: str | None, out, device="cpu") -> Path:
+def draw_attention(model, tokenizer, src_text: str, tgt_text: str | None, out, *, device="cpu") -> Path:
     """Heatmaps of every layer's and head's attention for one sentence pair (greedy target if None)."""
     from aiayn.decode.attention import sentence_attention
     from aiayn.decode.search import DecodeOptions
 
     greedy = DecodeOptions(beam=1, alpha=0.0)
-    found = sentence_attention(model, tokenizer, src_text, greedy, device, target=tgt_text)
+    found = sentence_attention(model, tokenizer, src_text, greedy, device=device, target=tgt_text)
     return plot_attention(found.maps, found.source_pieces, found.target_pieces, out)

@@ -29,7 +29,7 @@ class SentenceAttention:
 
 
 def sentence_attention(
-    model, tokenizer, text: str, options: DecodeOptions, device="cpu", target: str | None = None
+    model, tokenizer, text: str, options: DecodeOptions, *, device="cpu", target: str | None = None
 ) -> SentenceAttention:
     """What each head attended to for ``text`` and its translation: the best hypothesis of a search
     with ``options``, or ``target`` when given (then scored NaN: no search ran)."""

@@ -216,7 +216,7 @@ async def attention(body: AttentionRequest, request: Request) -> dict[str, Any]:
         raise _bad(422, "text: must not be blank")
     options = _options(body, served, nbest=1)
     run = functools.partial(
-        sentence_attention, served.model, served.backend.tokenizer, body.text, options, served.device
+        sentence_attention, served.model, served.backend.tokenizer, body.text, options, device=served.device
     )
     found = await asyncio.get_running_loop().run_in_executor(request.app.state.executor, run)
     return {
