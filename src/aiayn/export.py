@@ -46,7 +46,10 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from aiayn.checkpoint import CONFIG_FILE, MANIFEST_FILE, MODEL_FILE, TOKENIZER_FILE, resolve_checkpoint
 from aiayn.errors import UserError
+from aiayn.io import remove_abandoned_temporaries, replace_dir, temporary_path
+from aiayn.loading import load_translation_model
 
 FORMATS = ("ctranslate2",)
 QUANTIZATIONS = (
@@ -110,10 +113,6 @@ def export_ctranslate2(
     when a run is given: ``run/ct2`` is fine); ``force`` replaces only an earlier export, and only
     once the new export is complete.
     """
-    from aiayn.checkpoint import resolve_checkpoint
-    from aiayn.io import remove_abandoned_temporaries, replace_dir, temporary_path
-    from aiayn.loading import load_translation_model
-
     if quantization not in QUANTIZATIONS:
         raise UserError(f"--quantization: unknown value {quantization!r}; valid: {', '.join(QUANTIZATIONS)}")
     _ctranslate2()  # fail early, before any work, when it is not installed
@@ -165,7 +164,7 @@ def _check_out(out: Path, force: bool) -> None:
 
 def _ctranslate2():
     try:
-        import ctranslate2
+        import ctranslate2  # optional (pip install ctranslate2): imported where used
     except ImportError:
         raise UserError(
             "export to CTranslate2 needs the ctranslate2 package: pip install ctranslate2"
@@ -294,8 +293,6 @@ def _array(tensor: Tensor) -> np.ndarray:
 def checkpoint_digest(checkpoint: Path) -> str:
     """What identifies the checkpoint's contents: the SHA-256 of its ``manifest.json`` (which holds
     every file's SHA-256), or of its model, config and tokenizer files for a checkpoint without one."""
-    from aiayn.checkpoint import CONFIG_FILE, MANIFEST_FILE, MODEL_FILE, TOKENIZER_FILE
-
     names = (
         [MANIFEST_FILE]
         if (checkpoint / MANIFEST_FILE).is_file()

@@ -15,8 +15,12 @@ from typing import Sequence
 
 from torch import Tensor
 
+from aiayn.decode.attention import sentence_attention
+from aiayn.decode.search import DecodeOptions
 from aiayn.device import resolve_device
 from aiayn.errors import UserError
+from aiayn.loading import load_translation_model
+from aiayn.model.embedding import positional_encoding
 
 #: The attention kinds of ``Transformer.forward(..., return_attention=True)``: (title, query axis, key axis).
 ATTENTION_KINDS = {
@@ -28,7 +32,7 @@ ATTENTION_KINDS = {
 
 def _pyplot():
     """matplotlib's pyplot on the Agg backend (files only, no display needed)."""
-    import matplotlib
+    import matplotlib  # here, not at the top: it is slow to import and only drawing needs it
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -119,8 +123,6 @@ def plot_positional_encoding(
     ``dims`` default: four sine dimensions at 1/64, 1/16, 1/8 and 1/4 of ``d_model`` (wavelengths
     from a few positions to tens of them).
     """
-    from aiayn.model.embedding import positional_encoding
-
     if d_model < 2 or max_len < 1:
         raise UserError(f"need d_model >= 2 and max_len >= 1, got d_model={d_model}, max_len={max_len}")
     table = positional_encoding(max_len, d_model).numpy()  # (max_len, d_model)
@@ -241,8 +243,6 @@ def _plot_done(path: Path) -> int:
 
 
 def run_plot_attention(args) -> int:
-    from aiayn.loading import load_translation_model
-
     device = resolve_device(args.device, "--device")
     model, tokenizer, _ = load_translation_model(args.checkpoint, device=device)
     return _plot_done(draw_attention(model, tokenizer, args.src, args.tgt, args.out, device=device))
@@ -250,9 +250,6 @@ def run_plot_attention(args) -> int:
 
 def draw_attention(model, tokenizer, src_text: str, tgt_text: str | None, out, *, device="cpu") -> Path:
     """Heatmaps of every layer's and head's attention for one sentence pair (greedy target if None)."""
-    from aiayn.decode.attention import sentence_attention
-    from aiayn.decode.search import DecodeOptions
-
     greedy = DecodeOptions(beam=1, alpha=0.0)
     found = sentence_attention(model, tokenizer, src_text, greedy, device=device, target=tgt_text)
     return plot_attention(found.maps, found.source_pieces, found.target_pieces, out)

@@ -60,12 +60,16 @@ from typing import Callable, Sequence
 
 import torch
 
+from aiayn.checkpoint import resolve_checkpoint
+from aiayn.config import TransformerConfig
 from aiayn.data.batching import token_batches
+from aiayn.data.tokenizer import Tokenizer
 from aiayn.decode.search import DecodeOptions, length_penalty
 from aiayn.decode.step import max_output_lengths
 from aiayn.decode.translator import LINE_BREAKS, NBest, Translator
 from aiayn.errors import UserError
-from aiayn.export import QUANTIZATIONS
+from aiayn.export import INFO_FILE, QUANTIZATIONS, SPM_FILE, SUPPRESS, checkpoint_digest, export_ctranslate2
+from aiayn.loading import load_translation_model
 
 ENGINES = ("torch", "ctranslate2")
 #: CTranslate2's compute types: "default" keeps the export's (float32) weights, "auto" lets
@@ -134,8 +138,6 @@ class TorchBackend:
 
     @classmethod
     def load(cls, checkpoint, *, device, batch_tokens: int, warn: Warn) -> "TorchBackend":
-        from aiayn.loading import load_translation_model
-
         model, tokenizer, _ = load_translation_model(checkpoint, device=device)
         return cls(model, tokenizer, device=device, batch_tokens=batch_tokens, warn=warn)
 
@@ -163,7 +165,7 @@ class TorchBackend:
 
 def require_ctranslate2():
     try:
-        import ctranslate2
+        import ctranslate2  # optional (pip install ctranslate2): imported where used
     except ImportError:
         raise UserError(
             "--engine ctranslate2 needs the ctranslate2 package: pip install ctranslate2"
@@ -174,8 +176,6 @@ def require_ctranslate2():
 def default_ct2_dir(checkpoint: str | Path) -> Path:
     """``RUN/ct2`` for a run directory; ``ct2-NAME`` beside a checkpoint directory ``NAME`` (not
     ``NAME-ct2``: a name starting with ``step-`` would pass for a checkpoint of the run)."""
-    from aiayn.checkpoint import resolve_checkpoint
-
     given = Path(checkpoint)
     if resolve_checkpoint(given).resolve() == given.resolve():
         return given.parent / f"ct2-{given.name}"
@@ -185,9 +185,6 @@ def default_ct2_dir(checkpoint: str | Path) -> Path:
 def ensure_export(checkpoint: str | Path, ct2_dir: str | Path | None = None, note: Warn = _note) -> Path:
     """The CTranslate2 export of ``checkpoint``: the one in ``ct2_dir`` (default
     :func:`default_ct2_dir`) when it was made from the same checkpoint contents, else a new one."""
-    from aiayn.checkpoint import resolve_checkpoint
-    from aiayn.export import INFO_FILE, checkpoint_digest, export_ctranslate2
-
     require_ctranslate2()
     source = resolve_checkpoint(checkpoint)
     out = Path(ct2_dir) if ct2_dir is not None else default_ct2_dir(checkpoint)
@@ -205,8 +202,6 @@ def ensure_export(checkpoint: str | Path, ct2_dir: str | Path | None = None, not
 
 def _export_info(out: Path) -> dict:
     """``aiayn_export.json`` of a complete export in ``out``, else ``{}``."""
-    from aiayn.export import INFO_FILE, SPM_FILE
-
     if not all((out / name).is_file() for name in ("model.bin", SPM_FILE, INFO_FILE)):
         return {}
     try:
@@ -241,10 +236,6 @@ class CTranslate2Backend:
 
     @classmethod
     def load(cls, checkpoint, *, device, ct2_dir, compute_type: str, batch_tokens: int, warn: Warn):
-        from aiayn.config import TransformerConfig
-        from aiayn.data.tokenizer import Tokenizer
-        from aiayn.export import SPM_FILE
-
         out = ensure_export(checkpoint, ct2_dir)
         open_translator = _ct2_opener(out, torch.device(device), compute_type)
         tokenizer = Tokenizer.from_bytes((out / SPM_FILE).read_bytes())
@@ -308,7 +299,7 @@ class CTranslate2Backend:
             max_input_length=0,  # sources are already truncated (with a warning)
             return_scores=True,
             return_end_token=True,  # the length CTranslate2 divides by then counts the EOS, as aiayn's
-            suppress_sequences=_suppress(),
+            suppress_sequences=SUPPRESS,
             **search_arguments(options),
         )
         return [self._rescore(r.hypotheses, r.scores, n, options) for r, n in zip(results, limits)]
@@ -332,12 +323,6 @@ class CTranslate2Backend:
     def _text(self, pieces: list[str]) -> str:
         ids = [self.piece_ids.get(piece, self.config.unk_id) for piece in pieces]
         return LINE_BREAKS.sub(" ", self.tokenizer.decode(ids))
-
-
-def _suppress() -> list[list[str]]:
-    from aiayn.export import SUPPRESS
-
-    return SUPPRESS
 
 
 def check_ct2_options(options: DecodeOptions) -> None:

@@ -24,14 +24,13 @@ import contextlib
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
+from aiayn.decode.backends import check_backend, check_ct2_options, load_backend, require_ctranslate2
+from aiayn.decode.search import DecodeOptions
 from aiayn.device import resolve_device
 from aiayn.errors import UserError
 from aiayn.io import output_lines, read_lines, stdin_blocks
-
-if TYPE_CHECKING:
-    from aiayn.decode.search import DecodeOptions
 
 
 def register(subparsers) -> None:
@@ -74,11 +73,8 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _engine_loader(args, **overrides) -> tuple["DecodeOptions", Callable]:
+def _engine_loader(args, **overrides) -> tuple[DecodeOptions, Callable]:
     """Check the decoding options now; the returned function loads the backend."""
-    from aiayn.decode.backends import check_backend, load_backend
-    from aiayn.decode.search import DecodeOptions
-
     device = resolve_device(args.device, "--device")
     if args.batch_tokens < 1:
         raise UserError("--batch-tokens: must be >= 1")
@@ -106,10 +102,8 @@ def _engine_loader(args, **overrides) -> tuple["DecodeOptions", Callable]:
     return options, load
 
 
-def _check_engine_options(args, options: "DecodeOptions") -> None:
+def _check_engine_options(args, options: DecodeOptions) -> None:
     """Options for one engine only are refused with the other."""
-    from aiayn.decode.backends import check_ct2_options, require_ctranslate2
-
     if args.engine == "torch":
         for flag, value in (("--ct2-dir", args.ct2_dir), ("--compute-type", args.compute_type)):
             if value is not None:
@@ -120,7 +114,7 @@ def _check_engine_options(args, options: "DecodeOptions") -> None:
 
 
 def _run_with_progress(engine, lines: list[str], enabled: bool, fn):
-    from tqdm import tqdm
+    from tqdm import tqdm  # here: only a run draws a bar, and `aiayn --help` stays fast
 
     with tqdm(
         total=sum(1 for line in lines if line.strip()), unit="sent", file=sys.stderr, disable=not enabled
@@ -186,7 +180,7 @@ def run_translate(args) -> int:
     return 0
 
 
-def _translate_lines(engine, options: "DecodeOptions", lines: list[str], progress: bool) -> list[str]:
+def _translate_lines(engine, options: DecodeOptions, lines: list[str], progress: bool) -> list[str]:
     """Output lines for ``lines``: one translation each, or ``nbest`` "score<TAB>text" lines each."""
     if options.nbest == 1:
         return _run_with_progress(engine, lines, progress, lambda todo: engine.translate(todo, options))
@@ -223,7 +217,7 @@ def _register_evaluate(subparsers) -> None:
 
 
 def run_evaluate(args) -> int:
-    from aiayn.evaluate import TOKENIZED_LABEL, sacrebleu_scores, tokenized_bleu
+    from aiayn.evaluate import TOKENIZED_LABEL, sacrebleu_scores, tokenized_bleu  # sacrebleu: slow to import
 
     src, ref = read_lines(args.src), read_lines(args.ref)
     if len(src) != len(ref):

@@ -25,17 +25,21 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import swagger_ui
 import torch
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException
 
+from aiayn.decode.attention import sentence_attention
 from aiayn.decode.search import DecodeOptions
 from aiayn.errors import UserError
+from aiayn.forecast.data import Scaler
 from aiayn.serve.batching import Batcher
 
 STATIC = Path(__file__).resolve().parent / "static"
@@ -137,8 +141,6 @@ def create_app(served: Served, limits: Limits, batcher_settings: dict[str, Any],
     _errors(app)
     _body_limit(app, limits.max_body_bytes)
     if cors:
-        from fastapi.middleware.cors import CORSMiddleware
-
         app.add_middleware(
             CORSMiddleware,
             allow_origins=[cors],
@@ -153,8 +155,6 @@ def create_app(served: Served, limits: Limits, batcher_settings: dict[str, Any],
 def _docs(app: FastAPI) -> None:
     """FastAPI's Swagger UI page at ``/docs``, its script and style from the ``swagger-ui-py``
     package (Swagger UI 5, which reads OpenAPI 3.1) rather than a CDN: the page works offline."""
-    import swagger_ui
-
     assets = Path(swagger_ui.__file__).resolve().parent / "static"
     app.mount("/docs/assets", StaticFiles(directory=assets), name="docs-assets")
 
@@ -208,8 +208,6 @@ async def translate(body: TranslateRequest, request: Request) -> dict[str, Any]:
 
 
 async def attention(body: AttentionRequest, request: Request) -> dict[str, Any]:
-    from aiayn.decode.attention import sentence_attention
-
     served = _served(request, "translation")
     _check_text([body.text], request.app.state.limits)
     if not body.text.strip():
@@ -307,8 +305,6 @@ def _token_counter(served: Served):
 
 @torch.no_grad()
 def _forecast(served: Served, rows: np.ndarray) -> np.ndarray:
-    from aiayn.forecast.data import Scaler
-
     scaler = Scaler.from_dict(served.stored["scaler"])
     x = torch.from_numpy(scaler.transform(rows)).float()[None]  # (1, L, n)
     pred = served.model(x)[0].double().numpy()  # (H, n_out)

@@ -15,7 +15,13 @@ import os
 import socket
 import sys
 
+import torch
+
+from aiayn.decode.backends import TorchBackend, check_backend, load_backend
+from aiayn.device import resolve_device
 from aiayn.errors import UserError
+from aiayn.loading import load
+from aiayn.model import count_parameters
 
 API_KEY_VARIABLE = "AIAYN_API_KEY"
 
@@ -54,12 +60,10 @@ def register(subparsers) -> None:
 
 def run_serve(args: argparse.Namespace) -> int:
     uvicorn = _serve_extra()
-    from aiayn.serve.app import Limits, create_app
+    from aiayn.serve.app import Limits, create_app  # the serve extra (FastAPI): only when serving
 
     _check_numbers(args)
     if args.threads:
-        import torch
-
         torch.set_num_threads(args.threads)
     api_key = args.api_key or os.environ.get(API_KEY_VARIABLE) or None
     _check_port(args.host, args.port)
@@ -105,7 +109,7 @@ def _server_class(uvicorn):
 
 def _serve_extra():
     try:
-        import fastapi  # noqa: F401
+        import fastapi  # noqa: F401  (the optional serve extra: imported only to serve)
         import uvicorn
     except ImportError:
         raise UserError("aiayn serve needs FastAPI and uvicorn: pip install 'aiayn[serve]'") from None
@@ -146,9 +150,6 @@ def _is_loopback(host: str) -> bool:
 
 def load_served(args: argparse.Namespace):
     """The model behind the API (translation: the backend and the torch model; forecast: the model)."""
-    from aiayn.device import resolve_device
-    from aiayn.loading import load
-
     device = resolve_device(args.device, "--device")
     loaded = load(args.checkpoint, device)
     if loaded.kind == "forecast":
@@ -157,9 +158,7 @@ def load_served(args: argparse.Namespace):
 
 
 def _translation_served(loaded, args: argparse.Namespace, device):
-    from aiayn.decode.backends import TorchBackend, check_backend, load_backend
-    from aiayn.model import count_parameters
-    from aiayn.serve.app import Served
+    from aiayn.serve.app import Served  # the serve extra (FastAPI): only when serving
 
     check_backend(args.engine, args.compute_type)
     if args.engine == "torch":
@@ -182,8 +181,7 @@ def _translation_served(loaded, args: argparse.Namespace, device):
 
 
 def _forecast_served(loaded):
-    from aiayn.model import count_parameters
-    from aiayn.serve.app import Served
+    from aiayn.serve.app import Served  # the serve extra (FastAPI): only when serving
 
     stored = loaded.checkpoint.config
     data = stored["data"]
