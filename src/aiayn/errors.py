@@ -7,3 +7,31 @@ Anything else is a bug and keeps its traceback.
 
 class UserError(Exception):
     """Bad input (file, config, checkpoint): the message names the file, line or field."""
+
+
+class Setting:
+    """A setting named inside a :class:`SettingError`: ``compute_type``, or with a value
+    ``engine='torch'``; on a command line its flag: ``--compute-type``, ``--engine torch``, and for a
+    boolean value the flag alone (``use_cache=False`` -> ``--no-cache``)."""
+
+    def __init__(self, name: str, value: object = None) -> None:
+        self.name, self.value = name, value
+
+    def named(self, flags: dict[str, str]) -> str:
+        flag = flags.get(self.name)
+        if flag is None:
+            return self.name if self.value is None else f"{self.name}={self.value!r}"
+        return flag if self.value is None or isinstance(self.value, bool) else f"{flag} {self.value}"
+
+
+class SettingError(UserError):
+    """A bad setting, its message made of text and :class:`Setting` parts: the library names the
+    settings (``str()``); a command line names its flags instead (:meth:`naming`)."""
+
+    def __init__(self, *parts: str | Setting) -> None:
+        self.parts = parts
+        super().__init__(self.naming({}))
+
+    def naming(self, flags: dict[str, str]) -> str:
+        """The message with each setting in ``flags`` (setting -> flag) named by its flag."""
+        return "".join(p.named(flags) if isinstance(p, Setting) else p for p in self.parts)

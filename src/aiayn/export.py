@@ -47,7 +47,7 @@ import torch
 from torch import Tensor, nn
 
 from aiayn.checkpoint import CONFIG_FILE, MANIFEST_FILE, MODEL_FILE, TOKENIZER_FILE, resolve_checkpoint
-from aiayn.errors import UserError
+from aiayn.errors import Setting, SettingError, UserError
 from aiayn.io import remove_abandoned_temporaries, replace_dir, temporary_path
 from aiayn.loading import load_translation_model
 
@@ -95,8 +95,15 @@ def register(subparsers) -> None:
     parser.set_defaults(func=_run)
 
 
+#: The settings of :func:`export_ctranslate2` its errors name, and the flags of ``aiayn export``.
+FLAGS = {"out": "--out", "quantization": "--quantization", "force": "--force"}
+
+
 def _run(args) -> int:
-    out = export_ctranslate2(args.checkpoint, args.out, args.quantization, force=args.force)
+    try:
+        out = export_ctranslate2(args.checkpoint, args.out, args.quantization, force=args.force)
+    except SettingError as err:
+        raise UserError(err.naming(FLAGS)) from None
     print(f"wrote a CTranslate2 model to {out} (quantization: {args.quantization}); see {out / README_FILE}")
     return 0
 
@@ -114,7 +121,8 @@ def export_ctranslate2(
     once the new export is complete.
     """
     if quantization not in QUANTIZATIONS:
-        raise UserError(f"--quantization: unknown value {quantization!r}; valid: {', '.join(QUANTIZATIONS)}")
+        valid = ", ".join(QUANTIZATIONS)
+        raise SettingError(Setting("quantization"), f": unknown value {quantization!r}; valid: {valid}")
     _ctranslate2()  # fail early, before any work, when it is not installed
     out = Path(out)
     source = resolve_checkpoint(checkpoint)  # once: a run may write a newer checkpoint meanwhile
@@ -140,26 +148,31 @@ def _check_apart(out: Path, checkpoint: Path) -> None:
     """``out`` may not be, contain or lie inside the checkpoint (``--force`` would delete or alter it)."""
     target, source = out.resolve(), checkpoint.resolve()
     if target == source or source in target.parents or target in source.parents:
-        raise UserError(
-            f"--out: {out} overlaps the checkpoint {checkpoint}; write the export to a directory outside it"
+        raise SettingError(
+            Setting("out"),
+            f": {out} overlaps the checkpoint {checkpoint}; write the export to a directory outside it",
         )
 
 
 def _check_out(out: Path, force: bool) -> None:
     if out.exists() and not out.is_dir():
-        raise UserError(f"--out: {out} exists and is not a directory")
+        raise SettingError(Setting("out"), f": {out} exists and is not a directory")
     if out.is_dir() and any(out.iterdir()):
         if not force:
-            raise UserError(f"--out: {out} is not empty (use --force to replace it)")
+            raise SettingError(
+                Setting("out"), f": {out} is not empty (use ", Setting("force", True), " to replace it)"
+            )
         if not (out / "model.bin").is_file() or not (out / SPM_FILE).is_file():
-            raise UserError(
-                f"--out: {out} holds something other than an export (no model.bin and {SPM_FILE}); "
-                "--force replaces only an earlier export"
+            raise SettingError(
+                Setting("out"),
+                f": {out} holds something other than an export (no model.bin and {SPM_FILE}); ",
+                Setting("force", True),
+                " replaces only an earlier export",
             )
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        raise UserError(f"--out: cannot create {out.parent}: {err.strerror}") from None
+        raise SettingError(Setting("out"), f": cannot create {out.parent}: {err.strerror}") from None
 
 
 def _ctranslate2():

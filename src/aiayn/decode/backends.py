@@ -67,7 +67,7 @@ from aiayn.data.tokenizer import Tokenizer
 from aiayn.decode.search import DecodeOptions, length_penalty
 from aiayn.decode.step import max_output_lengths
 from aiayn.decode.translator import LINE_BREAKS, NBest, Translator
-from aiayn.errors import UserError
+from aiayn.errors import Setting, SettingError
 from aiayn.export import INFO_FILE, QUANTIZATIONS, SPM_FILE, SUPPRESS, checkpoint_digest, export_ctranslate2
 from aiayn.loading import load_translation_model
 
@@ -90,9 +90,10 @@ def _note(message: str) -> None:
 def check_backend(engine: str, compute_type: str = "default") -> None:
     """One-line errors for an unknown engine or compute type."""
     if engine not in ENGINES:
-        raise UserError(f"--engine: unknown engine {engine!r}; valid: {', '.join(ENGINES)}")
+        raise SettingError(Setting("engine"), f": unknown engine {engine!r}; valid: {', '.join(ENGINES)}")
     if compute_type not in COMPUTE_TYPES:
-        raise UserError(f"--compute-type: unknown value {compute_type!r}; valid: {', '.join(COMPUTE_TYPES)}")
+        valid = ", ".join(COMPUTE_TYPES)
+        raise SettingError(Setting("compute_type"), f": unknown value {compute_type!r}; valid: {valid}")
 
 
 def load_backend(
@@ -167,8 +168,8 @@ def require_ctranslate2():
     try:
         import ctranslate2  # optional (pip install ctranslate2): imported where used
     except ImportError:
-        raise UserError(
-            "--engine ctranslate2 needs the ctranslate2 package: pip install ctranslate2"
+        raise SettingError(
+            Setting("engine", "ctranslate2"), " needs the ctranslate2 package: pip install ctranslate2"
         ) from None
     return ctranslate2
 
@@ -195,7 +196,9 @@ def ensure_export(checkpoint: str | Path, ct2_dir: str | Path | None = None, not
     try:
         export_ctranslate2(source, out, force=True)
     except OSError as err:
-        raise UserError(f"cannot write the CTranslate2 export to {out}: {err}; choose --ct2-dir") from None
+        raise SettingError(
+            f"cannot write the CTranslate2 export to {out}: {err}; choose ", Setting("ct2_dir")
+        ) from None
     note(f"exported {source} to CTranslate2 in {out} (reused while the checkpoint stays the same)")
     return out
 
@@ -214,7 +217,9 @@ def _export_info(out: Path) -> dict:
 def _check_replaceable(out: Path, info_file: str) -> None:
     """Only an earlier export (or nothing) may be replaced by a new one."""
     if out.is_dir() and any(out.iterdir()) and not (out / "model.bin").is_file():
-        raise UserError(f"--ct2-dir: {out} holds something other than a CTranslate2 export ({info_file})")
+        raise SettingError(
+            Setting("ct2_dir"), f": {out} holds something other than a CTranslate2 export ({info_file})"
+        )
 
 
 class CTranslate2Backend:
@@ -327,8 +332,10 @@ class CTranslate2Backend:
 
 def check_ct2_options(options: DecodeOptions) -> None:
     if not options.use_cache:
-        raise UserError(
-            "--no-cache: the ctranslate2 engine always decodes with its cache; use --engine torch"
+        raise SettingError(
+            Setting("use_cache", False),
+            ": the ctranslate2 engine always decodes with its cache; use ",
+            Setting("engine", "torch"),
         )
 
 
@@ -353,14 +360,18 @@ def _ct2_opener(out: Path, device: torch.device, compute_type: str) -> Callable[
     PyTorch's (``torch.set_num_threads``)."""
     ctranslate2 = require_ctranslate2()
     if device.type not in ("cpu", "cuda"):
-        raise UserError(f"--device: the ctranslate2 engine runs on cpu or cuda, not {device}")
+        raise SettingError(Setting("device"), f": the ctranslate2 engine runs on cpu or cuda, not {device}")
     if device.type == "cuda" and ctranslate2.get_cuda_device_count() == 0:
-        raise UserError("--device: this ctranslate2 build sees no CUDA device; use --device cpu")
+        raise SettingError(
+            Setting("device"), ": this ctranslate2 build sees no CUDA device; use ", Setting("device", "cpu")
+        )
     if compute_type not in (
         "default",
         "auto",
     ) and compute_type not in ctranslate2.get_supported_compute_types(device.type, device.index or 0):
-        raise UserError(f"--compute-type: {compute_type} is not supported on {device} by this ctranslate2")
+        raise SettingError(
+            Setting("compute_type"), f": {compute_type} is not supported on {device} by this ctranslate2"
+        )
     settings = dict(
         device=device.type,
         device_index=device.index or 0,

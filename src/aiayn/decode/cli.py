@@ -29,13 +29,33 @@ from typing import Callable
 from aiayn.decode.backends import check_backend, check_ct2_options, load_backend, require_ctranslate2
 from aiayn.decode.search import DecodeOptions
 from aiayn.device import resolve_device
-from aiayn.errors import UserError
+from aiayn.errors import SettingError, UserError
 from aiayn.io import output_lines, read_lines, stdin_blocks
+
+#: The settings the backends' errors name, and the flags that set them here (the export directory
+#: ``out`` of :func:`aiayn.export.export_ctranslate2` is ``--ct2-dir``).
+FLAGS = {
+    "engine": "--engine",
+    "compute_type": "--compute-type",
+    "ct2_dir": "--ct2-dir",
+    "out": "--ct2-dir",
+    "device": "--device",
+    "use_cache": "--no-cache",
+}
 
 
 def register(subparsers) -> None:
     _register_translate(subparsers)
     _register_evaluate(subparsers)
+
+
+@contextlib.contextmanager
+def naming_flags(flags: dict[str, str] = FLAGS):
+    """A :class:`SettingError` raised inside names the command's flags, not the library's settings."""
+    try:
+        yield
+    except SettingError as err:
+        raise UserError(err.naming(flags)) from None
 
 
 # --- shared options and helpers -----------------------------------------------------------------
@@ -165,6 +185,7 @@ def _sampling(args) -> dict:
     return {"sample": args.sample, **given}
 
 
+@naming_flags()
 def run_translate(args) -> int:
     options, load = _engine_loader(args, nbest=args.nbest, **_sampling(args))
     if args.buffer_size < 1:
@@ -216,6 +237,7 @@ def _register_evaluate(subparsers) -> None:
     p.set_defaults(func=run_evaluate)
 
 
+@naming_flags()
 def run_evaluate(args) -> int:
     from aiayn.evaluate import TOKENIZED_LABEL, sacrebleu_scores, tokenized_bleu  # sacrebleu: slow to import
 
