@@ -18,7 +18,10 @@ import torch
 from aiayn.checkpoint import latest_checkpoint, load_checkpoint
 from aiayn.data.corpus import read_parallel
 from aiayn.data.synthetic import SRC_LANG, TGT_LANG, write_task
+from aiayn.decode.search import DecodeOptions
+from aiayn.decode.translator import Translator
 from aiayn.loading import load_translation_model
+from aiayn.plots import draw_attention, plot_curves, plot_positional_encoding
 
 N_SAMPLES = 8
 
@@ -40,8 +43,6 @@ def demo_config_path() -> Path:
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    from aiayn.decode.search import DecodeOptions
-
     started = time.perf_counter()
     DecodeOptions(beam=args.beam)  # a bad --beam fails now, not after minutes of training
     data_dir, run_dir = args.out / "data", args.out / "run"
@@ -58,6 +59,7 @@ def run_demo(args: argparse.Namespace) -> int:
 
 
 def _train(data_dir: Path, run_dir: Path, args: argparse.Namespace) -> None:
+    # training is imported here, when the demo trains: `aiayn --help` and inference stay without it
     from aiayn.train.config import load_run_config
     from aiayn.train.trainer import Trainer
 
@@ -75,8 +77,6 @@ def _train(data_dir: Path, run_dir: Path, args: argparse.Namespace) -> None:
 
 
 def _evaluate(data_dir: Path, run_dir: Path, beam: int) -> float:
-    from aiayn.decode.translator import Translator
-
     model, tokenizer, ckpt = load_translation_model(run_dir)
     pairs, _ = read_parallel(data_dir, "test", SRC_LANG, TGT_LANG)
     sources, references = [s for s, _ in pairs], [t for _, t in pairs]
@@ -94,8 +94,6 @@ def _evaluate(data_dir: Path, run_dir: Path, beam: int) -> float:
 
 
 def _pictures(run_dir: Path, out: Path) -> None:
-    from aiayn.plots import draw_attention, plot_curves, plot_positional_encoding
-
     model, tokenizer, _ = load_translation_model(run_dir)
     paths = [
         draw_attention(model, tokenizer, "907042", None, out / "attention.png"),
