@@ -24,12 +24,12 @@ import numpy as np
 import torch
 
 from aiayn.forecast.baselines import DLinear, RepeatLast, SeasonalNaive
-from aiayn.forecast.cli import build_training, load_config
 from aiayn.forecast.data import prepare
 from aiayn.forecast.metrics import evaluate
-from aiayn.forecast.model import Forecaster
-from aiayn.forecast.train import TrainConfig, fit
+from aiayn.forecast.run import build_training, load_config
+from aiayn.forecast.train import ForecastTask, ForecastTrainConfig
 from aiayn.forecast.tune import Tuner, with_settings
+from aiayn.train.engine import train
 from common import command, machine, peak_rss_mib, versions
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,7 +59,7 @@ PATCHTST_TEST_BATCH = {"electricity": 32, "traffic": 24}
 MODELS = ("transformer", "dlinear", "naive")
 PART_KEYS = ("command", "device", "gpu", "threads", "machine", "versions")
 DLINEAR_INPUT_LEN = 336
-DLINEAR_TRAIN = dict(batch_size=32, lr=5e-3, lr_decay=0.5, max_epochs=10, patience=3)
+DLINEAR_TRAIN = dict(batch_size=32, lr=5e-3, lr_decay=0.5, max_epochs=10, patience=3, precision="fp32")
 
 
 def parse_args() -> argparse.Namespace:
@@ -151,18 +151,11 @@ def train_seeds(config, args: argparse.Namespace, path: Path) -> dict:
         seeded.train = {**seeded.train, "seed": seed, "device": args.device, "log_every": 0}
         run = build_training(seeded, args.config, data)
         data = run.data
-        torch.manual_seed(seed)
-        model = Forecaster(run.model)
+        task = ForecastTask.from_config(run)
+        model = task.model
         t0 = time.perf_counter()
-        state = fit(
-            model,
-            run.windows["train"],
-            run.windows["val"],
-            data.outputs,
-            run.train,
-            progress=False,
-            log=_quiet,
-        )
+        train(task, None, log=_quiet, progress=False)
+        state = task.result()
         seconds = time.perf_counter() - t0
         test = data.windows("test", run.model.seq_len, run.model.horizon)
         per_seed.append(
@@ -190,14 +183,16 @@ def summary(per_seed: list[dict]) -> dict:
 def train_dlinear(path: Path, horizon: int, args: argparse.Namespace) -> dict:
     """DLinear with its own recipe (input 336, 10 epochs, patience 3), each seed, same test targets."""
     data = prepare(path, "M", "OT", DLINEAR_INPUT_LEN, horizon)
-    train, val, test = (data.windows(s, DLINEAR_INPUT_LEN, horizon) for s in ("train", "val", "test"))
+    train_windows, val, test = (data.windows(s, DLINEAR_INPUT_LEN, horizon) for s in ("train", "val", "test"))
     per_seed = []
     for seed in args.seeds:
         torch.manual_seed(seed)
         model = DLinear(DLINEAR_INPUT_LEN, horizon, data.outputs)
-        cfg = TrainConfig(**DLINEAR_TRAIN, seed=seed, device=args.device, log_every=0)
+        cfg = ForecastTrainConfig(**DLINEAR_TRAIN, seed=seed, device=args.device, log_every=0)
         t0 = time.perf_counter()
-        state = fit(model, train, val, data.outputs, cfg, progress=False, log=_quiet)
+        task = ForecastTask(model, train_windows, val, data.outputs, cfg)
+        train(task, None, log=_quiet, progress=False)
+        state = task.result()
         per_seed.append(
             {
                 "seed": seed,

@@ -54,7 +54,7 @@ def test_config_yaml_reads_exponents_as_numbers_and_rejects_zero_sizes(
     )
     with pytest.raises(UserError, match=r"model\.layer_norm_eps must be a number; got 'tiny'"):
         run_config_from_dict({"model": {"layer_norm_eps": "tiny"}})
-    for key in ("optim.warmup", "optim.accum_steps", "data.batch_tokens"):
+    for key in ("optim.warmup", "train.accum_steps", "data.batch_tokens"):
         with pytest.raises(UserError, match=rf"{key} must be > 0; got 0"):
             load_run_config(None, [f"{key}=0"])
 
@@ -102,9 +102,9 @@ def test_shipped_configs_are_valid() -> None:
 
 @pytest.mark.parametrize("seed", [-3, 2**32])
 def test_seeds_outside_numpys_range_are_refused(task_dir: Path, seed: int) -> None:
-    from aiayn.forecast.train import TrainConfig
+    from aiayn.forecast.train import ForecastTrainConfig
 
     with pytest.raises(UserError, match=f"train.seed must be in \\[0, {2**32 - 1}\\]; got {seed}"):
         run_config_from_dict(run_config(task_dir, train={"seed": seed}))
     with pytest.raises(ValueError, match="seed"):
-        TrainConfig(seed=seed)
+        ForecastTrainConfig(seed=seed)

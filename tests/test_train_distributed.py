@@ -16,8 +16,8 @@ from aiayn.checkpoint import checkpoint_name, load_checkpoint
 from aiayn.data.prepare import prepare
 from aiayn.train import distributed
 from aiayn.train.config import run_config_from_dict
-from aiayn.train.engine import Engine
-from aiayn.train.trainer import Trainer
+from aiayn.train.engine import Engine, start
+from aiayn.train.translation import TranslationTask
 from conftest import _train_command, _write_config, run_config
 
 
@@ -119,11 +119,13 @@ def test_each_process_draws_its_own_dropout_masks_and_resumes_them(
     prepared = tmp_path / "prepared"  # in one process no rank 0 prepares for the others
     prepare(task_dir, prepared, run_config_from_dict(run_config(task_dir)).prepare_settings(), log=print)
 
-    def run(rank: int, world_size: int, out: Path, max_steps: int) -> Trainer:
+    def run(rank: int, world_size: int, out: Path, max_steps: int) -> TranslationTask:
         monkeypatch.setattr(distributed, "setup", lambda: (rank, world_size))
         config = run_config(prepared, train={"max_steps": max_steps, "save_every": 2, "valid_every": 0})
-        trainer = Trainer(run_config_from_dict(config), out, log=lambda _: None, progress=False)
-        trainer.train()
+        trainer = start(
+            TranslationTask(run_config_from_dict(config)), out, log=lambda _: None, progress=False
+        )
+        trainer.engine.run(trainer)
         return trainer
 
     run(0, 2, tmp_path / "rank0", 4), run(1, 2, tmp_path / "rank1", 4)
@@ -133,12 +135,18 @@ def test_each_process_draws_its_own_dropout_masks_and_resumes_them(
     for step in (2, 3):
         assert torch.equal(states[("resumed", step)], states[("rank1", step)]), step
     monkeypatch.setattr(distributed, "setup", lambda: (1, 2))
-    fresh = Trainer(
-        run_config_from_dict(run_config(prepared)), tmp_path / "fresh", log=lambda _: None, progress=False
+    fresh = start(
+        TranslationTask(run_config_from_dict(run_config(prepared))),
+        tmp_path / "fresh",
+        log=lambda _: None,
+        progress=False,
     )
     monkeypatch.setattr(distributed, "setup", lambda: (0, 2))
-    fresh0 = Trainer(
-        run_config_from_dict(run_config(prepared)), tmp_path / "fresh0", log=lambda _: None, progress=False
+    fresh0 = start(
+        TranslationTask(run_config_from_dict(run_config(prepared))),
+        tmp_path / "fresh0",
+        log=lambda _: None,
+        progress=False,
     )
     for a, b in zip(fresh0.model.parameters(), fresh.model.parameters()):
         assert torch.equal(a, b)  # the same initial weights on every rank

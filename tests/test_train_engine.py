@@ -15,8 +15,8 @@ from aiayn.data.batching import collate
 from aiayn.errors import UserError
 from aiayn.malloc import ONEDNN_CACHES
 from aiayn.train.config import run_config_from_dict
-from aiayn.train.engine import Engine
-from aiayn.train.trainer import Trainer
+from aiayn.train.engine import Engine, start
+from aiayn.train.translation import TranslationTask
 from conftest import _write_config, run_config
 
 
@@ -27,8 +27,8 @@ def test_trainer_bounds_onednn_caches_for_bf16_on_cpu_only(
     for name in ONEDNN_CACHES:  # set first, so that monkeypatch restores the variable's absence afterwards
         monkeypatch.setenv(name, "")
         monkeypatch.delenv(name)
-    Trainer(
-        run_config_from_dict(run_config(task_dir, train={"precision": precision})),
+    start(
+        TranslationTask(run_config_from_dict(run_config(task_dir, train={"precision": precision}))),
         tmp_path / "run",
         log=lambda _: None,
         progress=False,
@@ -40,8 +40,8 @@ def test_trainer_bounds_onednn_caches_for_bf16_on_cpu_only(
 def test_accumulating_small_batches_equals_one_big_batch(task_dir: Path, tmp_path: Path) -> None:
     config = run_config_from_dict(run_config(task_dir, model={"dropout": 0.0}))
     small, big = (
-        Trainer(config, tmp_path / "a", log=lambda _: None),
-        Trainer(config, tmp_path / "b", log=lambda _: None),
+        start(TranslationTask(config), tmp_path / "a", log=lambda _: None),
+        start(TranslationTask(config), tmp_path / "b", log=lambda _: None),
     )
     examples = small.train_examples[:24]
     parts = [collate(examples[i : i + 8]) for i in range(0, 24, 8)]
@@ -59,18 +59,28 @@ def test_training_refuses_a_single_corpus_file(task_dir: Path, tmp_path: Path) -
     tsv.write_text("1 2\tone two\n")
     values = run_config(task_dir, data={"dir": str(tsv)})
     with pytest.raises(UserError, match=r"pairs\.tsv is a file; training reads a directory"):
-        Trainer(run_config_from_dict(values), tmp_path / "run", log=lambda _: None, progress=False)
+        start(
+            TranslationTask(run_config_from_dict(values)),
+            tmp_path / "run",
+            log=lambda _: None,
+            progress=False,
+        )
 
 
 def test_training_on_a_missing_cuda_device_is_a_clear_error(task_dir: Path, tmp_path: Path) -> None:
     for device, message in [("cuda:x", "is not a device name"), ("gpu", "is not a device name")]:
         values = run_config(task_dir, train={"device": device})
         with pytest.raises(UserError, match=rf"train\.device '{device}' {message}"):
-            Trainer(run_config_from_dict(values), tmp_path / "run", log=lambda _: None, progress=False)
+            start(
+                TranslationTask(run_config_from_dict(values)),
+                tmp_path / "run",
+                log=lambda _: None,
+                progress=False,
+            )
     if not torch.cuda.is_available():
         with pytest.raises(UserError, match=r"train\.device 'cuda': CUDA is not available here"):
-            Trainer(
-                run_config_from_dict(run_config(task_dir, train={"device": "cuda"})),
+            start(
+                TranslationTask(run_config_from_dict(run_config(task_dir, train={"device": "cuda"}))),
                 tmp_path / "run",
                 log=lambda _: None,
                 progress=False,
@@ -107,9 +117,11 @@ def test_early_stopping_after_patience_validations_without_improvement(
             "log_every": 0,
         },
     )
-    trainer = Trainer(run_config_from_dict(values), tmp_path / "run", log=lambda _: None, progress=False)
+    trainer = start(
+        TranslationTask(run_config_from_dict(values)), tmp_path / "run", log=lambda _: None, progress=False
+    )
     trainer.valid_pairs = trainer.valid_pairs[:8]  # BLEU on a few sentences keeps the test short
-    trainer.train()
+    trainer.engine.run(trainer)
     assert trainer.state.step == 6 and trainer.state.stopped_early and trainer.state.bad_validations == 2
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records if r["split"] == "valid"] == [2, 4, 6]
@@ -121,13 +133,26 @@ def test_a_run_directory_of_another_kind_or_layout_is_refused(tmp_path: Path) ->
     a forecasting run of the layout before it (``last/``), which cannot be resumed."""
     from aiayn import TransformerConfig, build_model
     from aiayn.checkpoint import save_checkpoint
-    from aiayn.train.engine import Settings
+    from aiayn.train.engine import EngineConfig, Task
+
+    class SetUp(Exception):
+        """The task was let build itself: the run directory was not refused."""
+
+    class Stub(Task):
+        settings = EngineConfig(device="cpu")
+
+        def __init__(self, kind: str) -> None:
+            self.kind = kind
+
+        def setup(self, engine: Engine) -> None:
+            raise SetUp
 
     model = build_model(TransformerConfig(src_vocab_size=8, tgt_vocab_size=8, d_model=8, n_heads=2, d_ff=8))
     save_checkpoint(tmp_path / "fc" / "checkpoints" / "step-00000001", model, {"kind": "forecast"})
     with pytest.raises(UserError, match="holds a forecast run, not a translation run: give a new --out"):
-        Engine(Settings(device="cpu"), tmp_path / "fc", kind="translation")
-    Engine(Settings(device="cpu"), tmp_path / "fc", kind="forecast")  # its own kind resumes
+        Engine(Stub.settings, tmp_path / "fc").start(Stub("translation"))
+    with pytest.raises(SetUp):  # its own kind resumes
+        Engine(Stub.settings, tmp_path / "fc").start(Stub("forecast"))
     save_checkpoint(tmp_path / "old" / "last", model, {"kind": "forecast"})
     with pytest.raises(UserError, match=r"old/last is a run in aiayn's earlier forecasting layout"):
-        Engine(Settings(device="cpu"), tmp_path / "old", kind="forecast")
+        Engine(Stub.settings, tmp_path / "old").start(Stub("forecast"))

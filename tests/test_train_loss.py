@@ -13,8 +13,9 @@ from torch import Tensor
 from aiayn.data.batching import collate
 from aiayn.train import loss as loss_module
 from aiayn.train.config import run_config_from_dict
+from aiayn.train.engine import start
 from aiayn.train.loss import label_smoothed_nll
-from aiayn.train.trainer import Trainer
+from aiayn.train.translation import TranslationTask
 from conftest import run_config
 
 
@@ -109,7 +110,7 @@ def test_objective_traces_under_torch_compile(task_dir: Path) -> None:
     ``aot_eager`` traces exactly what inductor would get, without a C++ build (seconds, not minutes).
     """
     config = run_config_from_dict(run_config(task_dir, model={"dropout": 0.0}))
-    trainer = Trainer(config, task_dir / "compiled", log=lambda _: None)
+    trainer = start(TranslationTask(config), task_dir / "compiled", log=lambda _: None)
     batch = collate(trainer.train_examples[:8])
     eager = [trainer.loss_fn(batch.src, batch.tgt_in, batch.tgt_out)[0]]
     eager[0].backward()

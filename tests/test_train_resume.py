@@ -15,7 +15,8 @@ from aiayn.checkpoint import MODEL_FILE, list_checkpoints, load_checkpoint, seal
 from aiayn.cli import main
 from aiayn.errors import UserError
 from aiayn.train.config import run_config_from_dict
-from aiayn.train.trainer import Trainer
+from aiayn.train.engine import start, train
+from aiayn.train.translation import TranslationTask
 from conftest import _train_command, _write_config, run_config
 
 
@@ -72,14 +73,19 @@ def test_corrupt_latest_checkpoint_is_a_clear_error(task_dir: Path, tmp_path: Pa
 def test_a_resumed_run_never_validates_twice_at_one_step(task_dir: Path, tmp_path: Path) -> None:
     values = run_config(task_dir, train={"max_steps": 6, "valid_every": 6, "save_every": 6})
     for _ in range(2):  # the second run resumes at its end: nothing left to do, nothing validated again
-        Trainer(run_config_from_dict(values), tmp_path / "run", log=lambda _: None, progress=False).train()
+        train(
+            TranslationTask(run_config_from_dict(values)),
+            tmp_path / "run",
+            log=lambda _: None,
+            progress=False,
+        )
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records if r["split"] == "valid"] == [6]
 
 
 def test_resuming_with_other_model_data_or_optim_settings_is_refused(task_dir: Path, tmp_path: Path) -> None:
     values = run_config(task_dir, train={"max_steps": 4, "save_every": 4, "valid_every": 0})
-    Trainer(run_config_from_dict(values), tmp_path / "run", log=lambda _: None, progress=False).train()
+    train(TranslationTask(run_config_from_dict(values)), tmp_path / "run", log=lambda _: None, progress=False)
     changed = run_config(
         task_dir,
         model={"d_model": 48},
@@ -91,7 +97,12 @@ def test_resuming_with_other_model_data_or_optim_settings_is_refused(task_dir: P
         match=r"holds a run with other settings \(model\.d_model 32 -> 48; "
         r"optim\.warmup 10 -> 99\): resume it with the same",
     ):
-        Trainer(run_config_from_dict(changed), tmp_path / "run", log=lambda _: None, progress=False)
+        start(
+            TranslationTask(run_config_from_dict(changed)),
+            tmp_path / "run",
+            log=lambda _: None,
+            progress=False,
+        )
     # train.* may change (a longer run), and data.dir (the corpus moved)
     moved = tmp_path / "moved"
     moved.mkdir()
@@ -106,10 +117,12 @@ def test_resuming_with_other_model_data_or_optim_settings_is_refused(task_dir: P
     state_file.write_text(json.dumps(state))
     seal(state_file.parent)
     logs: list[str] = []
-    trainer = Trainer(run_config_from_dict(longer), tmp_path / "run", log=logs.append, progress=False)
+    trainer = start(
+        TranslationTask(run_config_from_dict(longer)), tmp_path / "run", log=logs.append, progress=False
+    )
     assert trainer.state.step == 4 and trainer.config.data.dir == str(moved)
     assert any("batches were cut for a multiple of 2 sentences, now 1" in line for line in logs), logs
-    trainer.train()
+    trainer.engine.run(trainer)
     assert trainer.state.step == 8
 
 
@@ -117,7 +130,7 @@ def test_resume_truncates_the_metrics_log_by_renaming_a_whole_file(
     task_dir: Path, tmp_path: Path, monkeypatch
 ) -> None:
     values = run_config(task_dir, train={"max_steps": 4, "save_every": 4, "valid_every": 0})
-    Trainer(run_config_from_dict(values), tmp_path / "run", log=lambda _: None, progress=False).train()
+    train(TranslationTask(run_config_from_dict(values)), tmp_path / "run", log=lambda _: None, progress=False)
     log = tmp_path / "run" / "metrics.jsonl"
     kept = log.read_text()
     log.write_text(kept + '{"written": "after the checkpoint"}\n')
@@ -125,7 +138,7 @@ def test_resume_truncates_the_metrics_log_by_renaming_a_whole_file(
     monkeypatch.setattr(
         os, "replace", lambda a, b: (replaced.append((Path(a).parent, Path(b))), os.rename(a, b))
     )
-    Trainer(run_config_from_dict(values), tmp_path / "run", log=lambda _: None, progress=False)
+    start(TranslationTask(run_config_from_dict(values)), tmp_path / "run", log=lambda _: None, progress=False)
     assert log.read_text() == kept and replaced == [(log.parent, log)]
     assert [p.name for p in log.parent.iterdir() if ".tmp-" in p.name] == []
 

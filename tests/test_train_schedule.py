@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from aiayn.train.config import run_config_from_dict
+from aiayn.train.engine import start, train
 from aiayn.train.schedule import cooldown_factor, inverse_sqrt_lr, noam_lr
-from aiayn.train.trainer import Trainer
+from aiayn.train.translation import TranslationTask
 from conftest import run_config
 
 
@@ -40,7 +41,7 @@ def test_cooldown_takes_the_lr_to_zero_at_the_last_step(task_dir: Path, tmp_path
         optim={"lr_schedule": "inverse_sqrt", "peak_lr": 1e-3, "warmup": 4, "cooldown": 0.5},
         train={"max_steps": 12, "valid_every": 0, "save_every": 0},
     )
-    Trainer(run_config_from_dict(values), tmp_path / "run", log=lambda _: None, progress=False).train()
+    train(TranslationTask(run_config_from_dict(values)), tmp_path / "run", log=lambda _: None, progress=False)
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     lr = {r["step"]: r["lr"] for r in records if r["split"] == "train"}
     assert lr[6] == pytest.approx(inverse_sqrt_lr(6, 1e-3, 4))  # the cool-down starts after step 6 of 12
@@ -54,8 +55,10 @@ def test_cooldown_follows_max_epochs_when_it_binds_first(task_dir: Path, tmp_pat
         optim={"lr_schedule": "inverse_sqrt", "peak_lr": 1e-3, "warmup": 1, "cooldown": 1.0},
         train={"max_steps": 10_000, "max_epochs": 2, "valid_every": 0, "save_every": 0},
     )
-    trainer = Trainer(run_config_from_dict(values), tmp_path / "run", log=lambda _: None, progress=False)
-    trainer.train()
+    trainer = start(
+        TranslationTask(run_config_from_dict(values)), tmp_path / "run", log=lambda _: None, progress=False
+    )
+    trainer.engine.run(trainer)
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     lr = [r["lr"] for r in records if r["split"] == "train"]
     assert len(lr) == trainer.state.step < 100 and lr[-1] == 0.0  # two epochs, ending cooled

@@ -29,11 +29,12 @@ import functools
 import json
 import operator
 import re
+import sys
 import types
 import typing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import yaml
 
@@ -247,6 +248,43 @@ def read_config(path: str | Path | None, overrides: Sequence[str] = (), flags: d
     for key, value in (flags or {}).items():
         if value is not None:
             assign(values, key, value)
+    return values
+
+
+@dataclass(frozen=True)
+class Renamed:
+    """A setting read under its former name ``old`` (``"section.key"``) as ``new``, ``convert`` applied
+    to its value."""
+
+    old: str
+    new: str
+    convert: Callable[[Any], Any] = lambda value: value
+
+
+def upgrade(values: dict[str, Any], renamed: Sequence[Renamed], source: str | Path) -> dict[str, Any]:
+    """``values`` (a config's sections) with each former name in ``renamed`` moved to its new name, one
+    warning line on stderr for each; ``values`` itself is left as it was. Both names given is an error."""
+    values = {k: dict(v) if isinstance(v, dict) else v for k, v in values.items()}
+    for rename in renamed:
+        (old_section, old_key), (new_section, new_key) = (n.split(".", 1) for n in (rename.old, rename.new))
+        section = values.get(old_section)
+        if not isinstance(section, dict) or old_key not in section:
+            continue
+        if values.get(new_section) is None:
+            values[new_section] = {}
+        target = values[new_section]
+        if not isinstance(target, dict):
+            continue  # the loader names the malformed section
+        if new_key in target:
+            raise UserError(
+                f"{source}: {rename.old} is the former name of {rename.new}: give only {rename.new}"
+            )
+        target[new_key] = rename.convert(section.pop(old_key))
+        print(
+            f"aiayn: warning: {source}: {rename.old} is now {rename.new} (read as {rename.new}: "
+            f"{target[new_key]!r})",
+            file=sys.stderr,
+        )
     return values
 
 

@@ -61,7 +61,8 @@ def run_demo(args: argparse.Namespace) -> int:
 def _train(data_dir: Path, run_dir: Path, args: argparse.Namespace) -> None:
     # training is imported here, when the demo trains: `aiayn --help` and inference stay without it
     from aiayn.train.config import load_run_config
-    from aiayn.train.trainer import Trainer
+    from aiayn.train.engine import train
+    from aiayn.train.translation import TranslationTask
 
     config = load_run_config(
         demo_config_path(), **{"data.dir": str(data_dir), "train.max_steps": args.max_steps}
@@ -73,7 +74,7 @@ def _train(data_dir: Path, run_dir: Path, args: argparse.Namespace) -> None:
     ):
         print(f"reusing the trained model in {run_dir} (--retrain to train again)")
         return
-    Trainer(config, run_dir, progress=not args.no_progress).train()
+    train(TranslationTask(config), run_dir, progress=not args.no_progress)
 
 
 def _evaluate(data_dir: Path, run_dir: Path, beam: int) -> float:

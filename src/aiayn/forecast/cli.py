@@ -1,48 +1,25 @@
-"""``aiayn forecast train | evaluate | predict | plot``.
+"""``aiayn forecast train | tune | evaluate | predict | plot``.
 
-A YAML config has three sections: ``data`` (:class:`~aiayn.forecast.data.DataConfig`: path relative to
-the config file, target, features, input_len, label_len, horizon), ``model`` (:class:`ForecastConfig`
-fields) and ``train`` (:class:`~aiayn.forecast.train.TrainConfig` fields), all read by the one strict
-loader of :mod:`aiayn.config`. Command-line flags override it. The evaluate/predict/plot commands never
-import the training package.
+The config and what a training builds from it are in :mod:`aiayn.forecast.run`; command-line flags
+override the config. The evaluate/predict/plot commands never import the training package: train and
+tune load it (:mod:`aiayn.forecast.run`, :mod:`aiayn.forecast.tune`) when they run.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
-import dataclasses
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from aiayn.config import Checked, assign, from_mapping, read_yaml, reported
 from aiayn.errors import UserError
-from aiayn.forecast.data import (
-    FEATURE_MODES,
-    SPLITS,
-    DataConfig,
-    Scaler,
-    prepare,
-    read_series,
-    select_features,
-)
+from aiayn.forecast.data import FEATURE_MODES, SPLITS, Scaler, prepare, read_series, select_features
 from aiayn.forecast.metrics import evaluate
-from aiayn.forecast.model import ForecastConfig, Forecaster
+from aiayn.forecast.model import Forecaster
 from aiayn.loading import load
-
-
-@dataclass
-class ForecastRun(Checked):
-    """A forecasting config file; ``model`` and ``train`` are checked once the data gives the shapes."""
-
-    data: DataConfig = field(default_factory=DataConfig)
-    model: dict[str, Any] = field(default_factory=dict)  #: ForecastConfig fields but the data's
-    train: dict[str, Any] = field(default_factory=dict)  #: TrainConfig fields
-    tune: dict[str, Any] = field(default_factory=dict)  #: TuneConfig fields (aiayn forecast tune)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -83,7 +60,9 @@ def _add_train(commands: argparse._SubParsersAction) -> None:
     tr.add_argument("--max-epochs", type=int)
     tr.add_argument("--seed", type=int)
     tr.add_argument("--threads", type=int, help="torch CPU threads")
-    tr.add_argument("--device", help="cpu (the default), cuda, cuda:N or auto (overrides train.device)")
+    tr.add_argument(
+        "--device", help="auto (the default: a GPU when there is one), cpu, cuda or cuda:N (train.device)"
+    )
     tr.set_defaults(func=cmd_train)
 
 
@@ -101,25 +80,11 @@ def _add_tune(commands: argparse._SubParsersAction) -> None:
     tu.add_argument("--trials", type=int, help="at most this many trials (overrides tune.trials)")
     tu.add_argument("--minutes", type=float, help="start no trial after this many minutes (tune.minutes)")
     tu.add_argument("--threads", type=int, help="torch CPU threads")
-    tu.add_argument("--device", help="cpu (the default), cuda, cuda:N or auto")
+    tu.add_argument("--device", help="auto (the default: a GPU when there is one), cpu, cuda or cuda:N")
     tu.set_defaults(func=cmd_tune)
 
 
 # --- config ------------------------------------------------------------------------------------
-
-
-def load_config(path: str | Path, **flags: Any) -> ForecastRun:
-    """The YAML config with ``flags`` (``"section.key"``: value, None = not given) applied; data.path
-    made absolute (relative to the config file; a --data path stays as given)."""
-    raw = read_yaml(path)
-    data = raw.get("data")
-    if isinstance(data, dict) and isinstance(data.get("path"), str):
-        raw["data"] = {**data, "path": str((Path(path).parent / data["path"]).resolve())}
-    for key, value in flags.items():
-        if value is not None:
-            assign(raw, key, value)
-    with reported(path):
-        return from_mapping(ForecastRun, raw)
 
 
 def _flags(args: argparse.Namespace, tuning: bool = False) -> dict[str, Any]:
@@ -141,70 +106,24 @@ def _flags(args: argparse.Namespace, tuning: bool = False) -> dict[str, Any]:
     }
 
 
-def model_config(config: ForecastRun, data: Any, source: str | Path):
-    """The :class:`ForecastConfig` of the config's ``model`` section, shaped by ``data`` (a
-    ``ForecastData``); a ``period`` of 0 for last_period placeholders becomes a day of its steps."""
-    d = config.data
-    shape = {
-        "n_features": len(data.columns),
-        "outputs": data.outputs,
-        "seq_len": d.input_len,
-        "label_len": min(d.label_len, d.input_len),
-        "horizon": d.horizon,
-    }
-    if config.model.get("placeholders") == "last_period" and not config.model.get("period"):
-        shape["period"] = data.series.steps_per_day
-    with reported(source):
-        return from_mapping(ForecastConfig, {**config.model, **shape}, "model.")
-
-
 # --- commands ----------------------------------------------------------------------------------
 
 
-@dataclass
-class Training:
-    """What one training needs, built from a config: the data, the model and train configs, the windows."""
-
-    data: Any  # ForecastData
-    model: ForecastConfig
-    train: Any  # TrainConfig
-    run_config: dict[str, Any]  # stored in every checkpoint
-    windows: dict[str, Any]  # "train", "val": Windows
-
-
-def build_training(config: ForecastRun, source: str | Path, data: Any = None) -> Training:
-    """The data (read unless given), configs and windows of ``config``; bad values name ``source``."""
-    from aiayn.forecast.train import TrainConfig
-
-    with reported(source):
-        train_cfg = from_mapping(TrainConfig, config.train, "train.")
-    d = config.data
-    if d.path is None:
-        raise UserError("no data file: set data.path in the config or pass --data")
-    data = data or prepare(d.path, d.features, d.target, d.input_len, d.horizon)
-    model_cfg = model_config(config, data, source)
-    run_config = {
-        "model": model_cfg.to_dict(),
-        "data": {**dataclasses.asdict(d), "columns": data.columns},
-        "scaler": data.scaler.to_dict(),
-        "train": dataclasses.asdict(train_cfg),
-    }
-    windows = {s: data.windows(s, d.input_len, d.horizon) for s in ("train", "val")}
-    return Training(data, model_cfg, train_cfg, run_config, windows)
-
-
 def cmd_train(args: argparse.Namespace) -> int:
-    from aiayn.forecast.train import fit
+    # lazily: the training package is loaded only by the training commands
+    from aiayn.forecast.run import build_training, load_config
+    from aiayn.forecast.train import ForecastTask
+    from aiayn.train.engine import train
 
     if args.threads:
         torch.set_num_threads(args.threads)
     config = load_config(args.config, **_flags(args))
     run = build_training(config, args.config)
-    torch.manual_seed(run.train.seed)
-    model = Forecaster(run.model)
     out, windows = Path(args.out), run.windows
     print(f"train {len(windows['train'])} windows, val {len(windows['val'])}; run directory {out}")
-    state = fit(model, windows["train"], windows["val"], run.data.outputs, run.train, out, run.run_config)
+    task = ForecastTask.from_config(run)
+    train(task, out)
+    state = task.result()
     print(
         f"done after {state.epoch} epochs; best val MSE {state.best_val:.4f}; best weights in {out / 'best'}"
     )
@@ -212,6 +131,8 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
+    # lazily, as cmd_train
+    from aiayn.forecast.run import load_config
     from aiayn.forecast.tune import Tuner
 
     if args.threads:
@@ -296,7 +217,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    from aiayn.forecast.plot import plot_window
+    from aiayn.forecast.plot import plot_window  # lazily: matplotlib is slow to import
 
     model, config = load_forecaster(args.checkpoint)
     data = _data_for(config, args.data)

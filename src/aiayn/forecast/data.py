@@ -34,7 +34,7 @@ ETT_HOURLY_BORDERS = (8640, 11520, 14400)
 
 
 @dataclass
-class DataConfig(Checked):
+class SeriesConfig(Checked):
     """The ``data`` section of a forecasting config: the file, its columns and the windows' shape."""
 
     path: str | None = None  #: CSV file (in a config file: relative to it); None: given by --data

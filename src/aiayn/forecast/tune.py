@@ -24,24 +24,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-import torch
 import yaml
 
 from aiayn.config import Checked, ConfigError, from_mapping, reported, setting
 from aiayn.errors import UserError
-from aiayn.forecast.cli import ForecastRun, build_training
-from aiayn.forecast.data import DataConfig, prepare
-from aiayn.forecast.model import ForecastConfig, Forecaster
-from aiayn.forecast.train import TrainConfig, fit
+from aiayn.forecast.data import SeriesConfig, prepare
+from aiayn.forecast.model import ForecastConfig
+from aiayn.forecast.run import ForecastRun, build_training
+from aiayn.forecast.train import FitState, ForecastTask, ForecastTrainConfig
+from aiayn.train.engine import train
 
 #: Settings a search may vary, by section; the file, its columns and the horizon are the task, not settings.
 TUNABLE = {
     "data": {"input_len", "label_len"},
     "model": set(ForecastConfig.__dataclass_fields__)
     - {"n_features", "outputs", "seq_len", "label_len", "horizon"},
-    "train": set(TrainConfig.__dataclass_fields__) - {"device", "log_every", "seed"},
+    "train": set(ForecastTrainConfig.__dataclass_fields__) - {"device", "log_every", "seed"},
 }
-assert TUNABLE["data"] <= set(DataConfig.__dataclass_fields__)
+assert TUNABLE["data"] <= set(SeriesConfig.__dataclass_fields__)
 
 
 @dataclass
@@ -100,7 +100,7 @@ def points(
 
 def current(config: ForecastRun, keys: list[str]) -> dict[str, Any]:
     """The config's own values of ``keys`` (absent model/train keys: their defaults)."""
-    defaults = {"model": ForecastConfig, "train": TrainConfig}
+    defaults = {"model": ForecastConfig, "train": ForecastTrainConfig}
     values = {}
     for key in keys:
         section, _, name = key.partition(".")
@@ -155,8 +155,6 @@ class Tuner:
     def check(self, config: ForecastRun) -> None:
         """Refuse a point the model or the data cannot take (a ConfigError or UserError)."""
         build_training(config, self.source, self.data(config))
-        with reported(self.source):
-            from_mapping(TrainConfig, config.train, "train.")
 
     # --- the search -------------------------------------------------------------------------------
     def run(self, trials: int | None = None, minutes: float | None = None) -> dict[str, Any]:
@@ -206,19 +204,15 @@ class Tuner:
         self.log(f"trial {index}: val MSE {record['val_mse']:.4f}  ({described}; {record['seconds']:.0f} s)")
         return record
 
-    def _train(self, config: ForecastRun, seed: int):
-        train = {**config.train, "seed": seed, "log_every": 0}
+    def _train(self, config: ForecastRun, seed: int) -> FitState:
+        settings = {**config.train, "seed": seed, "log_every": 0}
         if self.device:
-            train["device"] = self.device
+            settings["device"] = self.device
         config = with_settings(config, {})
-        config.train = train
-        run = build_training(config, self.source, self.data(config))
-        torch.manual_seed(seed)
-        model = Forecaster(run.model)
-        windows = run.windows
-        state = fit(
-            model, windows["train"], windows["val"], run.data.outputs, run.train, progress=False, log=_quiet
-        )
+        config.train = settings
+        task = ForecastTask.from_config(build_training(config, self.source, self.data(config)))
+        train(task, None, log=_quiet, progress=False)
+        state = task.result()
         if not math.isfinite(state.best_val):
             raise UserError(f"a trial's validation MSE is {state.best_val}: check the data and lr")
         return state

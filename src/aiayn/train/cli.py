@@ -1,9 +1,14 @@
-"""``aiayn train`` and ``aiayn average``."""
+"""``aiayn train`` and ``aiayn average``.
+
+The training package is imported when a command runs, not when ``aiayn --help`` builds the parser.
+"""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
+
+from aiayn.errors import UserError
 
 
 def register(subparsers) -> None:
@@ -41,9 +46,11 @@ def register(subparsers) -> None:
 
 
 def run_train(args: argparse.Namespace) -> int:
+    # lazily: the training package (torch, the engine) is loaded only for this command
     from aiayn.train import distributed
     from aiayn.train.config import load_run_config
-    from aiayn.train.trainer import Trainer
+    from aiayn.train.engine import train
+    from aiayn.train.translation import TranslationTask
 
     config = load_run_config(
         args.config,
@@ -60,15 +67,14 @@ def run_train(args: argparse.Namespace) -> int:
         },
     )
     try:
-        Trainer(config, args.out, progress=not args.no_progress).train()
+        train(TranslationTask(config), args.out, progress=not args.no_progress)
     finally:
         distributed.cleanup()
     return 0
 
 
 def run_average(args: argparse.Namespace) -> int:
-    from aiayn.errors import UserError
-    from aiayn.train.average import average_checkpoints, last_checkpoints
+    from aiayn.train.average import average_checkpoints, last_checkpoints  # lazily, as run_train
 
     if args.last:
         try:

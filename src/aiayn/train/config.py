@@ -18,16 +18,18 @@ from aiayn.config import (
     PRESETS,
     Checked,
     ConfigError,
+    Renamed,
     TransformerConfig,
     from_mapping,
     read_config,
     reported,
     require,
     setting,
+    upgrade,
 )
 from aiayn.data.config import CorpusConfig
 from aiayn.data.prepared import PrepareSettings
-from aiayn.precision import PRECISIONS
+from aiayn.train.engine import EngineConfig
 
 
 @dataclass
@@ -43,33 +45,24 @@ class OptimConfig(Checked):
     eps: float = setting(1e-9, ge=0)
     weight_decay: float = setting(0.0, ge=0)  #: decoupled (AdamW) when > 0
     label_smoothing: float = setting(0.1, ge=0)
-    clip_norm: float = setting(0.0, ge=0)  #: gradient-norm clipping (0 = off)
-    accum_steps: int = setting(1, gt=0)  #: batches accumulated per optimizer step
 
 
 @dataclass
-class TrainSection(Checked):
-    seed: int = setting(1, ge=0, le=2**32 - 1)  # NumPy's seeds are 32-bit
-    device: str = "auto"  #: "auto", "cpu", "cuda", "cuda:N"
-    #: "auto" (bf16 where the hardware has it natively), "bf16" or "fp32"
-    precision: str = setting("auto", choices=PRECISIONS)
+class TranslationTrainConfig(EngineConfig):
+    """The ``train`` section: the engine's settings, and what translation adds to them."""
+
     compile: bool = False  #: torch.compile the model
-    max_steps: int = setting(0, ge=0)  #: stop after this many optimizer steps (0 = no limit)
-    max_epochs: int = setting(0, ge=0)  #: stop after this many epochs (0 = no limit)
-    #: stop after this much training time, summed over resumes (0 = no limit)
-    max_hours: float = setting(0.0, ge=0)
-    save_every: int = setting(1000, ge=0)  #: checkpoint every N steps (and at the end)
-    keep_last: int = setting(5, ge=0)  #: checkpoints kept (0 = all)
-    valid_every: int = setting(1000, ge=0)  #: validate every N steps (and at each epoch's end)
-    valid_at_epoch_end: bool = True  #: also validate when an epoch ends
     valid_bleu: bool = True  #: greedy-decode the validation set for BLEU/chrF
     #: which validation metric picks best/
     best_metric: str = setting("bleu", choices=("bleu", "chrf", "loss"))
-    patience: int = setting(0, ge=0)  #: stop after this many validations without improvement (0 = off)
-    log_every: int = setting(50, ge=0)  #: a train record every N steps
-    #: with several processes, each keeps the optimizer's state (Adam's moments) for its share of the
-    #: weights only (ZeRO stage 1): half that memory per process on two, the same updates, bit for bit
-    shard_optimizer: bool = False
+
+
+#: Settings read under their former names, with one warning (run configs and run directories of
+#: earlier versions).
+RENAMED = (
+    Renamed("optim.clip_norm", "train.clip_norm"),
+    Renamed("optim.accum_steps", "train.accum_steps"),
+)
 
 
 MODEL_KEYS = [
@@ -83,7 +76,7 @@ class RunConfig(Checked):
     model: dict[str, Any] = field(default_factory=dict)
     data: CorpusConfig = field(default_factory=CorpusConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
-    train: TrainSection = field(default_factory=TrainSection)
+    train: TranslationTrainConfig = field(default_factory=TranslationTrainConfig)
 
     def check(self) -> None:
         """The model section's keys and values, and the rules between sections."""
@@ -146,6 +139,7 @@ def check_cooldown(config: RunConfig) -> None:
 
 def run_config_from_dict(values: dict[str, Any], source: str | Path = "config") -> RunConfig:
     """Validate sections, keys, types, choices and the rules between them; an error names ``section.key``."""
+    values = upgrade(values, RENAMED, source)
     with reported(source):
         return from_mapping(RunConfig, values)
 

@@ -1,15 +1,19 @@
 """One training engine for every task: the loop, gradient accumulation, clipping, precision, the
 learning-rate hook, checkpoints, exact resume, early stopping with ``best/``, the metrics log, DDP.
 
-A task (translation: :class:`aiayn.train.trainer.Trainer`; forecasting: :func:`aiayn.forecast.train.fit`)
-hands the engine a :class:`Task`: its model, its batches epoch by epoch, its loss, its learning rate,
-its validation metrics (and which one picks ``best/``), and what a checkpoint stores. Set-up is in two
-steps, because a task needs the engine's device and the checkpoint it resumes before it can build
-itself::
+A task (translation: :class:`aiayn.train.translation.TranslationTask`; forecasting:
+:class:`aiayn.forecast.train.ForecastTask`) hands the engine a :class:`Task`: its settings (its
+config's ``train`` section, an :class:`EngineConfig`), its model, its batches epoch by epoch, its
+loss, its learning rate, its validation metrics (and which one picks ``best/``), and what a
+checkpoint stores. Every task is built from its config and run the same way::
 
-    engine = Engine(settings, out)  # processes, device, precision, seeds, the checkpoint to resume
-    engine.attach(task)             # optimizer, DDP, weight average; restores the checkpoint
-    engine.run()                    # until the budget is spent or patience runs out
+    task = TranslationTask(config)        # or ForecastTask.from_config(training): nothing built yet
+    metrics = train(task, out)            # Engine(task.settings, out).run(task)
+
+The engine sets up the processes, the device, the precision and the seeds, and finds the checkpoint
+to resume; then the task builds itself on that device (:meth:`Task.setup`), the engine adds the
+optimizer, DDP and the weight average and restores the checkpoint (:meth:`Engine.start`), and trains
+until the budget is spent or patience runs out.
 
 A run directory holds::
 
@@ -55,38 +59,46 @@ from aiayn.checkpoint import (
     prune_checkpoints,
     save_checkpoint,
 )
+from aiayn.config import Checked, seed_setting, setting
 from aiayn.errors import UserError
 from aiayn.io import atomic_write
-from aiayn.precision import autocast, resolve_precision
+from aiayn.precision import PRECISIONS, autocast, resolve_precision
 from aiayn.train import distributed as dist
 
 METRICS_FILE, RUN_CONFIG_FILE = "metrics.jsonl", "run.yaml"
 
 
 @dataclass
-class Settings:
-    """How the engine trains, whatever the task (each task maps its own config onto these)."""
+class EngineConfig(Checked):
+    """How the engine trains, whatever the task: the fields every task's ``train`` section shares, with
+    one set of names and defaults. A task's section is a subclass that adds what is its own."""
 
-    seed: int = 1
-    device: str = "auto"  #: "auto", "cpu", "cuda", "cuda:N"
-    precision: str = "auto"  #: "auto" (bf16 where native), "bf16" or "fp32"
-    max_steps: int = 0  #: budgets: 0 = no limit; at least one must be set
-    max_epochs: int = 0
-    max_hours: float = 0.0  #: training time, summed over resumes
-    accum_steps: int = 1  #: batches per optimizer step
-    clip_norm: float = 0.0  #: gradient-norm clipping (0 = off)
-    #: Validate (and keep as best) an exponential moving average of the weights, this decay per step; 0 = off.
-    ema: float = 0.0
-    log_every: int = 50  #: a train record every N steps (0 = none)
-    valid_every: int = 0  #: validate every N steps (0 = not on a step cadence)
-    valid_at_epoch_end: bool = True
-    save_every: int = 0  #: checkpoint every N steps (and at the end)
-    save_at_epoch_end: bool = False
-    keep_last: int = 5  #: checkpoints kept (0 = all)
-    patience: int = 0  #: stop after this many validations without improvement (0 = off)
-    restore_best: bool = False  #: the model holds the best validated weights when the run ends
-    #: several processes: each keeps the optimizer's state for its share of the weights (ZeRO stage 1)
+    seed: int = seed_setting()
+    device: str = "auto"  #: "auto" (a GPU when there is one), "cpu", "cuda", "cuda:N"
+    #: "auto" (bf16 where the hardware has it natively), "bf16" or "fp32"
+    precision: str = setting("auto", choices=PRECISIONS)
+    max_steps: int = setting(0, ge=0)  #: stop after this many optimizer steps (0 = no limit)
+    max_epochs: int = setting(0, ge=0)  #: stop after this many epochs (0 = no limit)
+    #: stop after this much training time, summed over resumes (0 = no limit)
+    max_hours: float = setting(0.0, ge=0)
+    accum_steps: int = setting(1, gt=0)  #: batches accumulated per optimizer step
+    clip_norm: float = setting(0.0, ge=0)  #: gradient-norm clipping (0 = off)
+    #: validate (and keep as best) an exponential moving average of the weights, this decay per step; 0 = off
+    ema: float = setting(0.0, ge=0, lt=1)
+    log_every: int = setting(50, ge=0)  #: a train record every N steps (0 = none)
+    valid_every: int = setting(1000, ge=0)  #: validate every N steps (0 = not on a step cadence)
+    valid_at_epoch_end: bool = True  #: also validate when an epoch ends
+    save_every: int = setting(1000, ge=0)  #: checkpoint every N steps (and at the end; 0: not on a cadence)
+    save_at_epoch_end: bool = False  #: also checkpoint when an epoch ends
+    keep_last: int = setting(5, ge=0)  #: checkpoints kept (0 = all)
+    patience: int = setting(0, ge=0)  #: stop after this many validations without improvement (0 = off)
+    #: with several processes, each keeps the optimizer's state (Adam's moments) for its share of the
+    #: weights only (ZeRO stage 1): half that memory per process on two, the same updates, bit for bit
     shard_optimizer: bool = False
+
+    def budget(self) -> bool:
+        """Whether a limit is set (max_steps, max_epochs or max_hours): a run needs one."""
+        return bool(self.max_steps or self.max_epochs or self.max_hours)
 
 
 @dataclass
@@ -169,10 +181,24 @@ class Task:
     and implements the methods that raise ``NotImplementedError``; the others have defaults.
     """
 
+    kind: str  #: the checkpoint kind ("translation", "forecast"): another kind's run directory is refused
+    settings: EngineConfig  #: how the engine trains it (the task config's ``train`` section)
+    restore_best: bool = False  #: the model holds the best validated weights when the run ends
+    engine: "Engine"  #: set by :meth:`Engine.start`, before :meth:`setup`
     model: nn.Module
     objective: nn.Module
     batches: Batches
     tokenizer_bytes: bytes | None = None  # stored in each checkpoint when set
+
+    def setup(self, engine: "Engine") -> None:
+        """Build what the task trains on ``engine``'s device (``engine.resumed``: the checkpoint the run
+        resumes, or None): ``model``, ``objective``, ``batches``."""
+        raise NotImplementedError
+
+    @property
+    def state(self) -> "TrainState":
+        """The engine's step, best score and patience counter."""
+        return self.engine.state
 
     def make_optimizer(self, parameters: Iterator[nn.Parameter]) -> torch.optim.Optimizer:
         raise NotImplementedError
@@ -225,17 +251,15 @@ class Engine:
 
     def __init__(
         self,
-        settings: Settings,
+        settings: EngineConfig,
         out: str | Path | None,
         log: Callable[[str], None] | None = None,
         progress: bool = True,
-        kind: str | None = None,
     ) -> None:
         """Processes, device, precision and seeds; ``resumed`` is the run's latest checkpoint (or None).
 
         ``out`` None: nothing is written (no checkpoints, no log file). ``progress``: a progress bar
-        when stderr is a terminal. ``kind`` (the task's checkpoint kind, "translation" or
-        "forecast"): a run directory holding another kind of run is refused.
+        when stderr is a terminal.
         """
         self.settings, self.out = settings, Path(out) if out is not None else None
         self.rank, self.world_size = dist.setup()
@@ -246,21 +270,23 @@ class Engine:
         seed_everything(settings.seed)
         latest = latest_checkpoint(self.out) if self.out is not None else None
         self.resumed: Checkpoint | None = load_checkpoint(latest) if latest is not None else None
-        if self.out is not None and kind is not None:
-            _check_run_dir(self.out, self.resumed, kind)
         self.state = TrainState()
         self.meter = _Meter()  # the train record's sums since the last one (kept in checkpoints)
         self.task: Task | None = None
         self.average: WeightAverage | None = None
-        self._best_weights: dict[str, Tensor] | None = None  # with restore_best
+        self._best_weights: dict[str, Tensor] | None = None  # with the task's restore_best
         self._saved_at: tuple[int, int] | None = None  # (step, validated_at) of the last checkpoint
         self._clock = time.perf_counter()  # state.hours counts from here (reset when the loop starts)
         self._hours = 0.0  # state.hours as rank 0 counts them (what max_hours and the lr follow)
         self._tensorboard = None  # a SummaryWriter once the first record is written, if installed
 
-    def attach(self, task: Task) -> None:
-        """Build the optimizer (over the DDP-wrapped objective) and restore the checkpoint to resume."""
-        self.task = task
+    def start(self, task: Task) -> Task:
+        """Let ``task`` build itself here, then build the optimizer (over the DDP-wrapped objective) and
+        restore the checkpoint to resume. A run directory holding another kind of run is refused first."""
+        if self.out is not None:
+            _check_run_dir(self.out, self.resumed, task.kind)
+        self.task, task.engine = task, self
+        task.setup(self)
         self.objective = dist.wrap(task.objective, self.device)
         self.optimizer = task.make_optimizer(self.objective.parameters())
         if self.settings.shard_optimizer and self.world_size > 1:
@@ -274,6 +300,7 @@ class Engine:
                 task.model, self.settings.ema, saved.get("average"), saved.get("average_updates", 0)
             )
         self._hours = self.state.hours
+        return task
 
     # --- resume ---------------------------------------------------------------------------------------
     def _resume(self, ckpt: Checkpoint) -> dict[str, Any]:
@@ -289,7 +316,7 @@ class Engine:
         self.state = TrainState(**saved["trainer"])
         self.meter.load_state_dict(saved.get("meter"))
         set_rng_states(saved["rng"])  # rank 0's, as saved (ranks after 0 reseed at every step: _step)
-        if self.settings.restore_best and self.state.best is not None:
+        if self.task.restore_best and self.state.best is not None:
             self._best_weights = load_checkpoint(self.out / BEST_DIR, with_state=False).weights
         if self.rank == 0:
             truncate_lines(self.out / METRICS_FILE, self.state.metrics_lines)
@@ -346,11 +373,13 @@ class Engine:
         return state
 
     # --- the loop -------------------------------------------------------------------------------------
-    def run(self) -> dict[str, Any]:
-        """Train until a budget is spent or patience runs out; return the last validation metrics."""
-        settings = self.settings
-        if not (settings.max_steps or settings.max_epochs or settings.max_hours):
-            raise ValueError("the engine needs a budget: max_steps, max_epochs or max_hours")
+    def run(self, task: Task) -> dict[str, Any]:
+        """Train ``task`` (started here unless :meth:`start` was called) until a budget is spent or
+        patience runs out; return the last validation metrics."""
+        if not self.settings.budget():
+            raise UserError("a run needs a budget: set train.max_steps, train.max_epochs or train.max_hours")
+        if self.task is not task:
+            self.start(task)
         if self.out is not None:
             self.out.mkdir(parents=True, exist_ok=True)
             if self.rank == 0:
@@ -520,7 +549,7 @@ class Engine:
             self.state.best, self.state.bad_validations = score, 0
             if self.out is not None:
                 self.save(self.out / BEST_DIR)
-            if self.settings.restore_best:
+            if self.task.restore_best:
                 self._best_weights = {k: v.detach().clone() for k, v in self.task.model.state_dict().items()}
             return True
         self.state.bad_validations += 1
@@ -658,6 +687,23 @@ def _check_run_dir(out: Path, resumed: Checkpoint | None, kind: str) -> None:
             f"{out / LEGACY_LAST_DIR} is a run in aiayn's earlier forecasting layout, which cannot be "
             "resumed (evaluate, predict and plot still read its best/): train into a new --out"
         )
+
+
+def train(
+    task: Task, out: str | Path | None, log: Callable[[str], None] | None = None, progress: bool = True
+) -> dict[str, Any]:
+    """Run ``task`` into the run directory ``out`` (None: write nothing) on an engine of its settings;
+    the last validation metrics. The task holds the trained model, ``task.engine`` the run's state."""
+    return Engine(task.settings, out, log, progress).run(task)
+
+
+def start(
+    task: Task, out: str | Path | None, log: Callable[[str], None] | None = None, progress: bool = True
+) -> Task:
+    """``task`` set up on an engine of its settings, resumed where ``out`` holds a run, not yet trained
+    (``task.engine.run(task)`` trains it)."""
+    Engine(task.settings, out, log, progress).start(task)
+    return task
 
 
 def refuse_other_run(out: Path, changes: list[str], may_change: str) -> None:

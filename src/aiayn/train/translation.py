@@ -1,13 +1,13 @@
 """Translation training: the paper's recipe as a :class:`~aiayn.train.engine.Task` of the engine.
 
-The :class:`Trainer` opens the prepared corpus (:mod:`aiayn.data.prepared`: ``data.dir`` prepared
-with ``aiayn data prepare``, or a plain-text corpus directory that rank 0 prepares into the run
-directory's ``data/`` on first use while the other processes wait), builds the Transformer and its
-label-smoothed objective, and hands the engine token-bounded batches
-(:class:`~aiayn.data.batching.TokenBatchSampler`, seeded by (seed, epoch)), the per-token loss, the
-paper's learning-rate schedule (with an optional cool-down) and validation by loss and greedy
-BLEU/chrF. The engine (:mod:`aiayn.train.engine`) runs the loop, checkpoints, exact resume, early
-stopping and DDP; its module docstring describes the run directory.
+:class:`TranslationTask` (``train(TranslationTask(config), out)``) opens the prepared corpus
+(:mod:`aiayn.data.prepared`: ``data.dir`` prepared with ``aiayn data prepare``, or a plain-text corpus
+directory that rank 0 prepares into the run directory's ``data/`` on first use while the other
+processes wait), builds the Transformer and its label-smoothed objective, and hands the engine
+token-bounded batches (:class:`~aiayn.data.batching.TokenBatchSampler`, seeded by (seed, epoch)), the
+per-token loss, the paper's learning-rate schedule (with an optional cool-down) and validation by loss
+and greedy BLEU/chrF. The engine (:mod:`aiayn.train.engine`) runs the loop, checkpoints, exact resume,
+early stopping and DDP; its module docstring describes the run directory.
 """
 
 from __future__ import annotations
@@ -28,57 +28,45 @@ from aiayn.data.corpus import CorpusStats
 from aiayn.data.prepare import prepare
 from aiayn.data.prepared import PreparedData, PreparedSplit, is_prepared, open_prepared
 from aiayn.data.tokenizer import Tokenizer
+from aiayn.decode import Translator
 from aiayn.errors import UserError
+from aiayn.evaluate import sacrebleu_scores
 from aiayn.malloc import bound_onednn_caches
 from aiayn.model import Transformer, build_model, count_parameters
 from aiayn.train import distributed as dist
 from aiayn.train import schedule
 from aiayn.train.config import RunConfig, run_config_from_dict
-from aiayn.train.engine import Engine, Loss, Settings, Task, TrainState, refuse_other_run
+from aiayn.train.engine import Engine, Loss, Task, refuse_other_run
 from aiayn.train.loss import Seq2SeqObjective
 
 DATA_DIR = "data"  # where a plain-text corpus is prepared inside the run directory
 
 
-def engine_settings(config: RunConfig) -> Settings:
-    """The engine's settings of a translation run (its ``train`` section, clipping and accumulation)."""
-    train, optim = config.train, config.optim
-    return Settings(
-        seed=train.seed,
-        device=train.device,
-        precision=train.precision,
-        max_steps=train.max_steps,
-        max_epochs=train.max_epochs,
-        max_hours=train.max_hours,
-        accum_steps=optim.accum_steps,
-        clip_norm=optim.clip_norm,
-        log_every=train.log_every,
-        valid_every=train.valid_every,
-        valid_at_epoch_end=train.valid_at_epoch_end,
-        save_every=train.save_every,
-        keep_last=train.keep_last,
-        patience=train.patience,
-        shard_optimizer=train.shard_optimizer,
-    )
+class TranslationTask(Task):
+    """A Transformer trained on a parallel corpus: ``train(TranslationTask(config), out)``."""
 
+    kind = "translation"
 
-class Trainer(Task):
-    """Train a Transformer on a parallel corpus into the run directory ``out_dir``."""
+    def __init__(self, config: RunConfig) -> None:
+        self.config = config
+        self.settings = config.train
 
-    def __init__(
-        self,
-        config: RunConfig,
-        out_dir: str | Path,
-        log: Callable[[str], None] | None = None,
-        progress: bool = True,
-    ) -> None:
-        self.engine = Engine(engine_settings(config), out_dir, log, progress, kind="translation")
-        self.out, self.log = self.engine.out, self.engine.log
-        if self.device.type == "cpu" and self.engine.precision == "bf16":
+    @property
+    def device(self) -> torch.device:
+        return self.engine.device
+
+    @property
+    def tokenizer_bytes(self) -> bytes:
+        return self.tokenizer.to_bytes()
+
+    def setup(self, engine: Engine) -> None:
+        """The data (prepared on first use), the model and its objective, the batches."""
+        self.out, self.log = engine.out, engine.log
+        if self.device.type == "cpu" and engine.precision == "bf16":
             # before the first bf16 matmul: varying shapes would fill them (aiayn.malloc)
             bound_onednn_caches()
-        resumed = self.engine.resumed
-        self.config = self._merge_resumed_config(config, resumed)
+        resumed = engine.resumed
+        self.config = self._merge_resumed_config(self.config, resumed)
         self.data = self._prepared(resumed)
         self.tokenizer = self.data.tokenizer
         self.train_examples, self.valid_examples, self.valid_pairs = self._read_data()
@@ -91,30 +79,6 @@ class Trainer(Task):
         self.objective = self.loss_fn
         self.sampler = self._sampler()
         self.batches = _CollatedBatches(self.sampler, self.log)
-        self.engine.attach(self)
-
-    @property
-    def state(self) -> TrainState:
-        return self.engine.state
-
-    @property
-    def device(self) -> torch.device:
-        return self.engine.device
-
-    @property
-    def tokenizer_bytes(self) -> bytes:
-        return self.tokenizer.to_bytes()
-
-    def train(self) -> dict[str, Any]:
-        """Run until max_steps / max_epochs / max_hours / early stopping; return the last validation
-        metrics."""
-        cfg = self.config.train
-        if not (cfg.max_steps or cfg.max_epochs or cfg.max_hours):
-            raise UserError(
-                "set train.max_steps, train.max_epochs or train.max_hours "
-                "(or --max-steps / --max-epochs / --max-hours)"
-            )
-        return self.engine.run()
 
     # --- set-up ---------------------------------------------------------------------------------------
     def _merge_resumed_config(self, config: RunConfig, resumed: Checkpoint | None) -> RunConfig:
@@ -123,7 +87,7 @@ class Trainer(Task):
         if resumed is None:
             return config
         saved = run_config_from_dict(resumed.config["run"], str(resumed.path))
-        may_change = "model, data and optim settings (train.* may change)"
+        may_change = "model, data and optim settings and train.clip_norm/accum_steps (train.* may change)"
         refuse_other_run(self.out, _changed_settings(saved, config), may_change)
         with reported("the resumed run"):  # checks the saved cool-down against the new budget
             return dataclasses.replace(
@@ -275,9 +239,6 @@ class Trainer(Task):
         return metrics
 
     def _bleu(self) -> dict[str, float]:
-        from aiayn.decode import Translator
-        from aiayn.evaluate import sacrebleu_scores
-
         sources, references = [s for s, _ in self.valid_pairs], [t for _, t in self.valid_pairs]
         translator = Translator(self.model, self.tokenizer, self.device, beam=1)
         with self.engine.autocast():
@@ -343,8 +304,13 @@ class _CollatedBatches:
 # --- helpers -----------------------------------------------------------------------------------------
 
 
+#: The train settings that change what a step computes: a resumed run keeps them like the optim section.
+RECIPE_TRAIN_KEYS = ("clip_norm", "accum_steps")
+
+
 def _changed_settings(saved: RunConfig, new: RunConfig) -> list[str]:
-    """``section.key saved -> new`` for each model, data and optim setting that differs, data.dir aside."""
+    """``section.key saved -> new`` for each model, data and optim setting (and the train settings of
+    :data:`RECIPE_TRAIN_KEYS`) that differs, data.dir aside."""
     old, now = saved.to_dict(), new.to_dict()
     old["model"], now["model"] = (c.model_config(vocab_size=64).to_dict() for c in (saved, new))  # presets
     keys = [
@@ -352,7 +318,7 @@ def _changed_settings(saved: RunConfig, new: RunConfig) -> list[str]:
         for section in ("model", "data", "optim")
         for key in sorted(set(old[section]) | set(now[section]))
         if (section, key) != ("data", "dir")
-    ]
+    ] + [("train", key) for key in RECIPE_TRAIN_KEYS]
     return [
         f"{section}.{key} {old[section].get(key)!r} -> {now[section].get(key)!r}"
         for section, key in keys
