@@ -149,7 +149,7 @@ def test_a_run_directory_of_another_kind_or_layout_is_refused(tmp_path: Path) ->
 
     model = build_model(TransformerConfig(src_vocab_size=8, tgt_vocab_size=8, d_model=8, n_heads=2, d_ff=8))
     save_checkpoint(tmp_path / "fc" / "checkpoints" / "step-00000001", model, {"kind": "forecast"})
-    with pytest.raises(UserError, match="holds a forecast run, not a translation run: give a new --out"):
+    with pytest.raises(UserError, match="holds a forecast run, not a translation run: give a new run_dir"):
         Engine(Stub.settings, tmp_path / "fc").start(Stub("translation"))
     with pytest.raises(SetUp):  # its own kind resumes
         Engine(Stub.settings, tmp_path / "fc").start(Stub("forecast"))

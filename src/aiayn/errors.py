@@ -1,8 +1,12 @@
 """Errors a user can act on.
 
 The CLI catches :class:`UserError` and prints its message on one line, then exits non-zero.
-Anything else is a bug and keeps its traceback.
+Anything else is a bug and keeps its traceback. A :class:`SettingError` names the library's settings;
+a command that runs under :func:`naming_flags` names its own flags in their place.
 """
+
+import contextlib
+from collections.abc import Iterator
 
 
 class UserError(Exception):
@@ -35,3 +39,13 @@ class SettingError(UserError):
     def naming(self, flags: dict[str, str]) -> str:
         """The message with each setting in ``flags`` (setting -> flag) named by its flag."""
         return "".join(p.named(flags) if isinstance(p, Setting) else p for p in self.parts)
+
+
+@contextlib.contextmanager
+def naming_flags(flags: dict[str, str]) -> Iterator[None]:
+    """A :class:`SettingError` raised inside names the command's ``flags`` (setting -> flag), not the
+    library's settings (also a decorator of a command's function)."""
+    try:
+        yield
+    except SettingError as err:
+        raise UserError(err.naming(flags)) from None

@@ -15,11 +15,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from aiayn.errors import UserError
+from aiayn.errors import UserError, naming_flags
 from aiayn.forecast.data import FEATURE_MODES, SPLITS, Scaler, prepare, read_series, select_features
 from aiayn.forecast.metrics import evaluate
 from aiayn.forecast.model import Forecaster
 from aiayn.loading import load
+
+#: How a library error names the settings the training commands set by flags.
+FLAGS = {"run_dir": "--out", "data.path": "data.path in the config or --data"}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -109,6 +112,7 @@ def _flags(args: argparse.Namespace, tuning: bool = False) -> dict[str, Any]:
 # --- commands ----------------------------------------------------------------------------------
 
 
+@naming_flags(FLAGS)
 def cmd_train(args: argparse.Namespace) -> int:
     # lazily: the training package is loaded only by the training commands
     from aiayn.forecast.run import build_training, load_config
@@ -130,6 +134,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+@naming_flags(FLAGS)
 def cmd_tune(args: argparse.Namespace) -> int:
     # lazily, as cmd_train
     from aiayn.forecast.run import load_config

@@ -203,7 +203,7 @@ def _raise_bad_cell(path: Path, header: list[str], rows: list[list[str]], cols: 
 def select_features(series: Series, features: str, target: str) -> tuple[np.ndarray, list[str], list[int]]:
     """Input values ``(N, n)``, their column names, and the indices (into those) of the outputs."""
     if features not in FEATURE_MODES:
-        raise UserError(f"--features: unknown value {features!r}; valid: {', '.join(FEATURE_MODES)}")
+        raise UserError(f"features: unknown value {features!r}; valid: {', '.join(FEATURE_MODES)}")
     if target not in series.columns:
         raise UserError(
             f"{series.path}: target column '{target}' not found; columns: {', '.join(series.columns)}"
@@ -229,7 +229,7 @@ def split_borders(path: Path, n_rows: int) -> tuple[int, int, int]:
 def split_range(borders: tuple[int, int, int], split: str, seq_len: int) -> tuple[int, int]:
     """Rows ``[start, end)`` a split's windows are cut from (val/test start ``seq_len`` earlier)."""
     if split not in SPLITS:
-        raise UserError(f"--split: unknown value {split!r}; valid: {', '.join(SPLITS)}")
+        raise UserError(f"split: unknown value {split!r}; valid: {', '.join(SPLITS)}")
     index = SPLITS.index(split)
     start = 0 if index == 0 else max(borders[index - 1] - seq_len, 0)
     return start, borders[index]

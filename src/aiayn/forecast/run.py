@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from aiayn.config import Checked, assign, from_mapping, read_yaml, reported, upgrade
-from aiayn.errors import UserError
+from aiayn.errors import Setting, SettingError
 from aiayn.forecast.data import ForecastData, SeriesConfig, Windows, prepare
 from aiayn.forecast.model import ForecastConfig
 from aiayn.forecast.train import RENAMED, ForecastTrainConfig
@@ -82,7 +82,7 @@ def build_training(config: ForecastRun, source: str | Path, data: ForecastData |
         train_cfg = from_mapping(ForecastTrainConfig, config.train, "train.")
     d = config.data
     if d.path is None:
-        raise UserError("no data file: set data.path in the config or pass --data")
+        raise SettingError("no data file: set ", Setting("data.path"))
     data = data or prepare(d.path, d.features, d.target, d.input_len, d.horizon)
     model_cfg = model_config(config, data, source)
     run_config = {

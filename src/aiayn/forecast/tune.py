@@ -233,7 +233,7 @@ class Tuner:
             if record.get("fingerprint") != self.fingerprint:
                 raise UserError(
                     f"{path} holds trials of another search (other data, settings or seeds); "
-                    "give another --out"
+                    "search into another directory"
                 )
             done[json.dumps(record["settings"], sort_keys=True)] = record
         return done

@@ -7,7 +7,7 @@ from pathlib import Path
 import torch
 
 from aiayn.checkpoint import Checkpoint, list_checkpoints, load_checkpoint, save_checkpoint
-from aiayn.errors import UserError
+from aiayn.errors import Setting, SettingError, UserError
 
 
 def average_checkpoints(inputs: list[Path], output: Path) -> Path:
@@ -49,9 +49,10 @@ def _shapes(checkpoint: Checkpoint) -> dict[str, tuple[int, ...]]:
 
 
 def last_checkpoints(run_dir: Path, n: int) -> list[Path]:
+    """The last ``n`` checkpoints of ``run_dir`` (``last`` in errors), oldest first."""
     if n < 1:
-        raise UserError(f"--last must be at least 1, got {n}")
+        raise SettingError(Setting("last"), f" must be at least 1, got {n}")
     found = list_checkpoints(run_dir)
     if len(found) < n:
-        raise UserError(f"{run_dir} holds {len(found)} checkpoint(s), fewer than --last {n}")
+        raise SettingError(f"{run_dir} holds {len(found)} checkpoint(s), fewer than ", Setting("last", n))
     return found[-n:]

@@ -8,7 +8,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from aiayn.errors import UserError
+from aiayn.errors import UserError, naming_flags
+
+#: How a library error names the settings these commands set by flags.
+FLAGS = {"run_dir": "--out", "data.dir": "data.dir (--data-dir)", "last": "--last"}
 
 
 def register(subparsers) -> None:
@@ -45,6 +48,7 @@ def register(subparsers) -> None:
     average.set_defaults(func=run_average)
 
 
+@naming_flags(FLAGS)
 def run_train(args: argparse.Namespace) -> int:
     # lazily: the training package (torch, the engine) is loaded only for this command
     from aiayn.train import distributed
@@ -73,6 +77,7 @@ def run_train(args: argparse.Namespace) -> int:
     return 0
 
 
+@naming_flags(FLAGS)
 def run_average(args: argparse.Namespace) -> int:
     from aiayn.train.average import average_checkpoints, last_checkpoints  # lazily, as run_train
 

@@ -60,7 +60,7 @@ from aiayn.checkpoint import (
     save_checkpoint,
 )
 from aiayn.config import Checked, seed_setting, setting
-from aiayn.errors import UserError
+from aiayn.errors import Setting, SettingError, UserError
 from aiayn.io import atomic_write
 from aiayn.precision import PRECISIONS, autocast, resolve_precision
 from aiayn.train import distributed as dist
@@ -332,9 +332,10 @@ class Engine:
         """best/ and its score were measured on the average (or on the weights): no silent switch."""
         had = saved.get("average") is not None
         if had != bool(self.settings.ema):
-            raise UserError(
+            raise SettingError(
                 f"{path} was trained {'with' if had else 'without'} a weight average (train.ema); "
-                "resume with the same setting, or train into a new --out"
+                "resume with the same setting, or train into a new ",
+                Setting("run_dir"),
             )
 
     # --- checkpoints ----------------------------------------------------------------------------------
@@ -681,18 +682,22 @@ LEGACY_LAST_DIR = "last"  # forecasting runs before the one run-directory layout
 def _check_run_dir(out: Path, resumed: Checkpoint | None, kind: str) -> None:
     """Refuse to train into a directory holding another kind of run, or an old-layout run."""
     if resumed is not None and resumed.kind != kind:
-        raise UserError(f"{out} holds a {resumed.kind} run, not a {kind} run: give a new --out")
+        raise SettingError(
+            f"{out} holds a {resumed.kind} run, not a {kind} run: give a new ", Setting("run_dir")
+        )
     if resumed is None and (out / LEGACY_LAST_DIR).is_dir():
-        raise UserError(
+        raise SettingError(
             f"{out / LEGACY_LAST_DIR} is a run in aiayn's earlier forecasting layout, which cannot be "
-            "resumed (evaluate, predict and plot still read its best/): train into a new --out"
+            "resumed (evaluate, predict and plot still read its best/): train into a new ",
+            Setting("run_dir"),
         )
 
 
 def train(
     task: Task, out: str | Path | None, log: Callable[[str], None] | None = None, progress: bool = True
 ) -> dict[str, Any]:
-    """Run ``task`` into the run directory ``out`` (None: write nothing) on an engine of its settings;
+    """Run ``task`` into the run directory ``out`` (``run_dir`` in errors; None: write nothing) on an
+    engine of its settings;
     the last validation metrics. The task holds the trained model, ``task.engine`` the run's state."""
     return Engine(task.settings, out, log, progress).run(task)
 
@@ -709,9 +714,10 @@ def start(
 def refuse_other_run(out: Path, changes: list[str], may_change: str) -> None:
     """The resume check of every task: ``changes`` (``"section.key old -> new"``) refuse the resume."""
     if changes:
-        raise UserError(
+        raise SettingError(
             f"{out} holds a run with other settings ({'; '.join(changes)}): resume it with the same "
-            f"{may_change}, or give a new --out"
+            f"{may_change}, or give a new ",
+            Setting("run_dir"),
         )
 
 

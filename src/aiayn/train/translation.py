@@ -29,7 +29,7 @@ from aiayn.data.prepare import prepare
 from aiayn.data.prepared import PreparedData, PreparedSplit, is_prepared, open_prepared
 from aiayn.data.tokenizer import Tokenizer
 from aiayn.decode import Translator
-from aiayn.errors import UserError
+from aiayn.errors import Setting, SettingError, UserError
 from aiayn.evaluate import sacrebleu_scores
 from aiayn.malloc import bound_onednn_caches
 from aiayn.model import Transformer, build_model, count_parameters
@@ -111,10 +111,11 @@ class TranslationTask(Task):
         where = self._on_rank_0(lambda: self._find_or_prepare(resumed, own), view)
         path = own if where == 0 else given
         if not is_prepared(path):  # only on a rank after 0
-            raise UserError(
+            raise SettingError(
                 f"rank {self.engine.rank} cannot see {path}, the prepared data rank 0 trains on: the run "
                 "directory must be on storage every machine shares, or prepare the corpus on each machine "
-                "with `aiayn data prepare` and pass that directory (at the same path) as --data-dir"
+                "with `aiayn data prepare` and give that directory (at the same path) as ",
+                Setting("data.dir"),
             )
         return path
 
@@ -328,7 +329,7 @@ def _changed_settings(saved: RunConfig, new: RunConfig) -> list[str]:
 
 def _data_path(directory: str) -> Path:
     if not directory:
-        raise UserError("config data.dir is empty: give --data-dir or set data.dir")
+        raise SettingError("no corpus: ", Setting("data.dir"), " is empty")
     path = Path(directory).expanduser()
     if not path.exists():
         raise UserError(f"data directory not found: {path}")
