@@ -1,4 +1,5 @@
-"""Shared fixtures: the real data beside the repo, determinism."""
+"""Shared fixtures: data the tests make (synthetic parallel text, an ETT-like series), the real data
+beside the repo for tests of its own figures (skipped without it), determinism, training helpers."""
 
 from __future__ import annotations
 
@@ -14,28 +15,152 @@ import torch
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO.parent / "shared" / "data"
+MULTI30K = DATA / "multi30k"
+ETT = DATA / "ett"
+GET_MULTI30K = "get it with `aiayn data multi30k --out ../shared/data/multi30k`"
+GET_ETT = "put the ETT-small CSVs from the ETDataset repository (github.com/zhouhaoyi/ETDataset) there"
 
 
-@pytest.fixture(scope="session")
-def data_dir() -> Path:
-    """``../shared/data`` (Multi30k and ETT); tests read real data from there, never a copy."""
-    if not (DATA / "multi30k" / "val.en").is_file():
-        pytest.fail(f"real data not found at {DATA}: CI must have ../shared beside the repo")
-    return DATA
-
-
-@pytest.fixture(scope="session")
-def multi30k_dir(data_dir: Path) -> Path:
-    return data_dir / "multi30k"
-
-
-@pytest.fixture(scope="session")
-def small_csv(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Path:
-    """The first 600 rows of ETTh1 under a non-ETT name (so 70/10/20 % splits): a small forecasting file."""
-    lines = (data_dir / "ett" / "ETTh1.csv").read_text().splitlines(keepends=True)[:601]
-    path = tmp_path_factory.mktemp("series") / "small.csv"
-    path.write_text("".join(lines))
+def _real(path: Path, what: str, how: str) -> Path:
+    """``path`` of a real data set beside the repo, or the test is skipped saying how to get it."""
+    if not path.is_file():
+        pytest.skip(f"{what} not found at ../shared/data/{path.relative_to(DATA).parent}: {how}")
     return path
+
+
+@pytest.fixture(scope="session")
+def multi30k_dir() -> Path:
+    """The real Multi30k (``../shared/data/multi30k``), for tests of its own figures; skips without it."""
+    return _real(MULTI30K / "train.en", "Multi30k", GET_MULTI30K).parent
+
+
+@pytest.fixture(scope="session")
+def etth1() -> Path:
+    """The real ETTh1 (``../shared/data/ett/ETTh1.csv``), for tests of its own figures; skips without it."""
+    return _real(ETT / "ETTh1.csv", "ETTh1", GET_ETT)
+
+
+@pytest.fixture(scope="session")
+def ett_dir(etth1: Path) -> Path:
+    return etth1.parent
+
+
+# --- data the tests make themselves ----------------------------------------------------------------
+
+# One lexicon row per word: (en, de, fr, cs). Sentences are built from the same choices in every
+# language, so the files are parallel line by line, with each language's own letters.
+_SUBJECTS = [
+    ("A man", "Ein Mann", "Un homme", "Muž"),
+    ("A woman", "Eine Frau", "Une femme", "Žena"),
+    ("A young boy", "Ein kleiner Junge", "Un jeune garçon", "Malý chlapec"),
+    ("A little girl", "Ein kleines Mädchen", "Une petite fille", "Malá holčička"),
+    ("Two dogs", "Zwei Hunde", "Deux chiens", "Dva psi"),
+    ("A group of people", "Eine Gruppe Menschen", "Un groupe de personnes", "Skupina lidí"),
+    ("An older man", "Ein älterer Mann", "Un homme âgé", "Starší muž"),
+    ("A brown dog", "Ein brauner Hund", "Un chien marron", "Hnědý pes"),
+    ("Three children", "Drei Kinder", "Trois enfants", "Tři děti"),
+    ("A cyclist", "Ein Radfahrer", "Un cycliste", "Cyklista"),
+    ("A street musician", "Ein Straßenmusiker", "Un musicien de rue", "Pouliční muzikant"),
+    ("A soccer player", "Ein Fußballspieler", "Un joueur de football", "Fotbalista"),
+]
+_CLOTHES = [
+    ("in a red shirt", "in einem roten Hemd", "en chemise rouge", "v červené košili"),
+    ("in a blue jacket", "in einer blauen Jacke", "en veste bleue", "v modré bundě"),
+    ("wearing a hat", "mit einem Hut", "portant un chapeau", "s kloboukem"),
+    ("in black shorts", "in schwarzen Shorts", "en short noir", "v černých šortkách"),
+    ("with sunglasses", "mit Sonnenbrille", "avec des lunettes de soleil", "se slunečními brýlemi"),
+    ("in a green dress", "in einem grünen Kleid", "en robe verte", "v zelených šatech"),
+]
+_ACTIONS = [
+    ("is riding a bike", "fährt Fahrrad", "fait du vélo", "jede na kole"),
+    ("is playing the guitar", "spielt Gitarre", "joue de la guitare", "hraje na kytaru"),
+    ("is running", "rennt", "court", "běží"),
+    ("is jumping over a wall", "springt über eine Mauer", "saute par-dessus un mur", "skáče přes zeď"),
+    ("is reading a newspaper", "liest eine Zeitung", "lit un journal", "čte noviny"),
+    ("is climbing a rock", "klettert auf einen Felsen", "escalade un rocher", "leze na skálu"),
+    ("is eating lunch", "isst zu Mittag", "déjeune", "obědvá"),
+    ("is kicking a ball", "schießt einen Ball", "frappe un ballon", "kope do míče"),
+    ("is waiting", "wartet", "attend", "čeká"),
+    ("is taking a photo", "macht ein Foto", "prend une photo", "fotografuje"),
+]
+_PLACES = [
+    ("on the street", "auf der Straße", "dans la rue", "na ulici"),
+    ("in the park", "im Park", "dans le parc", "v parku"),
+    ("at the beach", "am Strand", "à la plage", "na pláži"),
+    ("in front of a building", "vor einem Gebäude", "devant un bâtiment", "před budovou"),
+    ("near the water", "in der Nähe des Wassers", "près de l'eau", "u vody"),
+    ("in the snow", "im Schnee", "dans la neige", "ve sněhu"),
+    ("on a stage", "auf einer Bühne", "sur une scène", "na pódiu"),
+    ("in a crowded market", "auf einem vollen Markt", "dans un marché bondé", "na rušném trhu"),
+]
+_LANGS = ("en", "de", "fr", "cs")
+PARALLEL_SPLITS = {"train": 2000, "val": 400, "test2016": 200}
+
+
+def parallel_sentences(n: int, seed: int) -> list[tuple[str, ...]]:
+    """``n`` seeded sentences in the four languages (en, de, fr, cs), in Multi30k's style."""
+    import random
+
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(n):
+        parts = [rng.choice(_SUBJECTS)]
+        if rng.random() < 0.6:
+            parts.append(rng.choice(_CLOTHES))
+        parts += [rng.choice(_ACTIONS), rng.choice(_PLACES)]
+        if rng.random() < 0.3:
+            parts += [("and", "und", "et", "a"), rng.choice(_PLACES)]
+        rows.append(tuple(" ".join(p[i] for p in parts) + "." for i in range(len(_LANGS))))
+    return rows
+
+
+def write_parallel_text(directory: Path, splits: dict[str, int] = PARALLEL_SPLITS, seed: int = 0) -> Path:
+    """A small synthetic corpus in Multi30k's layout: ``{split}.{en,de,fr,cs}``, one sentence a line."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for k, (split, n) in enumerate(splits.items()):
+        rows = parallel_sentences(n, seed * 1000 + k)
+        for i, lang in enumerate(_LANGS):
+            text = "".join(row[i] + "\n" for row in rows)
+            (directory / f"{split}.{lang}").write_text(text, encoding="utf-8")
+    return directory
+
+
+@pytest.fixture(scope="session")
+def parallel_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A synthetic parallel corpus laid out like Multi30k (train 2,000, val 400, test2016 200
+    sentences in en, de, fr and cs): for tests that need some parallel text, not Multi30k's."""
+    return write_parallel_text(tmp_path_factory.mktemp("parallel"))
+
+
+ETT_COLUMNS = ["HUFL", "HULL", "MUFL", "MULL", "LUFL", "LULL", "OT"]
+
+
+def write_ett_like_csv(path: Path, rows: int = 600, seed: int = 0) -> Path:
+    """An hourly series shaped like ETT-small: a ``date`` column from 2016-07-01 00:00 and the 7
+    columns HUFL..OT, each a daily and a weekly cycle plus seeded noise, written to 3 decimals."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    hours = np.arange(rows)
+    start = np.datetime64("2016-07-01T00:00")
+    columns = []
+    for k in range(len(ETT_COLUMNS)):
+        daily = (2.0 + 0.3 * k) * np.sin(2 * np.pi * (hours + 3 * k) / 24)
+        weekly = (1.0 + 0.1 * k) * np.sin(2 * np.pi * hours / (24 * 7) + k)
+        columns.append(5.0 + k + daily + weekly + 0.3 * rng.standard_normal(rows))
+    lines = ["date," + ",".join(ETT_COLUMNS)]
+    for i in range(rows):
+        stamp = str(start + np.timedelta64(i, "h")).replace("T", " ") + ":00"
+        lines.append(stamp + "," + ",".join(f"{c[i]:.3f}" for c in columns))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.fixture(scope="session")
+def small_csv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """600 hourly rows shaped like ETT-small under a non-ETT name (so 70/10/20 % splits): a small
+    forecasting file, made here (:func:`write_ett_like_csv`)."""
+    return write_ett_like_csv(tmp_path_factory.mktemp("series") / "small.csv")
 
 
 @pytest.fixture(autouse=True)

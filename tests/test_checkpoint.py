@@ -225,11 +225,11 @@ def test_config_json_that_is_not_an_object_is_a_user_error(tmp_path, text) -> No
 # --- integrity: every file checked against the manifest ---------------------------------------------
 
 
-def _full_checkpoint(tmp_path, multi30k_dir):
+def _full_checkpoint(tmp_path, parallel_dir):
     """A translation checkpoint with every kind of file: weights, config, tokenizer, training state."""
     from aiayn.data.tokenizer import Tokenizer
 
-    lines = (multi30k_dir / "val.en").read_text(encoding="utf-8").splitlines()[:200]
+    lines = (parallel_dir / "val.en").read_text(encoding="utf-8").splitlines()[:200]
     tokenizer = Tokenizer.train(lines, vocab_size=400)
     config = TransformerConfig(
         src_vocab_size=tokenizer.vocab_size,
@@ -259,10 +259,10 @@ def _flip_middle_byte(file) -> None:
 FILES = ["model.safetensors", "config.json", "tokenizer.model", "state.safetensors", "state.json"]
 
 
-def test_the_manifest_lists_every_file_with_its_sha256(tmp_path, multi30k_dir) -> None:
+def test_the_manifest_lists_every_file_with_its_sha256(tmp_path, parallel_dir) -> None:
     import hashlib
 
-    path = _full_checkpoint(tmp_path, multi30k_dir)
+    path = _full_checkpoint(tmp_path, parallel_dir)
     manifest = json.loads((path / "manifest.json").read_text())
     assert sorted(manifest["files"]) == sorted(FILES)
     for name, digest in manifest["files"].items():
@@ -271,8 +271,8 @@ def test_the_manifest_lists_every_file_with_its_sha256(tmp_path, multi30k_dir) -
 
 
 @pytest.mark.parametrize("name", [*FILES, "manifest.json"])
-def test_a_flipped_byte_in_any_file_is_refused_naming_it(tmp_path, multi30k_dir, name) -> None:
-    path = _full_checkpoint(tmp_path, multi30k_dir)
+def test_a_flipped_byte_in_any_file_is_refused_naming_it(tmp_path, parallel_dir, name) -> None:
+    path = _full_checkpoint(tmp_path, parallel_dir)
     _flip_middle_byte(path / name)
     with pytest.raises(UserError, match=re.escape(f"corrupt checkpoint file {path / name}")):
         load_checkpoint(path)
@@ -280,11 +280,11 @@ def test_a_flipped_byte_in_any_file_is_refused_naming_it(tmp_path, multi30k_dir,
 
 @pytest.mark.parametrize("name", ["model.safetensors", "tokenizer.model", "manifest.json"])
 def test_translate_on_a_corrupted_checkpoint_is_one_line_and_exit_2(
-    tmp_path, multi30k_dir, name, capsys
+    tmp_path, parallel_dir, name, capsys
 ) -> None:
     from aiayn.cli import main
 
-    path = _full_checkpoint(tmp_path, multi30k_dir)
+    path = _full_checkpoint(tmp_path, parallel_dir)
     _flip_middle_byte(path / name)
     (tmp_path / "in.txt").write_text("A dog runs.\n")
     code = main(["translate", "--checkpoint", str(path), "--input", str(tmp_path / "in.txt"), "--beam", "1"])
@@ -293,8 +293,8 @@ def test_translate_on_a_corrupted_checkpoint_is_one_line_and_exit_2(
     assert err.count("\n") == 1 and f"corrupt checkpoint file {path / name}" in err
 
 
-def test_a_missing_listed_file_or_manifest_is_named(tmp_path, multi30k_dir) -> None:
-    path = _full_checkpoint(tmp_path, multi30k_dir)
+def test_a_missing_listed_file_or_manifest_is_named(tmp_path, parallel_dir) -> None:
+    path = _full_checkpoint(tmp_path, parallel_dir)
     (path / "tokenizer.model").unlink()
     with pytest.raises(UserError, match=re.escape(f"checkpoint file missing: {path / 'tokenizer.model'}")):
         load_checkpoint(path)
@@ -303,9 +303,9 @@ def test_a_missing_listed_file_or_manifest_is_named(tmp_path, multi30k_dir) -> N
         load_checkpoint(path)
 
 
-def test_a_format_1_checkpoint_without_a_manifest_still_loads(tmp_path, multi30k_dir) -> None:
+def test_a_format_1_checkpoint_without_a_manifest_still_loads(tmp_path, parallel_dir) -> None:
     """Checkpoints written before checksums existed (format 1) load, unchecked."""
-    path = _full_checkpoint(tmp_path, multi30k_dir)
+    path = _full_checkpoint(tmp_path, parallel_dir)
     config = json.loads((path / "config.json").read_text())
     (path / "config.json").write_text(json.dumps({**config, "format": 1}))
     (path / "manifest.json").unlink()

@@ -18,13 +18,13 @@ from aiayn.data.batching import (
 )
 from aiayn.data.corpus import encode_corpus, read_parallel
 from aiayn.errors import UserError
-from test_data_tokenizer import MULTI30K, multi30k_tokenizer  # the session's one Multi30k BPE
+from test_data_tokenizer import multi30k_tokenizer  # the session's one Multi30k BPE
 
 
 @pytest.fixture(scope="module")
-def train_examples():
-    pairs, stats = read_parallel(MULTI30K, "train", "de", "en")
-    return encode_corpus(pairs, stats, multi30k_tokenizer().encode_batch)
+def train_examples(multi30k_dir):
+    pairs, stats = read_parallel(multi30k_dir, "train", "de", "en")
+    return encode_corpus(pairs, stats, multi30k_tokenizer(multi30k_dir).encode_batch)
 
 
 def toy_examples(n: int = 103, seed: int = 0):

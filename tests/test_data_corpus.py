@@ -1,4 +1,5 @@
-"""Reading, validating and filtering parallel corpora (real Multi30k plus small broken files)."""
+"""Reading, validating and filtering parallel corpora (real Multi30k, a synthetic corpus in its layout,
+small broken files)."""
 
 from __future__ import annotations
 
@@ -9,24 +10,22 @@ import pytest
 from aiayn.data.corpus import CorpusStats, encode_corpus, filter_by_length, list_corpus, read_parallel
 from aiayn.errors import UserError
 
-MULTI30K = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
-
 
 def write(path: Path, text: str | bytes) -> Path:
     path.write_bytes(text if isinstance(text, bytes) else text.encode("utf-8"))
     return path
 
 
-def test_reads_multi30k_val_aligned_and_stripped():
-    pairs, stats = read_parallel(MULTI30K, "val", "de", "en")
+def test_reads_multi30k_val_aligned_and_stripped(multi30k_dir):
+    pairs, stats = read_parallel(multi30k_dir, "val", "de", "en")
     assert len(pairs) == 1014 and stats.n_read == 1014 and stats.n_kept == 1014
-    assert pairs[0][1] == (MULTI30K / "val.en").read_text().split("\n")[0]
+    assert pairs[0][1] == (multi30k_dir / "val.en").read_text().split("\n")[0]
     assert all(s == s.strip() and t == t.strip() and s and t for s, t in pairs)
-    assert stats.summary() == f"read 1014 pairs from {MULTI30K}/val.{{de,en}}: 0 empty, kept 1014"
+    assert stats.summary() == f"read 1014 pairs from {multi30k_dir}/val.{{de,en}}: 0 empty, kept 1014"
 
 
-def test_train_quirks_survive_reading():
-    pairs, stats = read_parallel(MULTI30K, "train", "de", "en")
+def test_train_quirks_survive_reading(multi30k_dir):
+    pairs, stats = read_parallel(multi30k_dir, "train", "de", "en")
     assert stats.n_kept == 29000
     assert "einer \tWasserfontäne" in pairs[7365][0]  # the TAB inside line 7366 is kept
     assert (
@@ -63,13 +62,13 @@ def test_invalid_utf8_names_file_and_line(tmp_path):
         read_parallel(tmp_path, "train", "xx", "yy")
 
 
-def test_missing_language_lists_what_exists():
+def test_missing_language_lists_what_exists(parallel_dir):
     with pytest.raises(UserError) as err:
-        read_parallel(MULTI30K, "val", "de", "xx")
+        read_parallel(parallel_dir, "val", "de", "xx")
     message = str(err.value)
     assert "val.xx" in message and "val: cs, de, en, fr" in message and "test2016: cs, de, en, fr" in message
     with pytest.raises(UserError, match="no file .*nosplit.de"):
-        read_parallel(MULTI30K, "nosplit", "de", "en")
+        read_parallel(parallel_dir, "nosplit", "de", "en")
 
 
 def test_missing_corpus_path(tmp_path):
@@ -77,8 +76,8 @@ def test_missing_corpus_path(tmp_path):
         read_parallel(tmp_path / "nope", "train", "de", "en")
 
 
-def test_list_corpus():
-    assert list_corpus(MULTI30K) == {s: ["cs", "de", "en", "fr"] for s in ("test2016", "train", "val")}
+def test_list_corpus(parallel_dir):
+    assert list_corpus(parallel_dir) == {s: ["cs", "de", "en", "fr"] for s in ("test2016", "train", "val")}
 
 
 def test_empty_corpus_is_an_error(tmp_path):

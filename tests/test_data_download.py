@@ -1,9 +1,13 @@
-"""Multi30k download against a local HTTP server (127.0.0.1 only): good, corrupt, truncated, missing."""
+"""Multi30k download against a local HTTP server (127.0.0.1 only): good, corrupt, truncated, missing.
+
+The server serves a synthetic corpus in Multi30k's layout, and the checksum table is patched to its
+files' digests; the real table is checked against the shared copy of Multi30k."""
 
 from __future__ import annotations
 
 import argparse
 import gzip
+import hashlib
 import http.server
 import os
 import socket
@@ -18,7 +22,6 @@ from aiayn.data.cli import register
 from aiayn.data.download import SPLITS, download_multi30k
 from aiayn.errors import UserError
 
-MULTI30K = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
 SUBSET = dict(languages=["en", "de"], splits=["val", "test2016"])
 
 
@@ -51,14 +54,19 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
+def server(tmp_path_factory, parallel_dir):
+    """Serves ``parallel_dir``'s files (``server.source``) gzipped under their upstream names, with
+    their digests in ``server.digests``."""
     root = tmp_path_factory.mktemp("served")
+    digests = dict(download.SHA256)
     for split, upstream in SPLITS.items():
         for lang in ("en", "de"):
-            data = (MULTI30K / f"{split}.{lang}").read_bytes()
+            data = (parallel_dir / f"{split}.{lang}").read_bytes()
             (root / f"{upstream}.{lang}.gz").write_bytes(gzip.compress(data, mtime=0))
+            digests[f"{split}.{lang}"] = hashlib.sha256(data).hexdigest()
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     httpd.root, httpd.faults, httpd.requests = root, {}, []
+    httpd.source, httpd.digests = parallel_dir, digests
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
     yield httpd
@@ -67,7 +75,9 @@ def server(tmp_path_factory):
 
 
 @pytest.fixture
-def url(server):
+def url(server, monkeypatch):
+    """The served directory's URL; ``download.SHA256`` holds the served files' digests meanwhile."""
+    monkeypatch.setattr(download, "SHA256", server.digests)
     server.faults.clear()
     server.requests.clear()
     return f"http://127.0.0.1:{server.server_address[1]}/data/task1/raw"
@@ -81,7 +91,7 @@ def test_good_download_equals_originals_and_is_not_repeated(tmp_path, url, serve
     out = tmp_path / "m30k"
     paths = download_multi30k(out, base_url=url, **SUBSET)
     assert [p.name for p in paths] == ["val.en", "val.de", "test2016.en", "test2016.de"]
-    assert all(p.read_bytes() == (MULTI30K / p.name).read_bytes() for p in paths)
+    assert all(p.read_bytes() == (server.source / p.name).read_bytes() for p in paths)
     umask = os.umask(0)
     os.umask(umask)
     assert {p.stat().st_mode & 0o777 for p in paths} == {
@@ -94,7 +104,7 @@ def test_good_download_equals_originals_and_is_not_repeated(tmp_path, url, serve
 
 
 def test_corrupt_file_fails_and_leaves_nothing(tmp_path, url, server):
-    data = bytearray((MULTI30K / "val.de").read_bytes())
+    data = bytearray((server.source / "val.de").read_bytes())
     data[1000] ^= 0x01
     (server.root / "val.de.gz").rename(server.root / "val.de.gz.orig")
     try:
@@ -149,10 +159,10 @@ def test_unknown_language_or_split(tmp_path):
         download_multi30k(tmp_path, splits=["test2017"])
 
 
-def test_checksum_table_matches_the_shared_copy():
+def test_checksum_table_matches_the_shared_copy(multi30k_dir):
     sums = dict(
         line.split()[::-1]
-        for line in (MULTI30K.parent / "SHA256SUMS").read_text().splitlines()
+        for line in (multi30k_dir.parent / "SHA256SUMS").read_text().splitlines()
         if "multi30k/" in line and "README" not in line
     )
     assert {f"multi30k/{name}": digest for name, digest in download.SHA256.items()} == sums

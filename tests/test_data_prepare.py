@@ -25,7 +25,7 @@ from aiayn.data.prepared import MANIFEST, PrepareSettings, open_prepared
 from aiayn.data.synthetic import write_task
 from aiayn.data.tokenizer import Tokenizer
 from aiayn.errors import UserError
-from conftest import run_config
+from conftest import run_config, write_parallel_text
 
 TASK = PrepareSettings("digits", "words", vocab_size=400, max_sentence_tokens=32)
 
@@ -37,12 +37,30 @@ def task_dir(tmp_path_factory) -> Path:
     return directory
 
 
-def test_prepared_pairs_are_the_encoded_text_of_multi30k(multi30k_dir: Path, tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory, parallel_dir: Path) -> Path:
+    """The synthetic corpus's de-en train and val, with training pairs too long for 40 tokens (every
+    97th) and of too unequal lengths for a ratio of 2 (every 89th) among them."""
+    directory = tmp_path_factory.mktemp("corpus")
+    read = lambda path: path.read_text(encoding="utf-8").splitlines()  # noqa: E731
+    for split in ("train", "val"):
+        de, en = (read(parallel_dir / f"{split}.{lang}") for lang in ("de", "en"))
+        if split == "train":
+            for i in range(0, len(de), 97):
+                de[i], en[i] = " ".join([de[i]] * 6), " ".join([en[i]] * 6)
+            for i in range(1, len(de), 89):
+                en[i] = " ".join([en[i]] * 3)
+        for lang, lines in (("de", de), ("en", en)):
+            (directory / f"{split}.{lang}").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return directory
+
+
+def test_prepared_pairs_are_the_encoded_text_of_the_corpus(corpus: Path, tmp_path: Path) -> None:
     """Encoded in 5 chunks by 2 processes: the tokenizer, the kept pairs, their ids and the
     validation text are what reading, encoding and filtering the whole text in one process gives."""
     settings = PrepareSettings("de", "en", max_sentence_tokens=40, max_ratio=2.0)
-    data = prepare(multi30k_dir, tmp_path / "bin", settings, workers=2, chunk_pairs=6000, log=print)
-    pairs, stats = read_parallel(multi30k_dir, "train", "de", "en")
+    data = prepare(corpus, tmp_path / "bin", settings, workers=2, chunk_pairs=400, log=print)
+    pairs, stats = read_parallel(corpus, "train", "de", "en")
     tokenizer = Tokenizer.train([s for pair in pairs for s in pair], vocab_size=8000, seed=1)
     assert data.tokenizer.to_bytes() == tokenizer.to_bytes()
     expected = encode_corpus(pairs, stats, tokenizer.encode_batch, 40, 2.0)
@@ -51,7 +69,7 @@ def test_prepared_pairs_are_the_encoded_text_of_multi30k(multi30k_dir: Path, tmp
     assert data.summary("train") == stats.summary()
     assert all(a.tolist() == s and b.tolist() == t for (a, b), (s, t) in zip(train, expected))
     assert train.src.dtype == np.uint16 and train[0][0].dtype == np.uint16
-    assert data.texts("val") == read_parallel(multi30k_dir, "val", "de", "en")[0]
+    assert data.texts("val") == read_parallel(corpus, "val", "de", "en")[0]
     assert not (tmp_path / "bin" / PARTIAL).exists()
 
 
@@ -90,10 +108,9 @@ def _config(tmp_path: Path, data_dir: Path, **data) -> Path:
     return path
 
 
-def test_a_killed_prepare_run_again_finishes_like_an_uninterrupted_one(
-    multi30k_dir: Path, tmp_path: Path
-) -> None:
-    config = _config(tmp_path, multi30k_dir, src_lang="de", tgt_lang="en", vocab_size=2000)
+def test_a_killed_prepare_run_again_finishes_like_an_uninterrupted_one(tmp_path: Path) -> None:
+    corpus = write_parallel_text(tmp_path / "corpus", {"train": 29000, "val": 100}, seed=1)
+    config = _config(tmp_path, corpus, src_lang="de", tgt_lang="en", vocab_size=2000)
     flags = ("--chunk-pairs", "1000", "--workers", "1")  # 29 chunks, one at a time
     subprocess.run(_prepare_command(config, tmp_path / "straight", *flags), check=True, capture_output=True)
     victim = subprocess.Popen(

@@ -1,4 +1,5 @@
-"""SentencePiece wrapper: fixed special ids, exact round trip on Multi30k, determinism, persistence."""
+"""SentencePiece wrapper: fixed special ids, exact round trip on Multi30k, determinism, persistence
+(on a synthetic corpus where Multi30k's own lines are not the point)."""
 
 from __future__ import annotations
 
@@ -12,23 +13,21 @@ from aiayn.data.corpus import read_parallel
 from aiayn.data.tokenizer import Tokenizer
 from aiayn.errors import UserError
 
-MULTI30K = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
-
 
 @functools.lru_cache(maxsize=1)
-def multi30k_tokenizer() -> Tokenizer:
+def multi30k_tokenizer(multi30k_dir: Path) -> Tokenizer:
     """The 8k joint BPE on Multi30k train de+en, trained once per session (test_data_batching reuses it)."""
-    pairs, _ = read_parallel(MULTI30K, "train", "de", "en")
+    pairs, _ = read_parallel(multi30k_dir, "train", "de", "en")
     return Tokenizer.train([s for pair in pairs for s in pair], vocab_size=8000)
 
 
 @pytest.fixture(scope="module")
-def tok() -> Tokenizer:
-    return multi30k_tokenizer()
+def tok(multi30k_dir: Path) -> Tokenizer:
+    return multi30k_tokenizer(multi30k_dir)
 
 
-def raw_lines(name: str) -> list[str]:
-    return (MULTI30K / name).read_text(encoding="utf-8").split("\n")[:-1]
+def raw_lines(directory: Path, name: str) -> list[str]:
+    return (directory / name).read_text(encoding="utf-8").split("\n")[:-1]
 
 
 def test_special_ids_and_vocab(tok):
@@ -37,14 +36,14 @@ def test_special_ids_and_vocab(tok):
 
 
 @pytest.mark.parametrize("name", ["val.en", "val.de", "test2016.de", "test2016.fr", "train.cs"])
-def test_round_trip_every_line(tok, name):
+def test_round_trip_every_line(tok, multi30k_dir, name):
     # fr and cs were not in training: byte fallback keeps their unseen characters (U+200B in train.cs)
-    lines = [line.strip() for line in raw_lines(name)]
+    lines = [line.strip() for line in raw_lines(multi30k_dir, name)]
     assert [tok.decode(ids) for ids in tok.encode_batch(lines)] == lines
 
 
-def test_round_trip_train_de_quirks_unstripped(tok):
-    lines = raw_lines("train.de")
+def test_round_trip_train_de_quirks_unstripped(tok, multi30k_dir):
+    lines = raw_lines(multi30k_dir, "train.de")
     quirky = [line for line in lines if "\t" in line or "\u00a0" in line or line != line.strip()]
     assert len(quirky) >= 80  # TAB line, 47 with U+00A0, 40 with edge spaces
     assert [tok.decode(tok.encode(line)) for line in quirky] == quirky
@@ -52,8 +51,8 @@ def test_round_trip_train_de_quirks_unstripped(tok):
         assert tok.decode(tok.encode(text)) == text
 
 
-def test_lowercase_tokenizer_lowercases_and_otherwise_round_trips(tok):
-    lines = raw_lines("val.de") + raw_lines("val.en")
+def test_lowercase_tokenizer_lowercases_and_otherwise_round_trips(tok, multi30k_dir):
+    lines = raw_lines(multi30k_dir, "val.de") + raw_lines(multi30k_dir, "val.en")
     lower = Tokenizer.train(lines, vocab_size=1000, lowercase=True)
     assert lower.lowercases and not tok.lowercases
     assert [lower.decode(lower.encode(line)) for line in lines] == [line.lower() for line in lines]
@@ -81,17 +80,17 @@ def test_digits_are_single_pieces(tok):
     assert tok.pieces("4213") == ["\u2581", "4", "2", "1", "3"]
 
 
-def test_training_is_deterministic_and_quiet(capfd):
-    sentences = raw_lines("val.en") + raw_lines("val.de")
+def test_training_is_deterministic_and_quiet(parallel_dir, capfd):
+    sentences = raw_lines(parallel_dir, "val.en") + raw_lines(parallel_dir, "val.de")
     a = Tokenizer.train(sentences, vocab_size=1000)
     b = Tokenizer.train(sentences, vocab_size=1000)
     assert a.to_bytes() == b.to_bytes()
     assert capfd.readouterr() == ("", "")
 
 
-def test_unigram(capfd):
-    tok = Tokenizer.train(raw_lines("val.en"), vocab_size=800, model_type="unigram")
-    assert tok.vocab_size == 800 and tok.decode(tok.encode("A man rides a bike.")) == "A man rides a bike."
+def test_unigram(parallel_dir, capfd):
+    tok = Tokenizer.train(raw_lines(parallel_dir, "val.en"), vocab_size=300, model_type="unigram")
+    assert tok.vocab_size == 300 and tok.decode(tok.encode("A man rides a bike.")) == "A man rides a bike."
 
 
 def test_tiny_corpus_gets_a_smaller_vocabulary():
@@ -120,9 +119,9 @@ def test_save_load_and_bytes(tok, tmp_path):
         assert other.encode("Zwei Hunde spielen.") == tok.encode("Zwei Hunde spielen.")
 
 
-def test_train_with_model_prefix_writes_the_model(tmp_path):
-    Tokenizer.train(raw_lines("val.en"), tmp_path / "m", vocab_size=500)
-    Tokenizer.train(raw_lines("val.en"), tmp_path, vocab_size=500)
+def test_train_with_model_prefix_writes_the_model(parallel_dir, tmp_path):
+    Tokenizer.train(raw_lines(parallel_dir, "val.en"), tmp_path / "m", vocab_size=500)
+    Tokenizer.train(raw_lines(parallel_dir, "val.en"), tmp_path, vocab_size=500)
     assert (tmp_path / "m.model").is_file() and (tmp_path / "spm.model").is_file()
 
 

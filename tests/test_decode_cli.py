@@ -29,9 +29,9 @@ FAST = ["--max-len-b", "4"]
 
 
 @pytest.fixture(scope="module")
-def sentences(multi30k_dir: Path) -> list[str]:
-    en = (multi30k_dir / "val.en").read_text(encoding="utf-8").splitlines()[:200]
-    de = (multi30k_dir / "val.de").read_text(encoding="utf-8").splitlines()[:200]
+def sentences(parallel_dir: Path) -> list[str]:
+    en = (parallel_dir / "val.en").read_text(encoding="utf-8").splitlines()[:200]
+    de = (parallel_dir / "val.de").read_text(encoding="utf-8").splitlines()[:200]
     return en + de
 
 

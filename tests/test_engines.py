@@ -27,17 +27,17 @@ EOS_BONUS = 0.7  # mean output ~10 tokens, none at its limit, ~66 distinct outpu
 
 
 @pytest.fixture(scope="module")
-def tokenizer(multi30k_dir: Path) -> Tokenizer:
+def tokenizer(parallel_dir: Path) -> Tokenizer:
     lines = []
     for lang in ("de", "en"):
-        lines += (multi30k_dir / f"train.{lang}").read_text(encoding="utf-8").splitlines()[:2000]
+        lines += (parallel_dir / f"train.{lang}").read_text(encoding="utf-8").splitlines()[:2000]
     return Tokenizer.train(lines, vocab_size=1000)
 
 
 @pytest.fixture(scope="module")
-def sources(multi30k_dir: Path, tmp_path_factory) -> Path:
-    """The first Multi30k val sentences (English), a blank line among them."""
-    lines = (multi30k_dir / "val.en").read_text(encoding="utf-8").splitlines()[:N_SENTENCES]
+def sources(parallel_dir: Path, tmp_path_factory) -> Path:
+    """The first val sentences (English) of the synthetic corpus, a blank line among them."""
+    lines = (parallel_dir / "val.en").read_text(encoding="utf-8").splitlines()[:N_SENTENCES]
     path = tmp_path_factory.mktemp("data") / "val.en"
     path.write_text("\n".join(lines[:10] + [""] + lines[10:]) + "\n", encoding="utf-8")
     return path
@@ -200,10 +200,10 @@ def test_bad_engine_options_are_one_line_exit_2(run, sources, extra, message, ca
     assert message in capsys.readouterr().err
 
 
-def test_evaluate_with_ctranslate2(run, multi30k_dir, tmp_path, capsys) -> None:
+def test_evaluate_with_ctranslate2(run, parallel_dir, tmp_path, capsys) -> None:
     src, ref = tmp_path / "val.en", tmp_path / "val.de"
     for lang, path in (("en", src), ("de", ref)):
-        lines = (multi30k_dir / f"val.{lang}").read_text(encoding="utf-8").splitlines()[:50]
+        lines = (parallel_dir / f"val.{lang}").read_text(encoding="utf-8").splitlines()[:50]
         path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     scores = {}
     for engine in ("torch", "ctranslate2"):

@@ -2,8 +2,8 @@
 
 Tiny random-weight models (every weight perturbed so that biases, LayerNorms and positions all
 matter) are exported through the CLI, loaded with ``ctranslate2.Translator`` and checked on
-Multi30k sentences: greedy outputs token for token, and per-token log-probabilities of the
-reference translations (``score_batch``) against the model's own.
+sentences of a synthetic parallel corpus: greedy outputs token for token, and per-token
+log-probabilities of the reference translations (``score_batch``) against the model's own.
 """
 
 from __future__ import annotations
@@ -29,19 +29,19 @@ SUPPRESS = [["<blank>"], ["<s>"]]  # aiayn never generates PAD or BOS
 
 
 @pytest.fixture(scope="module")
-def tokenizer(multi30k_dir: Path) -> Tokenizer:
+def tokenizer(parallel_dir: Path) -> Tokenizer:
     lines = []
     for lang in ("de", "en"):
-        lines += (multi30k_dir / f"train.{lang}").read_text(encoding="utf-8").splitlines()[:2000]
+        lines += (parallel_dir / f"train.{lang}").read_text(encoding="utf-8").splitlines()[:2000]
     return Tokenizer.train(lines, vocab_size=1000)
 
 
 @pytest.fixture(scope="module")
-def val(multi30k_dir: Path) -> tuple[list[str], list[str]]:
+def val(parallel_dir: Path) -> tuple[list[str], list[str]]:
     """(English sources, German references): the first val sentences."""
 
     def read(lang: str) -> list[str]:
-        return (multi30k_dir / f"val.{lang}").read_text(encoding="utf-8").splitlines()[:N_SENTENCES]
+        return (parallel_dir / f"val.{lang}").read_text(encoding="utf-8").splitlines()[:N_SENTENCES]
 
     return read("en"), read("de")
 

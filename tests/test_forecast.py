@@ -1,4 +1,5 @@
-"""Forecasting mode: data, model, baselines, training. Real ETT data, tiny models, seconds."""
+"""Forecasting mode: data, model, baselines, training. A synthetic ETT-like series (real ETTh1 for
+its own split figures), tiny models, seconds."""
 
 from __future__ import annotations
 
@@ -13,11 +14,13 @@ from aiayn.forecast.baselines import DLinear, RepeatLast, SeasonalNaive
 from aiayn.forecast.data import Scaler, n_windows, prepare, read_series, split_borders, split_range
 from aiayn.forecast.model import ForecastConfig, Forecaster, InstanceNorm
 from aiayn.forecast.train import ForecastTask, TrainConfig, WeightAverage, batch_error, evaluate, fit
+from conftest import write_ett_like_csv
 
 
 @pytest.fixture(scope="module")
-def etth1(data_dir: Path) -> Path:
-    return data_dir / "ett" / "ETTh1.csv"
+def series(tmp_path_factory) -> Path:
+    """6,000 hourly rows shaped like ETT-small, made here (split 70/10/20 %); ``etth1`` is the real file."""
+    return write_ett_like_csv(tmp_path_factory.mktemp("series") / "series.csv", rows=6000)
 
 
 def tiny(**overrides) -> ForecastConfig:
@@ -64,15 +67,14 @@ def test_window_counts_and_context(etth1: Path) -> None:
     assert n_windows(10, 4, 3) == 4
 
 
-def test_feature_modes(etth1: Path) -> None:
-    assert prepare(etth1, "S", "OT", 48, 24).columns == ["OT"]
-    ms = prepare(etth1, "MS", "OT", 48, 24)
+def test_feature_modes(series: Path) -> None:
+    assert prepare(series, "S", "OT", 48, 24).columns == ["OT"]
+    ms = prepare(series, "MS", "OT", 48, 24)
     assert len(ms.columns) == 7 and ms.outputs == [6]
 
 
-def test_ratio_split_for_other_files(tmp_path: Path, etth1: Path) -> None:
-    small = tmp_path / "small.csv"
-    small.write_text("".join(etth1.read_text().splitlines(keepends=True)[:1001]))
+def test_ratio_split_for_other_files(tmp_path: Path) -> None:
+    small = write_ett_like_csv(tmp_path / "small.csv", rows=1000)
     assert split_borders(small, 1000) == (700, 800, 1000)
 
 
@@ -176,8 +178,8 @@ def task_loss(model, windows, idx, outputs: list[int], loss: str = "mse") -> tor
     return task.loss(model, idx).value
 
 
-def test_few_training_steps_lower_the_loss(etth1: Path) -> None:
-    data = prepare(etth1, "M", "OT", 32, 16)
+def test_few_training_steps_lower_the_loss(series: Path) -> None:
+    data = prepare(series, "M", "OT", 32, 16)
     train = data.windows("train", 32, 16)
     model = Forecaster(tiny(n_features=7, outputs=list(range(7)), channel_independent=True, patch_len=4))
     idx = torch.arange(0, 4096, 256)
@@ -226,9 +228,9 @@ def test_dlinear_learns_a_linear_trend() -> None:
     assert loss.item() < 1e-3
 
 
-def test_evaluate_limit_scores_the_first_windows_only(etth1: Path) -> None:
+def test_evaluate_limit_scores_the_first_windows_only(series: Path) -> None:
     # The published ETT figures drop the last partial test batch: evaluate(limit=) scores that prefix.
-    data = prepare(etth1, "M", "OT", 48, 24)
+    data = prepare(series, "M", "OT", 48, 24)
     test = data.windows("test", 48, 24)
     model = SeasonalNaive(24, data.outputs, 24)
     kept = len(test) - len(test) % 128
@@ -243,8 +245,8 @@ def test_evaluate_limit_scores_the_first_windows_only(etth1: Path) -> None:
         evaluate(model, test, data.outputs, limit=0)
 
 
-def test_training_loss_is_squared_or_absolute_error(etth1: Path) -> None:
-    data = prepare(etth1, "M", "OT", 48, 24)
+def test_training_loss_is_squared_or_absolute_error(series: Path) -> None:
+    data = prepare(series, "M", "OT", 48, 24)
     train = data.windows("train", 48, 24)
     model, idx = SeasonalNaive(24, data.outputs, 24), torch.arange(100, 164)
     error = model(train.inputs(idx)) - train.targets(idx)[..., data.outputs]
@@ -258,8 +260,8 @@ def test_training_loss_is_squared_or_absolute_error(etth1: Path) -> None:
         TrainConfig(loss="huber")
 
 
-def test_evaluate_and_fit_with_early_stopping(etth1: Path) -> None:
-    data = prepare(etth1, "S", "OT", 48, 24)
+def test_evaluate_and_fit_with_early_stopping(series: Path) -> None:
+    data = prepare(series, "S", "OT", 48, 24)
     train, val = data.windows("train", 48, 24), data.windows("val", 48, 24)
     model = DLinear(48, 24, data.outputs)
     state = fit(
@@ -289,8 +291,8 @@ def test_weight_average_is_an_exponential_moving_average() -> None:
     torch.testing.assert_close(fresh.average["weight"], start + 4.0 + 9.0)
 
 
-def test_fit_with_ema_keeps_the_validated_average(etth1: Path) -> None:
-    data = prepare(etth1, "S", "OT", 48, 24)
+def test_fit_with_ema_keeps_the_validated_average(series: Path) -> None:
+    data = prepare(series, "S", "OT", 48, 24)
     train, val = data.windows("train", 48, 24), data.windows("val", 48, 24)
     model = DLinear(48, 24, data.outputs)
     cfg = TrainConfig(batch_size=256, lr=1e-2, max_epochs=2, max_steps_per_epoch=5, ema=0.9)
@@ -327,8 +329,8 @@ def _seven_variable_model() -> Forecaster:
     return Forecaster(ForecastConfig(**shape, **stacks, channel_independent=True))
 
 
-def test_channels_per_step_trains_on_a_seeded_subset(etth1: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    data = prepare(etth1, "M", "OT", 48, 24)
+def test_channels_per_step_trains_on_a_seeded_subset(series: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    data = prepare(series, "M", "OT", 48, 24)
     train, val = data.windows("train", 48, 24), data.windows("val", 48, 24)
     seen: list[int] = []
     error = batch_error
@@ -351,9 +353,9 @@ def test_channels_per_step_trains_on_a_seeded_subset(etth1: Path, monkeypatch: p
     torch.testing.assert_close(weights[0], weights[1], rtol=0, atol=0)  # seeded draws
 
 
-def test_channels_per_step_of_the_files_width_or_more_changes_nothing(etth1: Path) -> None:
+def test_channels_per_step_of_the_files_width_or_more_changes_nothing(series: Path) -> None:
     """The recipe's ``channels_per_step: 7`` leaves a 7-variable file's training as it was, bit for bit."""
-    data = prepare(etth1, "M", "OT", 48, 24)
+    data = prepare(series, "M", "OT", 48, 24)
     train, val = data.windows("train", 48, 24), data.windows("val", 48, 24)
     weights = []
     for k in (0, 7, 9):

@@ -23,6 +23,7 @@ from aiayn.errors import UserError
 from aiayn.forecast import cli as forecast_cli
 from aiayn.forecast.data import read_series
 from aiayn.forecast.train import TrainConfig
+from conftest import write_ett_like_csv
 
 TINY_CONFIG = """
 data: {target: OT, features: M, input_len: 32, label_len: 8, horizon: 16}
@@ -213,7 +214,7 @@ def test_last_period_placeholders_take_a_day_of_the_files_steps(tmp_path, small_
         period(stamped(1))  # 1,440 steps a day
 
 
-def test_shipped_recipe_is_the_benchmarked_one_and_fits_every_horizon(data_dir: Path) -> None:
+def test_shipped_recipe_is_the_benchmarked_one_and_fits_every_horizon(ett_dir: Path, etth1: Path) -> None:
     """benchmarks/forecast_ett.py runs configs/ett.yaml, and every point of its search is a model the
     standard horizons can train (none refused)."""
     from aiayn.forecast.tune import Tuner, points
@@ -227,8 +228,7 @@ def test_shipped_recipe_is_the_benchmarked_one_and_fits_every_horizon(data_dir: 
     finally:
         sys.path.remove(str(repo / "benchmarks"))
     assert bench.CONFIG == repo / "configs" / "ett.yaml"
-    assert bench.DATA_DIR.resolve() == (data_dir / "ett").resolve()
-    etth1 = data_dir / "ett" / "ETTh1.csv"
+    assert bench.DATA_DIR.resolve() == ett_dir.resolve()
     for horizon in bench.HORIZONS:
         config = forecast_cli.load_config(bench.CONFIG, **{"data.path": str(etth1), "data.horizon": horizon})
         tuner = Tuner(config, bench.CONFIG, Path("/nonexistent"))
@@ -412,12 +412,10 @@ def _train_command(config: Path, data: Path, out: Path) -> list[str]:
     return [sys.executable, "-m", "aiayn", *forecast, "--threads", "1"]
 
 
-def test_sigkill_then_resume_is_bit_identical(tmp_path, data_dir, kill_after_checkpoints) -> None:
+def test_sigkill_then_resume_is_bit_identical(tmp_path, kill_after_checkpoints) -> None:
     """A run killed after its first checkpoint and resumed ends with the uninterrupted run's weights,
     best/ and log (dropout and the weight average on: the RNG state and the average are restored)."""
-    lines = (data_dir / "ett" / "ETTh1.csv").read_text().splitlines(keepends=True)[:2001]
-    data = tmp_path / "series.csv"
-    data.write_text("".join(lines))
+    data = write_ett_like_csv(tmp_path / "series.csv", rows=2000)
     config = tmp_path / "run.yaml"
     config.write_text(
         TINY_CONFIG.replace("dropout: 0.0", "dropout: 0.1")

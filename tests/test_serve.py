@@ -194,14 +194,13 @@ train: {batch_size: 64, lr: 0.003, max_epochs: 1, max_steps_per_epoch: 3, seed: 
 
 
 def test_a_forecasting_run_answers_forecast_as_aiayn_forecast_predict(
-    tmp_path, data_dir, live_server
+    tmp_path, small_csv, live_server
 ) -> None:
     import numpy as np
 
     from aiayn.forecast.cli import forecast_last, load_forecaster
 
-    csv = tmp_path / "small.csv"
-    csv.write_text("".join((data_dir / "ett" / "ETTh1.csv").read_text().splitlines(keepends=True)[:601]))
+    csv = small_csv
     (tmp_path / "run.yaml").write_text(FORECAST_CONFIG)
     train = ["forecast", "train", "--config", str(tmp_path / "run.yaml"), "--data", str(csv)]
     assert main([*train, "--out", str(tmp_path / "run"), "--threads", "1"]) == 0

@@ -1,4 +1,4 @@
-"""Training on Multi30k: a smoke run whose loss falls, and a lowercasing run."""
+"""Training on Multi30k: a smoke run whose loss falls; and a lowercasing run (on synthetic text)."""
 
 from __future__ import annotations
 
@@ -40,13 +40,13 @@ def test_multi30k_smoke_run_loss_falls(multi30k_dir: Path, tmp_path: Path) -> No
 
 
 def test_lowercase_run_reads_and_writes_lowercase_and_scores_case_insensitively(
-    multi30k_dir: Path, tmp_path: Path, monkeypatch, capsys
+    parallel_dir: Path, tmp_path: Path, monkeypatch, capsys
 ) -> None:
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     for split, count in (("train", 300), ("val", 6)):
         for lang in ("en", "de"):
-            lines = (multi30k_dir / f"{split}.{lang}").read_text(encoding="utf-8").splitlines()[:count]
+            lines = (parallel_dir / f"{split}.{lang}").read_text(encoding="utf-8").splitlines()[:count]
             (corpus / f"{split}.{lang}").write_text("\n".join(lines) + "\n", encoding="utf-8")
     values = run_config(
         corpus,
