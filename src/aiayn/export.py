@@ -47,7 +47,7 @@ import torch
 from torch import Tensor, nn
 
 from aiayn.checkpoint import CONFIG_FILE, MANIFEST_FILE, MODEL_FILE, TOKENIZER_FILE, resolve_checkpoint
-from aiayn.errors import Setting, SettingError, UserError
+from aiayn.errors import Setting, SettingError, UserError, naming_flags
 from aiayn.io import remove_abandoned_temporaries, replace_dir, temporary_path
 from aiayn.loading import load_translation_model
 
@@ -99,11 +99,9 @@ def register(subparsers) -> None:
 FLAGS = {"out": "--out", "quantization": "--quantization", "force": "--force"}
 
 
+@naming_flags(FLAGS)
 def _run(args) -> int:
-    try:
-        out = export_ctranslate2(args.checkpoint, args.out, args.quantization, force=args.force)
-    except SettingError as err:
-        raise UserError(err.naming(FLAGS)) from None
+    out = export_ctranslate2(args.checkpoint, args.out, args.quantization, force=args.force)
     print(f"wrote a CTranslate2 model to {out} (quantization: {args.quantization}); see {out / README_FILE}")
     return 0
 

@@ -29,7 +29,7 @@ from typing import Callable
 from aiayn.decode.backends import check_backend, check_ct2_options, load_backend, require_ctranslate2
 from aiayn.decode.search import DecodeOptions
 from aiayn.device import resolve_device
-from aiayn.errors import SettingError, UserError
+from aiayn.errors import UserError, naming_flags
 from aiayn.io import output_lines, read_lines, stdin_blocks
 
 #: The settings the backends' errors name, and the flags that set them here (the export directory
@@ -47,15 +47,6 @@ FLAGS = {
 def register(subparsers) -> None:
     _register_translate(subparsers)
     _register_evaluate(subparsers)
-
-
-@contextlib.contextmanager
-def naming_flags(flags: dict[str, str] = FLAGS):
-    """A :class:`SettingError` raised inside names the command's flags, not the library's settings."""
-    try:
-        yield
-    except SettingError as err:
-        raise UserError(err.naming(flags)) from None
 
 
 # --- shared options and helpers -----------------------------------------------------------------
@@ -185,7 +176,7 @@ def _sampling(args) -> dict:
     return {"sample": args.sample, **given}
 
 
-@naming_flags()
+@naming_flags(FLAGS)
 def run_translate(args) -> int:
     options, load = _engine_loader(args, nbest=args.nbest, **_sampling(args))
     if args.buffer_size < 1:
@@ -237,7 +228,7 @@ def _register_evaluate(subparsers) -> None:
     p.set_defaults(func=run_evaluate)
 
 
-@naming_flags()
+@naming_flags(FLAGS)
 def run_evaluate(args) -> int:
     from aiayn.evaluate import TOKENIZED_LABEL, sacrebleu_scores, tokenized_bleu  # sacrebleu: slow to import
 

@@ -18,9 +18,9 @@ import sys
 import torch
 
 from aiayn.decode.backends import TorchBackend, check_backend, load_backend
-from aiayn.decode.cli import naming_flags
+from aiayn.decode.cli import FLAGS
 from aiayn.device import resolve_device
-from aiayn.errors import UserError
+from aiayn.errors import UserError, naming_flags
 from aiayn.loading import load
 from aiayn.model import count_parameters
 
@@ -59,7 +59,7 @@ def register(subparsers) -> None:
     p.set_defaults(func=run_serve)
 
 
-@naming_flags()  # --engine, --compute-type, --ct2-dir, --device: the same flags as translate's
+@naming_flags(FLAGS)  # --engine, --compute-type, --ct2-dir, --device: the same flags as translate's
 def run_serve(args: argparse.Namespace) -> int:
     uvicorn = _serve_extra()
     from aiayn.serve.app import Limits, create_app  # the serve extra (FastAPI): only when serving
