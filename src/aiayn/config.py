@@ -121,7 +121,7 @@ def setting(
 
     ``says`` words the requirement in the error instead (``"is a probability below 1"``).
     """
-    rule = Rule(choices, ge, gt, le, lt, says)
+    rule = Rule(choices=choices, ge=ge, gt=gt, le=le, lt=lt, says=says)
     return dataclasses.field(default=default, default_factory=factory, metadata={"rule": rule})
 
 

@@ -194,12 +194,14 @@ def filter_by_length(
     src_ids: Sequence[Sequence[int]],
     tgt_ids: Sequence[Sequence[int]],
     stats: CorpusStats,
+    *,
     max_tokens: int = MAX_TOKENS,
     max_ratio: float = MAX_RATIO,
     ratio_min_tokens: int = RATIO_MIN_TOKENS,
 ) -> list[int]:
     """:func:`keep_by_length`, and a UserError when nothing is left."""
-    keep = keep_by_length(src_ids, tgt_ids, stats, max_tokens, max_ratio, ratio_min_tokens)
+    limits = dict(max_tokens=max_tokens, max_ratio=max_ratio, ratio_min_tokens=ratio_min_tokens)
+    keep = keep_by_length(src_ids, tgt_ids, stats, **limits)
     if not keep:
         raise UserError(f"empty corpus after filtering: {stats.summary()}")
     return keep
@@ -209,6 +211,7 @@ def keep_by_length(
     src_ids: Sequence[Sequence[int]],
     tgt_ids: Sequence[Sequence[int]],
     stats: CorpusStats,
+    *,
     max_tokens: int = MAX_TOKENS,
     max_ratio: float = MAX_RATIO,
     ratio_min_tokens: int = RATIO_MIN_TOKENS,
@@ -258,5 +261,6 @@ def encode_corpus(
     """
     src_ids = encode_batch([src for src, _ in pairs])
     tgt_ids = encode_batch([tgt for _, tgt in pairs])
-    keep = filter_by_length(src_ids, tgt_ids, stats, max_tokens, max_ratio, ratio_min_tokens)
+    limits = dict(max_tokens=max_tokens, max_ratio=max_ratio, ratio_min_tokens=ratio_min_tokens)
+    keep = filter_by_length(src_ids, tgt_ids, stats, **limits)
     return [(src_ids[i], tgt_ids[i]) for i in keep]

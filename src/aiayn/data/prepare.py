@@ -85,11 +85,21 @@ def prepare(
     tokenizer = tokenizer or _tokenizer(work, files, n_pairs, settings, log)
     _save_tokenizer(work, tokenizer)
     dtype = token_dtype(tokenizer.vocab_size)
-    chunks = _encode_chunks(work, files, starts, n_pairs, chunk_pairs, settings, dtype, workers, log)
+    chunks = _encode_chunks(
+        work,
+        files,
+        starts,
+        n_pairs=n_pairs,
+        chunk_pairs=chunk_pairs,
+        settings=settings,
+        dtype=dtype,
+        workers=workers,
+        log=log,
+    )
     splits = {settings.train_split: _assemble(out, settings, chunks, files, dtype)}
     splits[settings.valid_split] = _write_valid(corpus, out, settings, tokenizer, dtype)
     shutil.copyfile(work / TOKENIZER_FILE, out / TOKENIZER_FILE)
-    manifest = _write_manifest(out, corpus, settings, tokenizer, splits, dtype)
+    manifest = _write_manifest(out, corpus, settings, tokenizer=tokenizer, splits=splits, dtype=dtype)
     shutil.rmtree(work)
     log(f"prepared {out} in {time.perf_counter() - started:.0f} s")
     return PreparedData(out, manifest, tokenizer)  # its files were just hashed for the manifest
@@ -247,7 +257,7 @@ def _decode(line: bytes, file: Path, number: int) -> str:
 # --- 3. encoding in chunks ------------------------------------------------------------------------------
 
 
-def _encode_chunks(work, files, starts, n_pairs, chunk_pairs, settings, dtype, workers, log) -> list[Path]:
+def _encode_chunks(work, files, starts, *, n_pairs, chunk_pairs, settings, dtype, workers, log) -> list[Path]:
     """Every chunk's ``.npz`` (those already in ``work`` are kept), encoded by ``workers`` processes."""
     chunks = [work / f"chunk-{k:06d}.npz" for k in range(len(starts[0]) - 1)]
     tasks = [
@@ -293,7 +303,9 @@ def _encode_chunk(task) -> None:
     stats.n_empty = n_lines - len(pairs)
     encode = lambda texts: _WORKER_TOKENIZER.encode_batch(texts, threads=1)  # noqa: E731
     src_ids, tgt_ids = encode([s for s, _ in pairs]), encode([t for _, t in pairs])
-    keep = keep_by_length(src_ids, tgt_ids, stats, settings.max_sentence_tokens, settings.max_ratio)
+    keep = keep_by_length(
+        src_ids, tgt_ids, stats, max_tokens=settings.max_sentence_tokens, max_ratio=settings.max_ratio
+    )
     src_ids, tgt_ids = [src_ids[i] for i in keep], [tgt_ids[i] for i in keep]
     counts = [stats.n_read, stats.n_empty, stats.n_too_long, stats.n_bad_ratio]
     with atomic_file(chunk, "wb") as handle:
@@ -416,7 +428,7 @@ def _write_valid(corpus: Path, out: Path, settings: PrepareSettings, tokenizer: 
     return _split_record(stats, sizes)
 
 
-def _write_manifest(out, corpus, settings, tokenizer, splits, dtype) -> dict:
+def _write_manifest(out, corpus, settings, *, tokenizer, splits, dtype) -> dict:
     names = [TOKENIZER_FILE] + [
         f"{split}.{part}.npy" for split in splits for part in ("src", "tgt", "idx", "len")
     ] + [f"{settings.valid_split}.{side}.txt" for side in ("src", "tgt")]  # fmt: skip

@@ -76,9 +76,13 @@ class Tokenizer:
         sentences = [s for s in sentences if s]
         if not sentences:
             raise UserError("cannot train a tokenizer on no sentences")
-        proto = _train_proto(
-            sentences, vocab_size, model_type, character_coverage, split_digits, seed, lowercase
+        options = dict(
+            vocab_size=vocab_size,
+            model_type=model_type,
+            character_coverage=character_coverage,
+            split_digits=split_digits,
         )
+        proto = _train_proto(sentences, seed=seed, lowercase=lowercase, **options)
         tokenizer = cls(proto)
         if model_prefix is not None:
             tokenizer.save(_model_path(Path(model_prefix)))
@@ -165,9 +169,9 @@ def _model_path(prefix: Path) -> Path:
     return prefix if prefix.suffix == ".model" else prefix.with_name(prefix.name + ".model")
 
 
-def _train_proto(
-    sentences, vocab_size, model_type, character_coverage, split_digits, seed, lowercase
-) -> bytes:
+def _train_proto(sentences, *, seed, lowercase, **options) -> bytes:
+    """A SentencePiece model trained on ``sentences`` (``options``: the trainer's vocab_size,
+    model_type, character_coverage, split_digits)."""
     spm.set_random_generator_seed(seed)
     model = io.BytesIO()
     try:
@@ -175,11 +179,12 @@ def _train_proto(
             rule = {"normalization_rule_name": "identity"}
             if lowercase:
                 rule = {"normalization_rule_tsv": str(_write_lowercase_rules(Path(tmp) / "lowercase.tsv"))}
-            _run_trainer(sentences, model, vocab_size, model_type, character_coverage, split_digits, rule)
+            _run_trainer(sentences, model, rule, **options)
     except RuntimeError as err:  # e.g. a vocab_size below the number of characters + 256 bytes
         reason = str(err).split("] ", 1)[-1]  # drop SentencePiece's source-location prefix
         raise UserError(
-            f"cannot train a {model_type} tokenizer with vocab_size={vocab_size}: {reason}"
+            f"cannot train a {options['model_type']} tokenizer with vocab_size={options['vocab_size']}: "
+            f"{reason}"
         ) from None
     return model.getvalue()
 
@@ -196,7 +201,7 @@ def _write_lowercase_rules(path: Path) -> Path:
     return path
 
 
-def _run_trainer(sentences, model, vocab_size, model_type, character_coverage, split_digits, rule) -> None:
+def _run_trainer(sentences, model, rule, *, vocab_size, model_type, character_coverage, split_digits) -> None:
     spm.SentencePieceTrainer.train(
         sentence_iterator=iter(sentences),
         model_writer=model,

@@ -237,6 +237,6 @@ def cmd_plot(args: argparse.Namespace) -> int:
         raise UserError(
             f"--window {args.window}: the test split has {count} windows (0 to {count - 1}; -1: the last)"
         )
-    plot_window(model, data, config, columns, args.out, args.window)
+    plot_window(model, data, config, columns, out=args.out, window=args.window)
     print(f"wrote {args.out}")
     return 0

@@ -346,4 +346,5 @@ def prepare(
                 f"input length + horizon = {seq_len} + {horizon}"
             )
     scaler = scaler or Scaler.fit(values[: borders[0]])
-    return ForecastData(series, columns, outputs, scaler, scaler.transform(values[: borders[2]]), borders)
+    scaled = scaler.transform(values[: borders[2]])
+    return ForecastData(series, columns, outputs, scaler=scaler, scaled=scaled, borders=borders)

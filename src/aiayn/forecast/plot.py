@@ -20,6 +20,7 @@ def plot_window(
     data: ForecastData,
     config: dict[str, Any],
     columns: list[str],
+    *,
     out: str | Path,
     window: int = -1,
 ) -> None:

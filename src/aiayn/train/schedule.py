@@ -34,7 +34,7 @@ def cooldown_factor(progress: float, cooldown: float) -> float:
 
 
 def learning_rate(
-    step: int, schedule: str, d_model: int, warmup: int, factor: float, peak_lr: float
+    step: int, schedule: str, *, d_model: int, warmup: int, factor: float, peak_lr: float
 ) -> float:
     """The learning rate of ``schedule`` ("noam" or "inverse_sqrt") at ``step``."""
     if schedule == "noam":

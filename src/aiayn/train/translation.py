@@ -207,7 +207,12 @@ class TranslationTask(Task):
     def learning_rate(self, step: int, epoch: int, progress: float) -> float:
         optim = self.config.optim
         lr = schedule.learning_rate(
-            step, optim.lr_schedule, self.model.config.d_model, optim.warmup, optim.lr_factor, optim.peak_lr
+            step,
+            optim.lr_schedule,
+            d_model=self.model.config.d_model,
+            warmup=optim.warmup,
+            factor=optim.lr_factor,
+            peak_lr=optim.peak_lr,
         )
         return lr * schedule.cooldown_factor(progress, optim.cooldown)
 
