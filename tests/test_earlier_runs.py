@@ -53,9 +53,8 @@ def test_an_earlier_translation_run_resumes_and_loads(earlier, capsys) -> None:
     assert any("resuming from" in line and "step-00000004" in line for line in logs), logs
     assert task.state.step == 6 and list_checkpoints(run)[-1].name == "step-00000006"
     err = capsys.readouterr().err
-    assert (
-        sum("optim.clip_norm is now train.clip_norm" in line for line in warnings_in(err)) == 2
-    )  # yaml, ckpt
+    renamed = [line for line in warnings_in(err) if "optim.clip_norm is now train.clip_norm" in line]
+    assert len(renamed) == 1 and "translation.yaml" in renamed[0]  # not the checkpoint's: not the user's
     model, tokenizer, _ = aiayn.load(run)
     assert tokenizer.vocab_size == model.config.tgt_vocab_size
 
@@ -79,6 +78,14 @@ def test_an_earlier_forecasting_config_and_run(earlier, capsys) -> None:
         main(["forecast", "evaluate", "--checkpoint", str(run), "--data", str(earlier / "series.csv")]) == 0
     )
     assert "test: MSE" in capsys.readouterr().out
+
+
+def test_a_search_space_under_former_names(earlier, capsys) -> None:
+    config = earlier / "forecast.yaml"
+    config.write_text(config.read_text() + "tune: {space: {train.bf16: [true, false], train.lr: [0.001]}}\n")
+    space = load_config(config).tune["space"]
+    assert space == {"train.precision": ["bf16", "fp32"], "train.lr": [0.001]}
+    assert f"{config}: tune.space.train.bf16 is now tune.space.train.precision" in capsys.readouterr().err
 
 
 def test_the_shipped_configs_load_without_a_warning(capsys) -> None:

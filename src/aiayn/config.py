@@ -28,6 +28,7 @@ import dataclasses
 import functools
 import json
 import operator
+import os
 import re
 import sys
 import types
@@ -245,7 +246,13 @@ def read_config(path: str | Path | None, overrides: Sequence[str] = (), flags: d
         except yaml.YAMLError:
             raise UserError(f"override {item!r}: the value is not valid YAML") from None
         assign(values, key, value)
-    for key, value in (flags or {}).items():
+    return assign_flags(values, flags or {})
+
+
+def assign_flags(values: dict[str, Any], flags: dict[str, Any]) -> dict[str, Any]:
+    """``values`` with each of ``flags`` (``"section.key"``: value from a command line; None = not
+    given) assigned in place."""
+    for key, value in flags.items():
         if value is not None:
             assign(values, key, value)
     return values
@@ -261,9 +268,12 @@ class Renamed:
     convert: Callable[[Any], Any] = lambda value: value
 
 
-def upgrade(values: dict[str, Any], renamed: Sequence[Renamed], source: str | Path) -> dict[str, Any]:
-    """``values`` (a config's sections) with each former name in ``renamed`` moved to its new name, one
-    warning line on stderr for each; ``values`` itself is left as it was. Both names given is an error."""
+def upgrade(
+    values: dict[str, Any], renamed: Sequence[Renamed], source: str | Path, warn: bool = True
+) -> dict[str, Any]:
+    """``values`` (a config's sections) with each former name in ``renamed`` moved to its new name, and
+    with ``warn`` one warning line on stderr for each (from the first process of a torchrun only);
+    ``values`` itself is left as it was. Both names given is an error."""
     values = {k: dict(v) if isinstance(v, dict) else v for k, v in values.items()}
     for rename in renamed:
         (old_section, old_key), (new_section, new_key) = (n.split(".", 1) for n in (rename.old, rename.new))
@@ -280,12 +290,15 @@ def upgrade(values: dict[str, Any], renamed: Sequence[Renamed], source: str | Pa
                 f"{source}: {rename.old} is the former name of {rename.new}: give only {rename.new}"
             )
         target[new_key] = rename.convert(section.pop(old_key))
-        print(
-            f"aiayn: warning: {source}: {rename.old} is now {rename.new} (read as {rename.new}: "
-            f"{target[new_key]!r})",
-            file=sys.stderr,
-        )
+        if warn:
+            warn_renamed(source, rename.old, rename.new, target[new_key])
     return values
+
+
+def warn_renamed(source: str | Path, old: str, new: str, value: Any) -> None:
+    """The one warning line of a setting read under its former name (the first process's only)."""
+    if os.environ.get("RANK", "0") == "0":
+        print(f"aiayn: warning: {source}: {old} is now {new} (read as {new}: {value!r})", file=sys.stderr)
 
 
 @contextlib.contextmanager
@@ -430,6 +443,32 @@ class TransformerConfig(Checked):
         if name not in PRESETS:
             raise ConfigError("preset", f"unknown preset {name!r}; valid: {', '.join(PRESETS)}")
         return cls.from_dict({**PRESETS[name], **overrides})
+
+
+def model_section_config(section: dict[str, Any], vocab_size: int) -> "TransformerConfig":
+    """The TransformerConfig of a run config's ``model`` section (TransformerConfig fields but the
+    vocabulary sizes, or a ``preset`` and overrides) for one shared vocabulary of ``vocab_size``; a
+    :class:`ConfigError` names ``model.<field>``."""
+    keys = [
+        "preset",
+        *(n for n in TransformerConfig.field_names() if n not in ("src_vocab_size", "tgt_vocab_size")),
+    ]
+    unknown = sorted(map(str, set(section) - set(keys)))
+    if unknown:
+        names = ", ".join(f"model.{name}" for name in unknown)
+        raise ConfigError("", f"unknown config field(s) {names}; valid: {', '.join(keys)}")
+    values = dict(section)
+    preset = values.pop("preset", None)
+    require(
+        "model.preset",
+        preset is None or preset in PRESETS,
+        f"must be one of {', '.join(PRESETS)}; got {preset!r}",
+    )
+    values.update(src_vocab_size=vocab_size, tgt_vocab_size=vocab_size)
+    try:
+        return TransformerConfig.preset(preset, **values) if preset else TransformerConfig.from_dict(values)
+    except ConfigError as err:
+        raise err.within("model.") from None
 
 
 #: Named presets. "base" and "big" are the paper's Table 3 rows; the others are CPU-sized.

@@ -20,6 +20,7 @@ from aiayn.data.corpus import read_parallel
 from aiayn.data.synthetic import SRC_LANG, TGT_LANG, write_task
 from aiayn.decode.search import DecodeOptions
 from aiayn.decode.translator import Translator
+from aiayn.errors import naming_flags
 from aiayn.loading import load_translation_model
 from aiayn.plots import draw_attention, plot_curves, plot_positional_encoding
 
@@ -42,6 +43,7 @@ def demo_config_path() -> Path:
     return Path(str(resources.files("aiayn") / "resources" / "demo.yaml"))
 
 
+@naming_flags({"run_dir": "--out"})  # the demo's run is OUT/run
 def run_demo(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     DecodeOptions(beam=args.beam)  # a bad --beam fails now, not after minutes of training

@@ -321,7 +321,7 @@ def _write_docs(out: Path, checkpoint: Path, digest: str, config, quantization: 
         "format": "ctranslate2",
         "ctranslate2_version": _ctranslate2().__version__,
         "checkpoint": str(checkpoint),
-        "checkpoint_sha256": digest,  # checkpoint_digest(): engines reuse an export of the same checkpoint
+        "checkpoint_sha256": digest,  # checkpoint_digest(): backends reuse an export of the same checkpoint
         "quantization": quantization,
         "tokenizer": SPM_FILE,
         "source": "SentencePiece pieces of the text; CTranslate2 appends </s> itself (add_source_eos)",

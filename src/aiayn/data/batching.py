@@ -22,8 +22,8 @@ per batch (§5.1). Here:
   ``batch[rank::world_size]`` of each. So the global batch is the one a single process would use
   (with the same ``batch_multiple``), and the world size may change between save and resume. With
   another ``batch_multiple`` (its default, 0, means the world size) the resumed epoch is cut into
-  other batches, so its remaining batches are not the ones the saved position counted: the trainer
-  warns (``state_dict`` keeps ``batch_multiple`` for that).
+  other batches, so its remaining batches are not the ones the saved position counted: the translation
+  task warns (``state_dict`` keeps ``batch_multiple`` for that).
   Every batch holds a multiple of ``batch_multiple`` sentences, which must be a multiple of
   ``world_size`` so that the ranks get equal shares; to make that possible, ``len(examples) %
   batch_multiple`` random examples sit out each epoch (a different few each epoch; see

@@ -15,7 +15,7 @@ from aiayn.data.config import prepare_settings_of
 from aiayn.data.download import DEFAULT_URL, LANGUAGES, download_multi30k
 from aiayn.data.prepare import CHUNK_PAIRS, prepare
 from aiayn.data.synthetic import N_TEST, N_TRAIN, N_VALID, write_task
-from aiayn.errors import UserError
+from aiayn.errors import UserError, naming_flags
 
 
 def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParser:
@@ -90,15 +90,14 @@ def run_synthetic(args: argparse.Namespace) -> int:
     return 0
 
 
+@naming_flags({"data.dir": "data.dir (--data-dir)"})
 def run_prepare(args: argparse.Namespace) -> int:
     if args.workers < 0 or args.chunk_pairs < 1:
         raise UserError("--workers must be >= 0 and --chunk-pairs >= 1")
     flags = {"data.dir": args.data_dir, "data.src_lang": args.src_lang, "data.tgt_lang": args.tgt_lang}
     corpus, settings = prepare_settings_of(read_config(args.config, args.set, flags), args.config)
-    if not corpus.dir:
-        raise UserError("config data.dir is empty: give --data-dir or set data.dir")
     prepared = prepare(
-        Path(corpus.dir).expanduser(),
+        corpus.directory(),
         Path(args.out),
         settings,
         workers=args.workers,

@@ -12,8 +12,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from aiayn.config import Checked, from_mapping, reported, require, seed_setting, setting
+from aiayn.config import (
+    Checked,
+    ConfigError,
+    from_mapping,
+    model_section_config,
+    reported,
+    require,
+    seed_setting,
+    setting,
+)
 from aiayn.data.prepared import PrepareSettings
+from aiayn.errors import Setting, SettingError
 
 
 @dataclass
@@ -51,6 +61,21 @@ class CorpusConfig(Checked):
             f"needs data.tokenizer bpe (got {self.tokenizer!r})",
         )
 
+    def directory(self) -> Path:
+        """The corpus directory ``dir`` (``~`` expanded); a :class:`SettingError` when it is empty."""
+        if not self.dir:
+            raise SettingError("no corpus: ", Setting("data.dir"), " is empty")
+        return Path(self.dir).expanduser()
+
+    def check_max_len(self, max_len: int) -> None:
+        """A kept sentence, with its BOS (target) or EOS (source), must fit the model's ``max_len``."""
+        require(
+            "data.max_sentence_tokens",
+            max_len > self.max_sentence_tokens,
+            f"{self.max_sentence_tokens} needs model.max_len >= {self.max_sentence_tokens + 1} "
+            f"(got {max_len}); lower one or raise the other",
+        )
+
     def prepare_settings(self, seed: int) -> PrepareSettings:
         """The settings a prepared directory is made with: this section's, and the tokenizer's ``seed``."""
         names = [f.name for f in dataclasses.fields(PrepareSettings) if f.name != "seed"]
@@ -59,9 +84,14 @@ class CorpusConfig(Checked):
 
 def prepare_settings_of(values: dict[str, Any], source: str | Path) -> tuple[CorpusConfig, PrepareSettings]:
     """The ``data`` section of a run config's ``values`` and what it prepares with (``train.seed`` the
-    seed); the other sections are training's to check. Bad values are one line naming ``source``."""
+    seed), checked with the ``model`` section it must fit; the ``optim`` and ``train`` sections are
+    training's to check. Bad values are one line naming ``source``."""
     with reported(source):
         corpus = from_mapping(CorpusConfig, values.get("data") or {}, "data.")
+        model = values.get("model") or {}
+        if not isinstance(model, dict):
+            raise ConfigError("model", f"must be a mapping of key: value; got {type(model).__name__}")
+        corpus.check_max_len(model_section_config(model, vocab_size=64).max_len)
         train = values.get("train") or {}
         seed = train.get("seed") if isinstance(train, dict) else None
         seed = from_mapping(_Seed, {} if seed is None else {"seed": seed}, "train.").seed

@@ -59,9 +59,8 @@ class PrepareSettings:
     max_ratio: float = 3.0
     #: pairs sampled (seeded) from the training split to train the tokenizer; 0 = every pair
     tokenizer_sample: int = 1_000_000
-    seed: int = (
-        DEFAULT_SEED  #: the tokenizer's and the sample's seed (not compared: another seed may reuse the data)
-    )
+    #: the tokenizer's and the sample's seed (not compared: another seed may reuse the data)
+    seed: int = DEFAULT_SEED
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -22,7 +22,12 @@ from aiayn.forecast.model import Forecaster
 from aiayn.loading import load
 
 #: How a library error names the settings the training commands set by flags.
-FLAGS = {"run_dir": "--out", "data.path": "data.path in the config or --data"}
+FLAGS = {
+    "run_dir": "--out",
+    "tune_dir": "--out",
+    "data.path": "data.path in the config or pass --data",
+    "train.max_epochs": "train.max_epochs (--max-epochs)",
+}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

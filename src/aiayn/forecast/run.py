@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from aiayn.config import Checked, assign, from_mapping, read_yaml, reported, upgrade
-from aiayn.errors import Setting, SettingError
+from aiayn.config import Checked, assign_flags, from_mapping, read_yaml, reported, upgrade, warn_renamed
+from aiayn.errors import Setting, SettingError, UserError
 from aiayn.forecast.data import ForecastData, SeriesConfig, Windows, prepare
 from aiayn.forecast.model import ForecastConfig
 from aiayn.forecast.train import RENAMED, ForecastTrainConfig
@@ -40,12 +40,27 @@ def load_config(path: str | Path, **flags: Any) -> ForecastRun:
     data = raw.get("data")
     if isinstance(data, dict) and isinstance(data.get("path"), str):
         raw["data"] = {**data, "path": str((Path(path).parent / data["path"]).resolve())}
-    for key, value in flags.items():
-        if value is not None:
-            assign(raw, key, value)
-    raw = upgrade(raw, RENAMED, path)
+    raw = upgrade(assign_flags(raw, flags), RENAMED, path)
+    tune = raw.get("tune")
+    if isinstance(tune, dict) and isinstance(tune.get("space"), dict):
+        raw["tune"] = {**tune, "space": _upgrade_space(tune["space"], path)}
     with reported(path):
         return from_mapping(ForecastRun, raw)
+
+
+def _upgrade_space(space: dict[str, Any], source: str | Path) -> dict[str, Any]:
+    """A search space whose keys use former names, under the new ones (one warning each)."""
+    space = dict(space)
+    for rename in RENAMED:
+        if rename.old not in space:
+            continue
+        if rename.new in space:
+            old = f"tune.space.{rename.old}"
+            raise UserError(f"{source}: {old} is the former name of {rename.new}: give {rename.new} only")
+        values = space.pop(rename.old)
+        space[rename.new] = [rename.convert(v) for v in values] if isinstance(values, list) else values
+        warn_renamed(source, f"tune.space.{rename.old}", f"tune.space.{rename.new}", space[rename.new])
+    return space
 
 
 def model_config(config: ForecastRun, data: ForecastData, source: str | Path) -> ForecastConfig:

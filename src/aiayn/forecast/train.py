@@ -37,9 +37,10 @@ class ForecastTrainConfig(EngineConfig):
     """The ``train`` section of a forecasting config: the engine's settings, and what forecasting adds
     (AdamW with a per-epoch decayed learning rate, window batches, the loss).
 
-    Forecasting's unit is the epoch, so five engine settings default to it here: a budget of 10
-    epochs, patience 3 validations, a validation and a checkpoint after every epoch (none on a step
-    cadence), and one checkpoint kept.
+    Forecasting's unit is the epoch, so six engine settings default to it here: a budget of 10
+    epochs (``max_epochs``), ``patience`` 3 validations, a validation and a checkpoint after every epoch
+    and none on a step cadence (``valid_every`` and ``save_every`` 0, ``save_at_epoch_end``), and one
+    checkpoint kept (``keep_last``).
     """
 
     max_epochs: int = setting(10, ge=0)
@@ -66,10 +67,16 @@ class ForecastTrainConfig(EngineConfig):
         return from_mapping(cls, values)
 
 
+def _precision_of(bf16: Any) -> Any:
+    """The precision the former ``train.bf16`` asked for (a value not true or false is left for the
+    check of ``train.precision`` to name)."""
+    return ("bf16" if bf16 else "fp32") if isinstance(bf16, bool) else bf16
+
+
 #: Settings of a forecasting config read under their former names, with one warning.
 RENAMED = (
     Renamed("train.grad_clip", "train.clip_norm"),
-    Renamed("train.bf16", "train.precision", lambda bf16: {True: "bf16", False: "fp32"}.get(bf16, bf16)),
+    Renamed("train.bf16", "train.precision", _precision_of),
 )
 
 

@@ -27,7 +27,7 @@ from typing import Any, Callable
 import yaml
 
 from aiayn.config import Checked, ConfigError, from_mapping, reported, setting
-from aiayn.errors import UserError
+from aiayn.errors import Setting, SettingError, UserError
 from aiayn.forecast.data import SeriesConfig, prepare
 from aiayn.forecast.model import ForecastConfig
 from aiayn.forecast.run import ForecastRun, build_training
@@ -231,9 +231,9 @@ class Tuner:
                     continue  # a line cut short by a kill: that trial runs again
                 raise UserError(f"{path}:{number}: not a JSON line") from None
             if record.get("fingerprint") != self.fingerprint:
-                raise UserError(
-                    f"{path} holds trials of another search (other data, settings or seeds); "
-                    "search into another directory"
+                raise SettingError(
+                    f"{path} holds trials of another search (other data, settings or seeds); give another ",
+                    Setting("tune_dir"),
                 )
             done[json.dumps(record["settings"], sort_keys=True)] = record
         return done

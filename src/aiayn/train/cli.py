@@ -11,7 +11,14 @@ from pathlib import Path
 from aiayn.errors import UserError, naming_flags
 
 #: How a library error names the settings these commands set by flags.
-FLAGS = {"run_dir": "--out", "data.dir": "data.dir (--data-dir)", "last": "--last"}
+FLAGS = {
+    "run_dir": "--out",
+    "data.dir": "data.dir (--data-dir)",
+    "last": "--last",
+    "train.max_steps": "train.max_steps (--max-steps)",
+    "train.max_epochs": "train.max_epochs (--max-epochs)",
+    "train.max_hours": "train.max_hours (--max-hours)",
+}
 
 
 def register(subparsers) -> None:

@@ -15,12 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from aiayn.config import (
-    PRESETS,
     Checked,
-    ConfigError,
     Renamed,
     TransformerConfig,
     from_mapping,
+    model_section_config,
     read_config,
     reported,
     require,
@@ -65,12 +64,6 @@ RENAMED = (
 )
 
 
-MODEL_KEYS = [
-    "preset",
-    *(n for n in TransformerConfig.field_names() if n not in ("src_vocab_size", "tgt_vocab_size")),
-]
-
-
 @dataclass
 class RunConfig(Checked):
     model: dict[str, Any] = field(default_factory=dict)
@@ -80,26 +73,9 @@ class RunConfig(Checked):
 
     def check(self) -> None:
         """The model section's keys and values, and the rules between sections."""
-        unknown = sorted(map(str, set(self.model) - set(MODEL_KEYS)))
-        if unknown:
-            names = ", ".join(f"model.{name}" for name in unknown)
-            raise ConfigError("", f"unknown config field(s) {names}; valid: {', '.join(MODEL_KEYS)}")
-        preset = self.model.get("preset")
-        require(
-            "model.preset",
-            preset is None or preset in PRESETS,
-            f"must be one of {', '.join(PRESETS)}; got {preset!r}",
-        )
+        model = self.transformer_config(vocab_size=64)  # the model fields now, not after the data work
         check_cooldown(self)
-        max_len = self.transformer_config(
-            vocab_size=64
-        ).max_len  # the model fields now, not after the data work
-        require(  # + BOS (target) or EOS (source)
-            "data.max_sentence_tokens",
-            max_len > self.data.max_sentence_tokens,
-            f"{self.data.max_sentence_tokens} needs model.max_len >= {self.data.max_sentence_tokens + 1} "
-            f"(got {max_len}); lower one or raise the other",
-        )
+        self.data.check_max_len(model.max_len)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -107,15 +83,7 @@ class RunConfig(Checked):
     def transformer_config(self, vocab_size: int) -> TransformerConfig:
         """The TransformerConfig of this run for a (shared) vocabulary; :class:`ConfigError` naming
         ``model.<field>``."""
-        values = dict(self.model)
-        preset = values.pop("preset", None)
-        values.update(src_vocab_size=vocab_size, tgt_vocab_size=vocab_size)
-        try:
-            return (
-                TransformerConfig.preset(preset, **values) if preset else TransformerConfig.from_dict(values)
-            )
-        except ConfigError as err:
-            raise err.within("model.") from None
+        return model_section_config(self.model, vocab_size)
 
     def prepare_settings(self) -> PrepareSettings:
         """The settings data.dir must be prepared with: the data section (the seed is train.seed)."""
@@ -137,9 +105,11 @@ def check_cooldown(config: RunConfig) -> None:
     )
 
 
-def run_config_from_dict(values: dict[str, Any], source: str | Path = "config") -> RunConfig:
+def run_config_from_dict(
+    values: dict[str, Any], source: str | Path = "config", warn: bool = True
+) -> RunConfig:
     """Validate sections, keys, types, choices and the rules between them; an error names ``section.key``."""
-    values = upgrade(values, RENAMED, source)
+    values = upgrade(values, RENAMED, source, warn)
     with reported(source):
         return from_mapping(RunConfig, values)
 

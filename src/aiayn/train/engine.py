@@ -176,9 +176,10 @@ class EpochBatches:
 class Task:
     """What a task gives the :class:`Engine`.
 
-    A subclass sets ``model`` (trained, validated, stored), ``objective`` (the module :meth:`loss`
-    calls, usually the model or a loss around it; several processes wrap it in DDP) and ``batches``,
-    and implements the methods that raise ``NotImplementedError``; the others have defaults.
+    A subclass sets ``kind`` and ``settings``; its :meth:`setup` builds ``model`` (trained, validated,
+    stored), ``objective`` (the module :meth:`loss` calls, usually the model or a loss around it;
+    several processes wrap it in DDP) and ``batches`` on the engine's device. It implements the
+    methods that raise ``NotImplementedError``; the others have defaults.
     """
 
     kind: str  #: the checkpoint kind ("translation", "forecast"): another kind's run directory is refused
@@ -378,7 +379,10 @@ class Engine:
         """Train ``task`` (started here unless :meth:`start` was called) until a budget is spent or
         patience runs out; return the last validation metrics."""
         if not self.settings.budget():
-            raise UserError("a run needs a budget: set train.max_steps, train.max_epochs or train.max_hours")
+            steps, epochs, hours = (
+                Setting(f"train.{name}") for name in ("max_steps", "max_epochs", "max_hours")
+            )
+            raise SettingError("a run needs a budget: set ", steps, ", ", epochs, " or ", hours)
         if self.task is not task:
             self.start(task)
         if self.out is not None:

@@ -24,6 +24,7 @@ from aiayn.checkpoint import Checkpoint
 from aiayn.config import reported
 from aiayn.data.batching import Batch, TokenBatchSampler, collate, padding_share
 from aiayn.data.bpe_dropout import BpeDropout, EpochResampler
+from aiayn.data.config import CorpusConfig
 from aiayn.data.corpus import CorpusStats
 from aiayn.data.prepare import prepare
 from aiayn.data.prepared import PreparedData, PreparedSplit, is_prepared, open_prepared
@@ -82,12 +83,15 @@ class TranslationTask(Task):
 
     # --- set-up ---------------------------------------------------------------------------------------
     def _merge_resumed_config(self, config: RunConfig, resumed: Checkpoint | None) -> RunConfig:
-        """On resume the model, data and optim settings must be the saved ones; ``train`` (limits,
-        cadences) and ``data.dir`` (where the corpus is now) may change."""
+        """On resume the model, data and optim settings and the train settings of
+        :data:`RECIPE_TRAIN_KEYS` must be the saved ones; the rest of ``train`` (limits, cadences) and
+        ``data.dir`` (where the corpus is now) may change."""
         if resumed is None:
             return config
-        saved = run_config_from_dict(resumed.config["run"], str(resumed.path))
-        may_change = "model, data and optim settings and train.clip_norm/accum_steps (train.* may change)"
+        saved = run_config_from_dict(resumed.config["run"], str(resumed.path), warn=False)  # not the user's
+        may_change = (
+            "model, data and optim settings and train.clip_norm/accum_steps (the rest of train.* may change)"
+        )
         refuse_other_run(self.out, _changed_settings(saved, config), may_change)
         with reported("the resumed run"):  # checks the saved cool-down against the new budget
             return dataclasses.replace(
@@ -124,7 +128,7 @@ class TranslationTask(Task):
         else a plain-text data.dir is prepared into it); 1: data.dir, prepared already."""
         if resumed is not None and is_prepared(own):
             return 0
-        path = _data_path(self.config.data.dir)
+        path = _data_path(self.config.data)
         if is_prepared(path):
             return 1
         tokenizer = Tokenizer.from_bytes(resumed.tokenizer_bytes) if resumed is not None else None
@@ -258,7 +262,7 @@ class TranslationTask(Task):
         return name, name != "loss"
 
     def checkpoint_config(self) -> dict[str, Any]:
-        return {"kind": "translation", "model": self.model.config.to_dict(), "run": self.config.to_dict()}
+        return {"kind": self.kind, "model": self.model.config.to_dict(), "run": self.config.to_dict()}
 
     def run_config(self) -> dict[str, Any]:
         return self.config.to_dict()
@@ -332,10 +336,8 @@ def _changed_settings(saved: RunConfig, new: RunConfig) -> list[str]:
     ]
 
 
-def _data_path(directory: str) -> Path:
-    if not directory:
-        raise SettingError("no corpus: ", Setting("data.dir"), " is empty")
-    path = Path(directory).expanduser()
+def _data_path(data: CorpusConfig) -> Path:
+    path = data.directory()
     if not path.exists():
         raise UserError(f"data directory not found: {path}")
     if not path.is_dir():  # one file is one split: validating on it would score the training data
