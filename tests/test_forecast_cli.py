@@ -415,7 +415,7 @@ def _train_command(config: Path, data: Path, out: Path) -> list[str]:
 def test_sigkill_then_resume_is_bit_identical(tmp_path, kill_after_checkpoints) -> None:
     """A run killed after its first checkpoint and resumed ends with the uninterrupted run's weights,
     best/ and log (dropout and the weight average on: the RNG state and the average are restored)."""
-    data = write_ett_like_csv(tmp_path / "series.csv", rows=2000)
+    data = write_ett_like_csv(tmp_path / "series.csv", rows=1000)
     config = tmp_path / "run.yaml"
     config.write_text(
         TINY_CONFIG.replace("dropout: 0.0", "dropout: 0.1")
