@@ -206,7 +206,8 @@ def tiny_translation_run(tmp_path_factory) -> Path:
     """A run directory of a tiny model trained for a few seconds on the built-in digits->words task."""
     from aiayn.data.synthetic import write_task
     from aiayn.train.config import run_config_from_dict
-    from aiayn.train.trainer import Trainer
+    from aiayn.train.engine import train
+    from aiayn.train.translation import TranslationTask
 
     root = tmp_path_factory.mktemp("served")
     write_task(root / "data", seed=0, n_train=2000, n_valid=40, n_test=40)
@@ -233,7 +234,7 @@ def tiny_translation_run(tmp_path_factory) -> Path:
             "seed": 0,
         },
     }
-    Trainer(run_config_from_dict(values), root / "run", log=lambda _: None, progress=False).train()
+    train(TranslationTask(run_config_from_dict(values)), root / "run", log=lambda _: None, progress=False)
     return root / "run"
 
 

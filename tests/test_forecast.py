@@ -13,7 +13,9 @@ import torch
 from aiayn.forecast.baselines import DLinear, RepeatLast, SeasonalNaive
 from aiayn.forecast.data import Scaler, n_windows, prepare, read_series, split_borders, split_range
 from aiayn.forecast.model import ForecastConfig, Forecaster, InstanceNorm
-from aiayn.forecast.train import ForecastTask, TrainConfig, WeightAverage, batch_error, evaluate, fit
+from aiayn.forecast.train import FitState, ForecastTask, ForecastTrainConfig, batch_error, evaluate
+from aiayn.train import engine
+from aiayn.train.engine import WeightAverage
 from conftest import write_ett_like_csv
 
 
@@ -174,7 +176,7 @@ def test_config_errors_name_the_field() -> None:
 
 def task_loss(model, windows, idx, outputs: list[int], loss: str = "mse") -> torch.Tensor:
     """The training loss as the engine computes it (:meth:`ForecastTask.loss`) on windows ``idx``."""
-    task = ForecastTask(model, windows, windows, outputs, TrainConfig(loss=loss), {}, lambda _: None)
+    task = ForecastTask(model, windows, windows, outputs, ForecastTrainConfig(loss=loss))
     return task.loss(model, idx).value
 
 
@@ -255,9 +257,16 @@ def test_training_loss_is_squared_or_absolute_error(series: Path) -> None:
     torch.testing.assert_close(mse, error.square().mean())
     torch.testing.assert_close(mae, error.abs().mean())
     assert mae.item() != pytest.approx(mse.item(), rel=1e-2)
-    assert TrainConfig(loss="mae").loss == "mae"
+    assert ForecastTrainConfig(loss="mae").loss == "mae"
     with pytest.raises(ValueError, match="^loss: must be one of mse, mae; got 'huber'"):
-        TrainConfig(loss="huber")
+        ForecastTrainConfig(loss="huber")
+
+
+def fit(model, train, val, outputs: list[int], config: ForecastTrainConfig) -> FitState:
+    """Train ``model`` as a :class:`ForecastTask` with no run directory; what the task reports."""
+    task = ForecastTask(model, train, val, outputs, config)
+    engine.train(task, None, progress=False)
+    return task.result()
 
 
 def test_evaluate_and_fit_with_early_stopping(series: Path) -> None:
@@ -265,7 +274,11 @@ def test_evaluate_and_fit_with_early_stopping(series: Path) -> None:
     train, val = data.windows("train", 48, 24), data.windows("val", 48, 24)
     model = DLinear(48, 24, data.outputs)
     state = fit(
-        model, train, val, data.outputs, TrainConfig(batch_size=256, lr=1e-2, max_epochs=2), progress=False
+        model,
+        train,
+        val,
+        data.outputs,
+        ForecastTrainConfig(batch_size=256, lr=1e-2, max_epochs=2, precision="fp32"),
     )
     assert state.epoch == 2 and state.best_val == min(h["val_mse"] for h in state.history)
     assert evaluate(model, val, data.outputs)["mse"] == pytest.approx(state.best_val)
@@ -295,12 +308,14 @@ def test_fit_with_ema_keeps_the_validated_average(series: Path) -> None:
     data = prepare(series, "S", "OT", 48, 24)
     train, val = data.windows("train", 48, 24), data.windows("val", 48, 24)
     model = DLinear(48, 24, data.outputs)
-    cfg = TrainConfig(batch_size=256, lr=1e-2, max_epochs=2, max_steps_per_epoch=5, ema=0.9)
-    state = fit(model, train, val, data.outputs, cfg, progress=False)
+    cfg = ForecastTrainConfig(
+        batch_size=256, lr=1e-2, max_epochs=2, max_steps_per_epoch=5, ema=0.9, precision="fp32"
+    )
+    state = fit(model, train, val, data.outputs, cfg)
     assert evaluate(model, val, data.outputs)["mse"] == pytest.approx(state.best_val)
-    for bad in (dict(ema=1.0), dict(patience=0), dict(lr_decay=0.0), dict(grad_clip=-1.0)):
+    for bad in (dict(ema=1.0), dict(patience=-1), dict(lr_decay=0.0), dict(clip_norm=-1.0)):
         with pytest.raises(ValueError, match=next(iter(bad))):
-            TrainConfig(**bad)
+            ForecastTrainConfig(**bad)
 
 
 def test_scaler_round_trip() -> None:
@@ -341,12 +356,14 @@ def test_channels_per_step_trains_on_a_seeded_subset(series: Path, monkeypatch: 
         return error(pred, truth, loss)
 
     monkeypatch.setattr("aiayn.forecast.train.batch_error", recording)
-    cfg = TrainConfig(batch_size=64, lr=1e-3, max_epochs=2, max_steps_per_epoch=3, channels_per_step=2)
+    cfg = ForecastTrainConfig(
+        batch_size=64, lr=1e-3, max_epochs=2, max_steps_per_epoch=3, channels_per_step=2
+    )
     weights = []
     for _ in range(2):
         torch.manual_seed(0)
         model = _seven_variable_model()
-        state = fit(model, train, val, data.outputs, cfg, progress=False)
+        state = fit(model, train, val, data.outputs, cfg)
         weights.append(model.head.weight.detach().clone())
         assert math.isfinite(state.best_val)
     assert seen == [2] * 12  # 2 runs x 2 epochs x 3 steps, 2 variables each
@@ -359,10 +376,12 @@ def test_channels_per_step_of_the_files_width_or_more_changes_nothing(series: Pa
     train, val = data.windows("train", 48, 24), data.windows("val", 48, 24)
     weights = []
     for k in (0, 7, 9):
-        cfg = TrainConfig(batch_size=64, lr=1e-3, max_epochs=1, max_steps_per_epoch=3, channels_per_step=k)
+        cfg = ForecastTrainConfig(
+            batch_size=64, lr=1e-3, max_epochs=1, max_steps_per_epoch=3, channels_per_step=k
+        )
         torch.manual_seed(0)
         model = _seven_variable_model()
-        fit(model, train, val, data.outputs, cfg, progress=False)
+        fit(model, train, val, data.outputs, cfg)
         weights.append(model.head.weight.detach().clone())
     torch.testing.assert_close(weights[1], weights[0], rtol=0, atol=0)
     torch.testing.assert_close(weights[2], weights[0], rtol=0, atol=0)

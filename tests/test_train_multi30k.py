@@ -10,7 +10,8 @@ import pytest
 from aiayn.checkpoint import MODEL_FILE, load_checkpoint
 from aiayn.cli import main
 from aiayn.train.config import run_config_from_dict
-from aiayn.train.trainer import Trainer
+from aiayn.train.engine import start
+from aiayn.train.translation import TranslationTask
 from conftest import run_config
 
 
@@ -29,9 +30,11 @@ def test_multi30k_smoke_run_loss_falls(multi30k_dir: Path, tmp_path: Path) -> No
         train={"max_steps": 30, "save_every": 30, "valid_every": 30, "log_every": 5},
     )
     logs: list[str] = []
-    trainer = Trainer(run_config_from_dict(values), tmp_path / "run", log=logs.append, progress=False)
+    trainer = start(
+        TranslationTask(run_config_from_dict(values)), tmp_path / "run", log=logs.append, progress=False
+    )
     trainer.valid_examples = trainer.valid_examples[:200]  # keep the smoke run short
-    trainer.train()
+    trainer.engine.run(trainer)
     assert any(line.startswith("read 29000 pairs") for line in logs)
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     train = [r["loss"] for r in records if r["split"] == "train"]
@@ -53,8 +56,10 @@ def test_lowercase_run_reads_and_writes_lowercase_and_scores_case_insensitively(
         data={"src_lang": "en", "tgt_lang": "de", "vocab_size": 600, "lowercase": True},
         train={"max_steps": 2, "save_every": 2, "valid_every": 0},
     )
-    trainer = Trainer(run_config_from_dict(values), tmp_path / "run", log=lambda _: None, progress=False)
-    trainer.train()
+    trainer = start(
+        TranslationTask(run_config_from_dict(values)), tmp_path / "run", log=lambda _: None, progress=False
+    )
+    trainer.engine.run(trainer)
     assert trainer.tokenizer.lowercases
     assert load_checkpoint(tmp_path / "run").tokenizer_bytes == trainer.tokenizer.to_bytes()
     # Validation BLEU ignores case: a lowercasing model cannot write the references' capitals.
