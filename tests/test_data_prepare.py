@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -26,7 +25,7 @@ from aiayn.data.prepared import MANIFEST, PrepareSettings, open_prepared
 from aiayn.data.synthetic import write_task
 from aiayn.data.tokenizer import Tokenizer
 from aiayn.errors import UserError
-from conftest import run_config, write_parallel_text
+from conftest import free_port, launched, run_config, write_parallel_text
 
 TASK = PrepareSettings("digits", "words", vocab_size=400, max_sentence_tokens=32)
 
@@ -275,14 +274,7 @@ def test_bad_corpora_are_one_line(tmp_path: Path) -> None:
 # --- several machines ------------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
+@pytest.mark.xdist_group("torchrun")  # one launch of several processes at a time
 def test_two_nodes_with_c10d_rendezvous_match_one_process(prepared: Path, tmp_path: Path) -> None:
     """Two torchrun launchers (two "machines", one process each) meet at a c10d rendezvous on
     127.0.0.1 and train with gloo: the weights are those of one process with the same global batch."""
@@ -296,13 +288,7 @@ def test_two_nodes_with_c10d_rendezvous_match_one_process(prepared: Path, tmp_pa
     subprocess.run(
         [sys.executable, *train, "--out", str(tmp_path / "one")], check=True, env=env, capture_output=True
     )
-    for attempt in range(2):
-        shutil.rmtree(tmp_path / "two", ignore_errors=True)
-        codes, outputs = _two_nodes(train, tmp_path / "two", env)
-        # torchrun's own teardown race (pytorch#69197): a launcher whose store host has already
-        # exited fails to reach it while its worker is ending; that launch alone is run again
-        if attempt or all(code == 0 for code in codes) or not any(TEARDOWN_RACE in o for o in outputs):
-            break
+    codes, outputs = launched(lambda: _two_nodes(train, tmp_path / "two", env), tmp_path / "two")
     assert all(code == 0 for code in codes), "\n".join(o[-2000:] for o in outputs)
     one = load_file(str(list_checkpoints(tmp_path / "one")[-1] / MODEL_FILE))
     two = load_file(str(list_checkpoints(tmp_path / "two")[-1] / MODEL_FILE))
@@ -316,13 +302,10 @@ def test_two_nodes_with_c10d_rendezvous_match_one_process(prepared: Path, tmp_pa
     assert sum(r["split"] == "train" for r in records) == 4
 
 
-TEARDOWN_RACE = "RendezvousConnectionError: The connection to the C10d store has failed"
-
-
 def _two_nodes(train: list[str], out: Path, env: dict) -> tuple[list[int], list[str]]:
     """Two torchrun launchers of ``train`` into ``out`` at one c10d rendezvous on 127.0.0.1: their exit
     codes and outputs."""
-    endpoint = f"127.0.0.1:{_free_port()}"
+    endpoint = f"127.0.0.1:{free_port()}"
     launcher = [
         *(sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1"),
         *("--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", "aiayn-test"),

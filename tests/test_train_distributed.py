@@ -19,9 +19,10 @@ from aiayn.train import distributed
 from aiayn.train.config import run_config_from_dict
 from aiayn.train.engine import Engine, start
 from aiayn.train.translation import TranslationTask
-from conftest import _train_command, _write_config, run_config
+from conftest import _train_command, _write_config, free_port, launched, run_config
 
 
+@pytest.mark.xdist_group("torchrun")  # one launch of several processes at a time
 def test_two_processes_match_one_with_the_same_global_batch(task_dir: Path, tmp_path: Path) -> None:
     values = run_config(
         task_dir,
@@ -39,14 +40,19 @@ def test_two_processes_match_one_with_the_same_global_batch(task_dir: Path, tmp_
         "--nproc_per_node",
         "2",
         "--master_port",
-        str(29500 + os.getpid() % 1000),
+        str(free_port()),
         "-m",
         "aiayn",
     ]
-    two = subprocess.run(
-        torchrun + _train_command(config, tmp_path / "two")[3:], env=env, capture_output=True, text=True
-    )
-    assert two.returncode == 0, two.stderr[-2000:]
+
+    def launch() -> tuple[list[int], list[str]]:
+        two = subprocess.run(
+            torchrun + _train_command(config, tmp_path / "two")[3:], env=env, capture_output=True, text=True
+        )
+        return [two.returncode], [two.stdout + two.stderr]
+
+    codes, outputs = launched(launch, tmp_path / "two")
+    assert codes == [0], outputs[0][-2000:]
     read = lambda run: [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]  # noqa: E731
     one_log, two_log = read(tmp_path / "one"), read(tmp_path / "two")
     assert [r["split"] for r in one_log] == [r["split"] for r in two_log]
@@ -55,12 +61,13 @@ def test_two_processes_match_one_with_the_same_global_batch(task_dir: Path, tmp_
     assert sum(r["split"] == "train" for r in two_log) == 5
 
 
+@pytest.mark.xdist_group("torchrun")
 def test_a_sharded_optimizer_gives_the_same_run_bit_for_bit(task_dir: Path, tmp_path: Path) -> None:
     """Two processes with ``train.shard_optimizer`` (each keeps Adam's moments for half the weights)
     against two without: the same weights and the same whole optimizer state in every checkpoint;
     a run sharded from an unsharded checkpoint (and the other way round) goes on as either would."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    port = 29500 + (os.getpid() + 7) % 1000
+    port = free_port()
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port"]
 
     def train(out: Path, shard: bool, max_steps: int) -> None:
@@ -70,14 +77,19 @@ def test_a_sharded_optimizer_gives_the_same_run_bit_for_bit(task_dir: Path, tmp_
             train={"max_steps": max_steps, "save_every": 2, "valid_every": 0, "shard_optimizer": shard},
         )
         config = _write_config(tmp_path / f"{out.name}.yaml", values)
-        run = subprocess.run(
-            [*torchrun, str(port), "-m", "aiayn", *_train_command(config, out)[3:]],
-            env=env,
-            capture_output=True,
-            text=True,
-        )
-        assert run.returncode == 0, run.stderr[-2000:]
-        assert ("optimizer state split between the 2 processes" in run.stdout) == shard
+
+        def launch() -> tuple[list[int], list[str]]:
+            run = subprocess.run(
+                [*torchrun, str(port), "-m", "aiayn", *_train_command(config, out)[3:]],
+                env=env,
+                capture_output=True,
+                text=True,
+            )
+            return [run.returncode], [run.stdout + run.stderr]
+
+        codes, outputs = launched(launch, out)
+        assert codes == [0], outputs[0][-2000:]
+        assert ("optimizer state split between the 2 processes" in outputs[0]) == shard
 
     def checkpoint(out: Path, step: int) -> dict[str, Tensor]:
         found = load_checkpoint(out / "checkpoints" / checkpoint_name(step))
