@@ -378,8 +378,8 @@ def _write_config(path: Path, values: dict) -> Path:
 # --- torchrun launches -----------------------------------------------------------------------------
 
 #: What a torchrun launch prints when one of its processes aborts while they shut down, after the
-#: training ended (PyTorch's gloo/c10d teardown; pytorch#69197): seen under load in 3 of 9 full runs
-#: of the suite here, never in 15 runs of the same tests alone (benchmarks/README.md).
+#: training ended (PyTorch's gloo/c10d teardown; pytorch#69197): seen in 3 of 8 full runs of the
+#: suite here, never in 9 runs of the two-node test alone (benchmarks/README.md).
 TORCHRUN_TEARDOWN = ("terminate called without an active exception", "RendezvousConnectionError")
 
 
