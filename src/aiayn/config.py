@@ -290,15 +290,10 @@ def upgrade(
                 f"{source}: {rename.old} is the former name of {rename.new}: give only {rename.new}"
             )
         target[new_key] = rename.convert(section.pop(old_key))
-        if warn:
-            warn_renamed(source, rename.old, rename.new, target[new_key])
+        if warn and os.environ.get("RANK", "0") == "0":
+            read = f"read as {rename.new}: {target[new_key]!r}"
+            print(f"aiayn: warning: {source}: {rename.old} is now {rename.new} ({read})", file=sys.stderr)
     return values
-
-
-def warn_renamed(source: str | Path, old: str, new: str, value: Any) -> None:
-    """The one warning line of a setting read under its former name (the first process's only)."""
-    if os.environ.get("RANK", "0") == "0":
-        print(f"aiayn: warning: {source}: {old} is now {new} (read as {new}: {value!r})", file=sys.stderr)
 
 
 @contextlib.contextmanager

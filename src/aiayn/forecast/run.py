@@ -12,12 +12,13 @@ relative to the config file, target, features, input_len, label_len, horizon), `
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
-from aiayn.config import Checked, assign_flags, from_mapping, read_yaml, reported, upgrade, warn_renamed
-from aiayn.errors import Setting, SettingError, UserError
+from aiayn.config import Checked, Renamed, assign_flags, from_mapping, read_yaml, reported, upgrade
+from aiayn.errors import Setting, SettingError
 from aiayn.forecast.data import ForecastData, SeriesConfig, Windows, prepare
 from aiayn.forecast.model import ForecastConfig
 from aiayn.forecast.train import RENAMED, ForecastTrainConfig
@@ -49,18 +50,18 @@ def load_config(path: str | Path, **flags: Any) -> ForecastRun:
 
 
 def _upgrade_space(space: dict[str, Any], source: str | Path) -> dict[str, Any]:
-    """A search space whose keys use former names, under the new ones (one warning each)."""
-    space = dict(space)
-    for rename in RENAMED:
-        if rename.old not in space:
-            continue
-        if rename.new in space:
-            old = f"tune.space.{rename.old}"
-            raise UserError(f"{source}: {old} is the former name of {rename.new}: give {rename.new} only")
-        values = space.pop(rename.old)
-        space[rename.new] = [rename.convert(v) for v in values] if isinstance(values, list) else values
-        warn_renamed(source, f"tune.space.{rename.old}", f"tune.space.{rename.new}", space[rename.new])
-    return space
+    """A search space whose keys use former names, under the new ones (:func:`upgrade` on the
+    ``tune`` section, each value of a key's list converted)."""
+    renamed = [
+        Renamed(f"tune.space.{r.old}", f"tune.space.{r.new}", functools.partial(_each, r.convert))
+        for r in RENAMED
+    ]
+    tune = upgrade({"tune": {f"space.{key}": values for key, values in space.items()}}, renamed, source)
+    return {key.removeprefix("space."): values for key, values in tune["tune"].items()}
+
+
+def _each(convert: Callable[[Any], Any], values: Any) -> Any:
+    return [convert(value) for value in values] if isinstance(values, list) else values
 
 
 def model_config(config: ForecastRun, data: ForecastData, source: str | Path) -> ForecastConfig:
