@@ -43,7 +43,7 @@ from aiayn.errors import UserError
 
 POSITIONAL_KINDS = ("sinusoidal", "learned", "none")
 TIE_KINDS = ("none", "decoder", "all")
-ACTIVATIONS = ("relu", "gelu")
+ACTIVATIONS = ("relu", "gelu", "silu")
 
 # Fixed special-token ids, shared by the tokenizer (aiayn.data) and the model.
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
@@ -237,16 +237,58 @@ def read_config(path: str | Path | None, overrides: Sequence[str] = (), flags: d
     """A YAML config's values (``{}`` without a file) with ``overrides`` (``section.key=value``, the
     value read as YAML) applied, then ``flags`` (``"section.key"``: value; None = not given)."""
     values: dict[str, Any] = read_yaml(path) if path else {}
+    return assign_flags(apply_overrides(values, overrides), flags or {})
+
+
+def apply_overrides(values: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
+    """``values`` with each of ``overrides`` (``section.key=value`` from ``--set``, the value read as
+    YAML) assigned in place."""
     for item in overrides:
         key, sep, raw = item.partition("=")
         if not sep or "." not in key:
-            raise UserError(f"an override must read section.key=value; got {item!r}")
+            raise UserError(f"--set must read section.key=value; got {item!r}")
         try:
             value = parse_yaml(raw)
         except yaml.YAMLError:
-            raise UserError(f"override {item!r}: the value is not valid YAML") from None
+            raise UserError(f"--set {item!r}: the value is not valid YAML") from None
         assign(values, key, value)
-    return assign_flags(values, flags or {})
+    return values
+
+
+#: The budget flags of the training commands: flag suffix -> (setting, type, help).
+BUDGET_FLAGS = {
+    "steps": ("train.max_steps", int, "stop after this many optimizer steps"),
+    "epochs": ("train.max_epochs", int, "stop after this many epochs"),
+    "hours": ("train.max_hours", float, "stop after this much training time, summed over resumes"),
+}
+
+
+def add_training_flags(parser, budgets: Sequence[str] = ("steps", "epochs", "hours")) -> None:
+    """The flags every training command takes, spelled and meaning the same everywhere: ``--set``
+    (repeatable), ``--device``, ``--threads`` and the budget flags ``--max-`` each of ``budgets``.
+    :func:`training_flags` gives the settings they set."""
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="override any config field, e.g. --set train.precision=fp32 (repeatable)",
+    )
+    parser.add_argument(
+        "--device", help="auto (the default: the GPU when there is one), cpu, cuda or cuda:N (train.device)"
+    )
+    parser.add_argument("--threads", type=int, help="torch CPU threads (default: one per core)")
+    for name in budgets:
+        setting, kind, text = BUDGET_FLAGS[name]
+        parser.add_argument(f"--max-{name}", type=kind, help=f"{text} ({setting}; 0 = no limit)")
+
+
+def training_flags(args: Any) -> dict[str, Any]:
+    """The settings (``"section.key"``: value, None = not given) of :func:`add_training_flags`'s flags."""
+    flags = {"train.device": args.device}
+    for name, (setting, _, _) in BUDGET_FLAGS.items():
+        flags[setting] = getattr(args, f"max_{name}", None)
+    return flags
 
 
 def assign_flags(values: dict[str, Any], flags: dict[str, Any]) -> dict[str, Any]:
@@ -378,8 +420,11 @@ class TransformerConfig(Checked):
     #: The paper ties all three (its shared BPE vocabulary); the default is "none" because it cannot
     #: assume one vocabulary: the shipped configs set "all", as the paper does.
     tie_embeddings: str = setting("none", choices=TIE_KINDS)
-    #: Feed-forward activation: "relu" (paper) or "gelu".
+    #: Feed-forward activation: "relu" (paper), "gelu" or "silu" (x * sigmoid(x), Marian's "swish").
     activation: str = setting("relu", choices=ACTIVATIONS)
+    #: A bias on the pre-softmax projection. The paper's generator has none (False); imported
+    #: MarianMT models have one (their ``final_logits_bias``).
+    generator_bias: bool = False
     #: LayerNorm epsilon (the paper does not state one; PyTorch's default).
     layer_norm_eps: float = setting(1e-5, gt=0)
     pad_id: int = setting(PAD_ID, ge=0)

@@ -16,10 +16,12 @@ from pathlib import Path
 import torch
 
 from aiayn.checkpoint import latest_checkpoint, load_checkpoint
+from aiayn.config import add_training_flags, training_flags
 from aiayn.data.corpus import read_parallel
 from aiayn.data.synthetic import SRC_LANG, TGT_LANG, write_task
 from aiayn.decode.search import DecodeOptions
 from aiayn.decode.translator import Translator
+from aiayn.device import apply_device_flags
 from aiayn.errors import naming_flags
 from aiayn.loading import load_translation_model
 from aiayn.plots import draw_attention, plot_curves, plot_positional_encoding
@@ -33,7 +35,7 @@ def register(subparsers) -> None:
         "--out", type=Path, default=Path("aiayn_demo"), help="working directory (default: ./aiayn_demo)"
     )
     demo.add_argument("--retrain", action="store_true", help="train again even if a finished run is there")
-    demo.add_argument("--max-steps", type=int, help="override the demo config's number of training steps")
+    add_training_flags(demo, budgets=("steps",))  # --set, --device, --threads, --max-steps: as every trainer
     demo.add_argument("--beam", type=int, default=4)
     demo.add_argument("--no-progress", action="store_true")
     demo.set_defaults(func=run_demo)
@@ -47,6 +49,7 @@ def demo_config_path() -> Path:
 def run_demo(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     DecodeOptions(beam=args.beam)  # a bad --beam fails now, not after minutes of training
+    apply_device_flags(args)  # so do a bad --device and --threads
     data_dir, run_dir = args.out / "data", args.out / "run"
     if args.retrain:
         shutil.rmtree(run_dir, ignore_errors=True)
@@ -67,7 +70,7 @@ def _train(data_dir: Path, run_dir: Path, args: argparse.Namespace) -> None:
     from aiayn.train.translation import TranslationTask
 
     config = load_run_config(
-        demo_config_path(), **{"data.dir": str(data_dir), "train.max_steps": args.max_steps}
+        demo_config_path(), args.set, **{**training_flags(args), "data.dir": str(data_dir)}
     )
     latest = latest_checkpoint(run_dir)
     if (

@@ -33,3 +33,14 @@ def resolve_device(name: str, option: str) -> torch.device:
             f"{option} {name!r}: this machine has {count} CUDA device(s), cuda:0 to cuda:{count - 1}"
         )
     return torch.device("cuda", index)
+
+
+def apply_device_flags(args) -> None:
+    """A training command's ``--device`` checked and ``--threads`` applied, before any work
+    (:func:`aiayn.config.add_training_flags`)."""
+    if args.device is not None:
+        resolve_device(args.device, "--device")
+    if args.threads is not None:
+        if args.threads < 1:
+            raise UserError(f"--threads: must be >= 1; got {args.threads}")
+        torch.set_num_threads(args.threads)

@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from aiayn.config import add_training_flags, training_flags
+from aiayn.device import apply_device_flags
 from aiayn.errors import UserError, naming_flags
 from aiayn.forecast.data import FEATURE_MODES, SPLITS, Scaler, prepare, read_series, select_features
 from aiayn.forecast.metrics import evaluate
@@ -26,7 +28,9 @@ FLAGS = {
     "run_dir": "--out",
     "tune_dir": "--out",
     "data.path": "data.path in the config or pass --data",
+    "train.max_steps": "train.max_steps (--max-steps)",
     "train.max_epochs": "train.max_epochs (--max-epochs)",
+    "train.max_hours": "train.max_hours (--max-hours)",
 }
 
 
@@ -65,12 +69,8 @@ def _add_train(commands: argparse._SubParsersAction) -> None:
     tr.add_argument("--target")
     tr.add_argument("--features", choices=FEATURE_MODES)
     tr.add_argument("--out", default="runs/forecast", help="run directory (checkpoints)")
-    tr.add_argument("--max-epochs", type=int)
+    add_training_flags(tr)  # --set, --device, --threads, --max-steps/-epochs/-hours: as every trainer
     tr.add_argument("--seed", type=int)
-    tr.add_argument("--threads", type=int, help="torch CPU threads")
-    tr.add_argument(
-        "--device", help="auto (the default: a GPU when there is one), cpu, cuda or cuda:N (train.device)"
-    )
     tr.set_defaults(func=cmd_train)
 
 
@@ -87,8 +87,7 @@ def _add_tune(commands: argparse._SubParsersAction) -> None:
     tu.add_argument("--out", required=True, help="directory for trials.jsonl and best.yaml (a rerun goes on)")
     tu.add_argument("--trials", type=int, help="at most this many trials (overrides tune.trials)")
     tu.add_argument("--minutes", type=float, help="start no trial after this many minutes (tune.minutes)")
-    tu.add_argument("--threads", type=int, help="torch CPU threads")
-    tu.add_argument("--device", help="auto (the default: a GPU when there is one), cpu, cuda or cuda:N")
+    add_training_flags(tu)  # the same flags as train's; the budgets bound each trial's trainings
     tu.set_defaults(func=cmd_tune)
 
 
@@ -96,22 +95,18 @@ def _add_tune(commands: argparse._SubParsersAction) -> None:
 
 
 def _flags(args: argparse.Namespace, tuning: bool = False) -> dict[str, Any]:
-    """The config overrides of ``train`` (or, ``tuning``, of ``tune``'s fewer flags)."""
+    """The config overrides of ``train`` (or, ``tuning``, of ``tune``'s fewer flags; its --device
+    goes to the tuner, outside what makes two searches the same)."""
     flags = {
         "data.path": args.data,
         "data.horizon": args.horizon,
         "data.target": args.target,
         "data.features": args.features,
+        **training_flags(args),
     }
     if tuning:
-        return flags
-    return {
-        **flags,
-        "data.input_len": args.input_len,
-        "train.max_epochs": args.max_epochs,
-        "train.seed": args.seed,
-        "train.device": args.device,
-    }
+        return {**flags, "train.device": None}
+    return {**flags, "data.input_len": args.input_len, "train.seed": args.seed}
 
 
 # --- commands ----------------------------------------------------------------------------------
@@ -124,9 +119,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     from aiayn.forecast.train import ForecastTask
     from aiayn.train.engine import train
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    config = load_config(args.config, **_flags(args))
+    apply_device_flags(args)
+    config = load_config(args.config, args.set, **_flags(args))
     run = build_training(config, args.config)
     out, windows = Path(args.out), run.windows
     print(f"train {len(windows['train'])} windows, val {len(windows['val'])}; run directory {out}")
@@ -145,13 +139,12 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from aiayn.forecast.run import load_config
     from aiayn.forecast.tune import Tuner
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    apply_device_flags(args)
     if args.trials is not None and args.trials < 1:
         raise UserError(f"--trials must be >= 1; got {args.trials}")
     if args.minutes is not None and args.minutes < 0:
         raise UserError(f"--minutes must be >= 0; got {args.minutes}")
-    config = load_config(args.config, **_flags(args, tuning=True))
+    config = load_config(args.config, args.set, **_flags(args, tuning=True))
     best = Tuner(config, args.config, args.out, device=args.device).run(args.trials, args.minutes)
     chosen = ", ".join(f"{k}={v}" for k, v in best["settings"].items()) or "the config as written"
     print(f"best: trial {best['trial']}, val MSE {best['val_mse']:.4f} ({chosen})")

@@ -15,9 +15,18 @@ import dataclasses
 import functools
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
-from aiayn.config import Checked, Renamed, assign_flags, from_mapping, read_yaml, reported, upgrade
+from aiayn.config import (
+    Checked,
+    Renamed,
+    apply_overrides,
+    assign_flags,
+    from_mapping,
+    read_yaml,
+    reported,
+    upgrade,
+)
 from aiayn.errors import Setting, SettingError
 from aiayn.forecast.data import ForecastData, SeriesConfig, Windows, prepare
 from aiayn.forecast.model import ForecastConfig
@@ -34,14 +43,15 @@ class ForecastRun(Checked):
     tune: dict[str, Any] = field(default_factory=dict)  #: TuneConfig fields (aiayn forecast tune)
 
 
-def load_config(path: str | Path, **flags: Any) -> ForecastRun:
-    """The YAML config with ``flags`` (``"section.key"``: value, None = not given) applied; data.path
-    made absolute (relative to the config file; a --data path stays as given)."""
+def load_config(path: str | Path, overrides: Sequence[str] = (), **flags: Any) -> ForecastRun:
+    """The YAML config with ``overrides`` (``--set section.key=value``) and then ``flags``
+    (``"section.key"``: value, None = not given) applied; data.path made absolute (relative to the
+    config file; a path given by --data or --set stays as given)."""
     raw = read_yaml(path)
     data = raw.get("data")
     if isinstance(data, dict) and isinstance(data.get("path"), str):
         raw["data"] = {**data, "path": str((Path(path).parent / data["path"]).resolve())}
-    raw = upgrade(assign_flags(raw, flags), RENAMED, path)
+    raw = upgrade(assign_flags(apply_overrides(raw, overrides), flags), RENAMED, path)
     tune = raw.get("tune")
     if isinstance(tune, dict) and isinstance(tune.get("space"), dict):
         raw["tune"] = {**tune, "space": _upgrade_space(tune["space"], path)}

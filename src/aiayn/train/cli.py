@@ -8,6 +8,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from aiayn.config import add_training_flags, training_flags
+from aiayn.device import apply_device_flags
 from aiayn.errors import UserError, naming_flags
 
 #: How a library error names the settings these commands set by flags.
@@ -30,20 +32,9 @@ def register(subparsers) -> None:
     train.add_argument("--src-lang")
     train.add_argument("--tgt-lang")
     train.add_argument("--out", required=True, help="run directory (checkpoints, best/, metrics.jsonl)")
-    train.add_argument("--max-steps", type=int)
-    train.add_argument("--max-epochs", type=int)
-    train.add_argument(
-        "--max-hours", type=float, help="stop after this much training time (summed over resumes)"
-    )
+    add_training_flags(train)  # --set, --device, --threads, --max-steps/-epochs/-hours: as every trainer
     train.add_argument("--save-every", type=int)
     train.add_argument("--seed", type=int)
-    train.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="SECTION.KEY=VALUE",
-        help="override any config field, e.g. --set optim.warmup=8000 (repeatable)",
-    )
     train.add_argument("--no-progress", action="store_true", help="no progress bar (log lines only)")
     train.set_defaults(func=run_train)
 
@@ -63,6 +54,7 @@ def run_train(args: argparse.Namespace) -> int:
     from aiayn.train.engine import train
     from aiayn.train.translation import TranslationTask
 
+    apply_device_flags(args)
     config = load_run_config(
         args.config,
         args.set,
@@ -70,9 +62,7 @@ def run_train(args: argparse.Namespace) -> int:
             "data.dir": args.data_dir,
             "data.src_lang": args.src_lang,
             "data.tgt_lang": args.tgt_lang,
-            "train.max_steps": args.max_steps,
-            "train.max_epochs": args.max_epochs,
-            "train.max_hours": args.max_hours,
+            **training_flags(args),
             "train.save_every": args.save_every,
             "train.seed": args.seed,
         },
