@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
+import re
 import signal
 import time
 from pathlib import Path
@@ -83,6 +84,15 @@ BAD_REQUESTS = [
     ({"text": ["1"], "nbest": 5}, "nbest"),
     ({"text": ["1"], "engine": "marian"}, "engine"),
     ({"text": ["1"], "colour": "blue"}, "colour"),
+    ({"text": ["1"], "top_p": 0.9}, "top_p: needs sample: true"),
+    ({"text": ["1"], "seed": 3}, "seed: needs sample: true"),
+    ({"text": ["1"], "sample": True, "top_p": 0}, "top_p"),
+    ({"text": ["1"], "sample": True, "temperature": 0}, "temperature"),
+    ({"text": ["1"], "sample": True, "top_k": -1}, "top_k"),
+    ({"text": ["1"], "sample": True, "seed": -1}, "seed"),
+    ({"text": ["1"], "sample": True, "seed": 2**40}, "seed"),
+    ({"text": ["1"], "sample": True, "nbest": 65}, "nbest"),
+    ({"text": ["1"], "sample": "yes"}, "sample"),
     ([1, 2], "body"),
 ]
 
@@ -92,7 +102,7 @@ def test_hundreds_of_bad_requests_get_one_line_4xx_and_the_server_lives(
 ) -> None:
     url = live_server(tiny_translation_run)
     deadline = time.time() + 60
-    for _ in range(20):  # 20 x 15 = 300 requests, bounded in time too
+    for _ in range(12):  # 12 x 25 = 300 requests, bounded in time too
         for body, field in BAD_REQUESTS:
             answer = post(url, "/v1/translate", body)
             assert 400 <= answer.status_code < 500, (body, answer.status_code, answer.text)
@@ -106,6 +116,51 @@ def test_hundreds_of_bad_requests_get_one_line_4xx_and_the_server_lives(
     assert good.status_code == 200 and good.json()["translations"][0]["text"]
 
 
+def test_sampling_follows_the_translate_commands_rules(tiny_translation_run, live_server) -> None:
+    """``sample`` with a seed gives what ``aiayn translate --sample --seed`` gives for the same text,
+    the same on every request and whatever arrives beside it (a sampling request is decoded alone);
+    another seed, other samples; a sampling field without ``sample`` and /v1/attention's ``sample``
+    are refused."""
+    url = live_server(tiny_translation_run, "--max-wait-ms", "50")
+    texts = NUMBERS[:4]
+    body = {"text": texts, "sample": True, "seed": 7, "temperature": 1.5, "top_k": 20, "nbest": 3}
+    model, tokenizer, _ = load(tiny_translation_run)
+    options = {"sample": True, "seed": 7, "temperature": 1.5, "top_k": 20}
+    expected = Translator(model, tokenizer, **options).translate_nbest(texts, 3)
+
+    def samples(answer: httpx.Response) -> list[list[tuple[float, str]]]:
+        assert answer.status_code == 200, answer.text
+        return [[(h["score"], h["text"]) for h in t["nbest"]] for t in answer.json()["translations"]]
+
+    first = samples(post(url, "/v1/translate", body))
+    assert [[text for _, text in hyps] for hyps in first] == [[text for _, text in e] for e in expected]
+    for got, want in zip(first, expected):
+        assert [score for score, _ in got] == pytest.approx([score for score, _ in want], abs=1e-5)
+    others = [{"text": [n]} for n in NUMBERS[4:]] + [{**body, "seed": 8}, {**body, "text": texts[:2]}]
+    with concurrent.futures.ThreadPoolExecutor(len(others) + 2) as pool:  # arrive together
+        answers = list(pool.map(lambda b: post(url, "/v1/translate", b), [body, *others, body]))
+    assert samples(answers[0]) == samples(answers[-1]) == first
+    assert samples(answers[-3]) != first  # seed 8
+    unseeded = {k: v for k, v in body.items() if k != "seed"}
+    assert samples(post(url, "/v1/translate", unseeded)) != samples(post(url, "/v1/translate", unseeded))
+    refused = post(url, "/v1/attention", {"text": "907042", "sample": True})
+    assert refused.status_code == 422 and refused.json()["error"].startswith("sample")
+
+
+def test_the_manual_names_every_field_the_api_takes() -> None:
+    """The README's line on POST /v1/translate names exactly the fields of its OpenAPI schema (the
+    /docs page), each of which has a description there."""
+    from aiayn.serve.app import Limits, Served, create_app
+
+    app = create_app(Served("translation", {}), Limits(), {"max_tokens": 0, "max_wait_s": 0.0})
+    schema = app.openapi()["components"]["schemas"]["TranslateRequest"]
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    line = next(p for p in readme.split("\n- ") if p.startswith("`POST /v1/translate` takes"))
+    named = set(re.findall(r"`([a-z_]+)`", line.split(";")[0]))
+    assert named == set(schema["properties"]), named ^ set(schema["properties"])
+    assert all(field.get("description") for field in schema["properties"].values())
+
+
 def test_attention_holds_every_layer_and_head_for_the_chosen_translation(
     tiny_translation_run, live_server
 ) -> None:
@@ -114,6 +169,7 @@ def test_attention_holds_every_layer_and_head_for_the_chosen_translation(
     translated = post(url, "/v1/translate", {"text": ["907042"], "beam": 4}).json()["translations"][0]
     assert found["translation"] == translated["text"]
     assert found["source_pieces"][-1] == "</s>" and found["target_pieces"][0] == "<s>"
+    assert found["predicted_pieces"] == [*found["target_pieces"][1:], "</s>"]  # one place on
     s, t = len(found["source_pieces"]), len(found["target_pieces"])
     shapes = {"encoder_self": (1, s, s), "decoder_self": (2, t, t), "cross": (2, t, s)}
     for kind, (layers, queries, keys) in shapes.items():
@@ -337,3 +393,32 @@ def test_the_batcher_groups_requests_by_options_within_the_token_bound() -> None
         [[(0.0, "eeeeeeeeee@4")]],
     ]
     assert decoded == [(["aa", "bb", "dd"], 4), (["cc"], 5), (["eeeeeeeeee"], 4)]
+
+
+def test_a_sampling_request_is_decoded_alone() -> None:
+    """Sampling draws depend on the batch: requests with equal sampling options queued together are
+    each decoded alone, while search requests around them still share a batch."""
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    from aiayn.decode.search import DecodeOptions
+    from aiayn.serve.batching import Batcher
+
+    decoded: list[list[str]] = []
+
+    def decode(lines: list[str], options: DecodeOptions):
+        decoded.append(lines)
+        return [[(0.0, line)] for line in lines]
+
+    async def scenario():
+        with ThreadPoolExecutor(1) as pool:
+            batcher = Batcher(decode, len, pool, max_tokens=100, max_wait_s=0.05)
+            worker = asyncio.create_task(batcher.run())
+            search, sample = DecodeOptions(beam=4), DecodeOptions(sample=True, seed=7)
+            requests = [(["a"], search), (["s1"], sample), (["s2"], sample), (["b"], search)]
+            answers = await asyncio.gather(*(batcher.submit(lines, o) for lines, o in requests))
+            worker.cancel()
+            return answers
+
+    assert asyncio.run(scenario()) == [[[(0.0, x)]] for x in ("a", "s1", "s2", "b")]
+    assert decoded == [["a", "b"], ["s1"], ["s2"]]

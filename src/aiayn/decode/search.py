@@ -442,6 +442,10 @@ class _Beams:
 # --- options and the model entry point -----------------------------------------------------------
 
 
+#: The largest sampling seed (CTranslate2's seeds are 32-bit; one rule for both engines).
+MAX_SEED = 2**32 - 1
+
+
 @dataclass(frozen=True)
 class DecodeOptions:
     """How to decode. ``beam=1`` is greedy search; ``sample=True`` samples instead of searching.
@@ -478,6 +482,7 @@ class DecodeOptions:
             ("temperature", self.temperature > 0, "must be > 0"),
             ("top_k", self.top_k >= 0, "must be >= 0"),
             ("top_p", 0 < self.top_p <= 1, "must be in (0, 1]"),
+            ("seed", self.seed is None or 0 <= self.seed <= MAX_SEED, f"must be in 0..{MAX_SEED}"),
             (
                 "nbest",
                 self.sample or self.nbest <= self.beam,

@@ -3,9 +3,10 @@
 Routes (``/docs`` is FastAPI's page documenting them):
 
 * ``GET /health``; ``GET /v1/model``: kind, engine, config, parameters, languages, vocabulary.
-* Translation runs: ``POST /v1/translate`` (the options and defaults of ``aiayn translate``; the
-  requests that arrive together are decoded in one batch, :mod:`aiayn.serve.batching`) and
-  ``POST /v1/attention`` (one sentence: pieces, translation, every layer's and head's weights).
+* Translation runs: ``POST /v1/translate`` (the options and defaults of ``aiayn translate``: beam
+  search or, with ``sample``, sampling with its rules; the requests that arrive together are decoded
+  in one batch, :mod:`aiayn.serve.batching`, a sampling request alone) and ``POST /v1/attention``
+  (one sentence, searched: pieces, translation, every layer's and head's weights).
 * Forecasting runs: ``POST /v1/forecast`` (the last ``input_len`` rows -> the next ``horizon``).
 * ``GET /``: the page (``static/index.html``), its files under ``/static``.
 
@@ -80,13 +81,35 @@ class SearchOptions(_Strict):
     beam: int = Field(4, description="beam size; 1 = greedy search (the paper: 4)")
     alpha: float = Field(0.6, description="GNMT length penalty alpha (the paper: 0.6)")
     max_len_a: float = Field(1.0, description="at most a * source length + b tokens")
-    max_len_b: int = Field(50)
+    max_len_b: int = Field(50, description="(the paper's a = 1, b = 50: source length + 50)")
     engine: str | None = Field(None, description="optional: the engine this server runs")
 
 
 class TranslateRequest(SearchOptions):
     text: list[str] = Field(description="sentences to translate")
-    nbest: int = Field(1, description="hypotheses per sentence, best first (at most beam)")
+    nbest: int = Field(
+        1, description="hypotheses per sentence, best first (at most beam; with sample, samples)"
+    )
+    sample: bool = Field(False, description="sample instead of searching (beam is then unused)")
+    temperature: float | None = Field(
+        None, description="with sample: divide the log-probabilities by it (default: 1)"
+    )
+    top_k: int | None = Field(
+        None, description="with sample: the k most probable tokens only (default: 0 = all)"
+    )
+    top_p: float | None = Field(
+        None, description="with sample: nucleus sampling threshold (default: 1 = off)"
+    )
+    seed: int | None = Field(
+        None,
+        description="with sample: the same seed and the same text give the same samples (a sampling "
+        "request is decoded alone); default: a new seed each request",
+    )
+
+
+#: The sampling fields of :class:`TranslateRequest`; each needs ``sample: true``, as each of
+#: ``aiayn translate``'s sampling flags needs ``--sample``.
+SAMPLING_FIELDS = ("temperature", "top_k", "top_p", "seed")
 
 
 class AttentionRequest(SearchOptions):
@@ -202,7 +225,7 @@ async def page():
 async def translate(body: TranslateRequest, request: Request) -> dict[str, Any]:
     served, limits = _served(request, "translation"), request.app.state.limits
     _check_text(body.text, limits)
-    options = _options(body, served, nbest=body.nbest)
+    options = _options(body, served, nbest=body.nbest, **_sampling(body))
     results = await request.app.state.batcher.submit(body.text, options)
     return {"translations": [_translation(nbest) for nbest in results], "engine": served.backend.name}
 
@@ -219,7 +242,8 @@ async def attention(body: AttentionRequest, request: Request) -> dict[str, Any]:
     found = await asyncio.get_running_loop().run_in_executor(request.app.state.executor, run)
     return {
         "source_pieces": found.source_pieces,
-        "target_pieces": found.target_pieces,
+        "target_pieces": found.target_pieces,  # what each target position reads (<s> first)
+        "predicted_pieces": found.predicted_pieces,  # what each target position predicts (</s> last)
         "translation": found.translation,
         "score": found.score,
         "attention": {kind: [m.tolist() for m in layers] for kind, layers in found.maps.items()},
@@ -266,17 +290,31 @@ def _check_text(lines: list[str], limits: Limits) -> None:
             raise _bad(422, f"text[{i}]: one sentence per entry (no line breaks)")
 
 
-def _options(body: SearchOptions, served: Served, nbest: int) -> DecodeOptions:
-    if body.beam > MAX_BEAM:  # DecodeOptions checks the lower bounds
-        raise _bad(422, f"beam: must be <= {MAX_BEAM}")
+def _options(body: SearchOptions, served: Served, nbest: int, **sampling: Any) -> DecodeOptions:
+    for name, value in (("beam", body.beam), ("nbest", nbest)):
+        if value > MAX_BEAM:  # DecodeOptions checks the lower bounds
+            raise _bad(422, f"{name}: must be <= {MAX_BEAM}")
     if body.engine is not None and body.engine != served.backend.name:
         raise _bad(422, f"engine: this server runs {served.backend.name!r}; valid: {served.backend.name}")
     try:
         return DecodeOptions(
-            beam=body.beam, alpha=body.alpha, nbest=nbest, max_len_a=body.max_len_a, max_len_b=body.max_len_b
+            beam=body.beam,
+            alpha=body.alpha,
+            nbest=nbest,
+            max_len_a=body.max_len_a,
+            max_len_b=body.max_len_b,
+            **sampling,
         )
     except UserError as err:
         raise _bad(422, str(err)) from None
+
+
+def _sampling(body: TranslateRequest) -> dict[str, Any]:
+    """The request's sampling options; each of :data:`SAMPLING_FIELDS` needs ``sample: true``."""
+    given = {name: getattr(body, name) for name in SAMPLING_FIELDS if getattr(body, name) is not None}
+    if given and not body.sample:
+        raise _bad(422, f"{next(iter(given))}: needs sample: true")
+    return {"sample": body.sample, **given}
 
 
 def _translation(nbest: list[tuple[float, str]]) -> dict[str, Any]:

@@ -10,7 +10,8 @@ for their answer send their next requests together; once they are all in, waitin
 the model): a lone client's request is decoded without waiting. The batch is decoded in the one
 worker thread that runs the model (the event loop never waits on it), and each request gets its own
 sentences' results. Greedy and beam search give a sentence the same output whatever it is batched
-with (:mod:`aiayn.decode.search`), so batching changes how fast, not what.
+with (:mod:`aiayn.decode.search`), so batching changes how fast, not what. Sampling draws depend on
+the batch, so a sampling request is decoded alone: a seed gives the same samples for the same text.
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ class Batcher:
     async def _next_batch(self) -> list[Job]:
         first = self.held.popleft() if self.held else await self.queue.get()
         batch, tokens = [first], first.tokens
-        if not self.max_tokens:
+        if not self.max_tokens or first.options.sample:  # a sample depends on its batch: alone
             return batch
         for job in self._held_joining(first.options, self.max_tokens - tokens):
             batch.append(job)
