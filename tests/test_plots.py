@@ -103,3 +103,37 @@ def test_curves_bad_input_is_a_user_error(tmp_path: Path) -> None:
     write_log(tmp_path / "nothing", [{"step": 1, "split": "train", "tokens_per_s": 5.0}])
     with pytest.raises(UserError, match="no loss, lr or bleu"):
         plot_curves(tmp_path / "nothing", tmp_path / "c.png")
+
+
+def test_aiayn_plot_attention_labels_target_rows_by_the_piece_they_predict(
+    tiny_translation_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """By default a target row is labelled by the piece its position predicts (the translation's
+    pieces, </s> last), as an alignment is read; ``--target-rows reads`` labels it by the piece the
+    decoder reads there (<s> first). Decoder self-attention's columns are the pieces read."""
+    from aiayn import plots
+    from aiayn.cli import main
+    from aiayn.decode.attention import sentence_attention
+    from aiayn.decode.search import DecodeOptions
+    from aiayn.loading import load
+
+    drawn: dict[str, tuple[list[str], list[str]]] = {}
+    panel = plots._attention_panel
+
+    def recording(ax, weights, *, title, queries, keys):
+        drawn[title.split("\n")[0]] = (list(queries), list(keys))
+        return panel(ax, weights, title=title, queries=queries, keys=keys)
+
+    monkeypatch.setattr(plots, "_attention_panel", recording)
+    model, tokenizer, _ = load(tiny_translation_run)
+    found = sentence_attention(model, tokenizer, "907042", DecodeOptions(beam=1, alpha=0.0))
+    assert found.predicted_pieces == [*found.target_pieces[1:], "</s>"]
+    command = ["plot", "attention", "--checkpoint", str(tiny_translation_run), "--src", "907042"]
+    cross, self_ = "cross-attention (decoder -> encoder)", "decoder self-attention"
+    assert main([*command, "--out", str(tmp_path / "a.png")]) == 0
+    assert drawn[cross] == (found.predicted_pieces, found.source_pieces)
+    assert drawn[self_] == (found.predicted_pieces, found.target_pieces)
+    assert main([*command, "--target-rows", "reads", "--out", str(tmp_path / "b.png")]) == 0
+    assert drawn[cross] == (found.target_pieces, found.source_pieces)
+    assert drawn[self_] == (found.target_pieces, found.target_pieces)
+    assert_png(tmp_path / "a.png")

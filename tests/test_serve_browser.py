@@ -148,6 +148,30 @@ def test_the_page_translates_and_draws_what_the_model_attends_to(
     layers = config["n_encoder_layers"] + 2 * config["n_decoder_layers"]
     assert len(browser.find_elements(By.CSS_SELECTOR, "canvas.heatmap")) == layers * config["n_heads"]
 
+    # target pieces labelled by what each position predicts (the translation, </s> last), in the
+    # lines and the heatmaps' rows; the toggle gives the pieces the decoder reads (<s> first)
+    _, found = _api(base_url, "/v1/attention", {"text": SENTENCE, "beam": 4, "alpha": 0.6})
+    predicted, read = found["predicted_pieces"], found["target_pieces"]
+    assert predicted == [*read[1:], "</s>"] and read[0] == "<s>"
+
+    def labels() -> tuple[list[str], list[str], list[str]]:
+        lines = [e.text for e in browser.find_elements(By.CSS_SELECTOR, '#alignment text[data-side="tgt"]')]
+        rows = {
+            kind: json.loads(
+                browser.find_element(By.CSS_SELECTOR, f'canvas.heatmap[data-kind="{kind}"]').get_attribute(
+                    "data-rows"
+                )
+            )
+            for kind in ("cross", "decoder_self")
+        }
+        return lines, rows["cross"], rows["decoder_self"]
+
+    assert labels() == (predicted, predicted, predicted)
+    Select(browser.find_element(By.ID, "target-rows")).select_by_value("reads")
+    assert labels() == (read, read, read)
+    Select(browser.find_element(By.ID, "target-rows")).select_by_value("predicts")
+    assert labels() == (predicted, predicted, predicted)
+
     # lines between the pieces; hovering a source piece highlights its own
     assert len(browser.find_elements(By.CSS_SELECTOR, "#alignment line")) > 0
     piece = browser.find_element(By.CSS_SELECTOR, '#alignment text[data-side="src"][data-index="1"]')

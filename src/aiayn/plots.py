@@ -22,6 +22,8 @@ from aiayn.errors import UserError
 from aiayn.loading import load_translation_model
 from aiayn.model.embedding import positional_encoding
 
+#: How target rows are labelled: by the piece each position predicts, or the piece it reads.
+TARGET_ROWS = ("predicts", "reads")
 #: The attention kinds of ``Transformer.forward(..., return_attention=True)``: (title, query axis, key axis).
 ATTENTION_KINDS = {
     "encoder_self": ("encoder self-attention", "source", "source"),
@@ -44,20 +46,29 @@ def _pyplot():
 
 
 def plot_attention(
-    maps: dict[str, list[Tensor]], src_tokens: Sequence[str], tgt_tokens: Sequence[str], path: str | Path
+    maps: dict[str, list[Tensor]],
+    src_tokens: Sequence[str],
+    tgt_tokens: Sequence[str],
+    path: str | Path,
+    *,
+    predicted: Sequence[str] | None = None,
 ) -> Path:
     """Heatmaps of every layer and head: one row per (kind, layer), one column per head.
 
     ``maps``: as returned by ``Transformer.forward(..., return_attention=True)``, one tensor per
     layer, ``(H, T_q, T_k)`` or ``(1, H, T_q, T_k)``. ``src_tokens`` label the source positions
     (encoder input, EOS included), ``tgt_tokens`` the target positions (decoder input, BOS first).
-    Rows are queries, columns are keys.
+    Rows are queries, columns are keys. With ``predicted`` (the piece each target position
+    predicts, EOS last) the target rows are labelled by it, as an alignment is read; the target
+    columns of decoder self-attention keep the pieces the positions read.
     """
     rows = [
         (kind, layer, _heads(m)) for kind in ATTENTION_KINDS for layer, m in enumerate(maps.get(kind, []))
     ]
     if not rows:
         raise UserError("no attention maps to plot")
+    if predicted is not None and len(predicted) != len(tgt_tokens):
+        raise UserError(f"{len(predicted)} predicted pieces for {len(tgt_tokens)} target positions")
     n_heads = rows[0][2].shape[0]
     for kind, layer, weights in rows:
         _check_shape(kind, layer, weights, src_tokens, tgt_tokens)
@@ -72,11 +83,14 @@ def plot_attention(
     )
     for r, (kind, layer, weights) in enumerate(rows):
         queries, keys = _labels(kind, src_tokens, tgt_tokens)
+        if predicted is not None and ATTENTION_KINDS[kind][1] == "target":
+            queries = predicted
         for h in range(n_heads):
             title = f"{ATTENTION_KINDS[kind][0]}\nlayer {layer + 1}, head {h + 1}"
             image = _attention_panel(axes[r][h], weights[h], title=title, queries=queries, keys=keys)
     fig.colorbar(image, ax=axes, shrink=min(1.0, 4.0 / len(rows)), label="attention weight")
-    fig.suptitle("Attention weights (rows: queries, columns: keys)", fontsize=14)
+    reading = "the piece each predicts" if predicted is not None else "the piece each reads"
+    fig.suptitle(f"Attention weights (rows: queries, columns: keys; target rows: {reading})", fontsize=14)
     return _save(fig, path)
 
 
@@ -224,6 +238,13 @@ def register(subparsers) -> None:
     att.add_argument("--src", required=True, help="source sentence")
     att.add_argument("--tgt", help="target sentence (default: the model's greedy translation)")
     att.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: auto)")
+    att.add_argument(
+        "--target-rows",
+        choices=TARGET_ROWS,
+        default="predicts",
+        help="label each target row by the piece it predicts (default; as an alignment reads) or "
+        "by the piece the decoder reads there (<s> first, one place before)",
+    )
     att.add_argument("--out", required=True, help="PNG file to write")
     att.set_defaults(func=run_plot_attention)
     pe = kinds.add_parser("positional-encoding", help="the sinusoidal positional-encoding table")
@@ -245,11 +266,18 @@ def _plot_done(path: Path) -> int:
 def run_plot_attention(args) -> int:
     device = resolve_device(args.device, "--device")
     model, tokenizer, _ = load_translation_model(args.checkpoint, device=device)
-    return _plot_done(draw_attention(model, tokenizer, args.src, args.tgt, args.out, device=device))
+    drawn = draw_attention(
+        model, tokenizer, args.src, args.tgt, args.out, device=device, target_rows=args.target_rows
+    )
+    return _plot_done(drawn)
 
 
-def draw_attention(model, tokenizer, src_text: str, tgt_text: str | None, out, *, device="cpu") -> Path:
-    """Heatmaps of every layer's and head's attention for one sentence pair (greedy target if None)."""
+def draw_attention(
+    model, tokenizer, src_text: str, tgt_text: str | None, out, *, device="cpu", target_rows="predicts"
+) -> Path:
+    """Heatmaps of every layer's and head's attention for one sentence pair (greedy target if None),
+    the target rows labelled by the piece each ``predicts`` or ``reads``."""
     greedy = DecodeOptions(beam=1, alpha=0.0)
     found = sentence_attention(model, tokenizer, src_text, greedy, device=device, target=tgt_text)
-    return plot_attention(found.maps, found.source_pieces, found.target_pieces, out)
+    predicted = found.predicted_pieces if target_rows == "predicts" else None
+    return plot_attention(found.maps, found.source_pieces, found.target_pieces, out, predicted=predicted)

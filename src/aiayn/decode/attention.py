@@ -18,7 +18,9 @@ class SentenceAttention:
     """Pieces and weights of one sentence; ``maps[kind][layer]`` is ``(H, T_q, T_k)``, rows queries.
 
     ``source_pieces`` are the encoder's input (EOS last), ``target_pieces`` the decoder's input
-    (BOS first), as :func:`aiayn.plots.plot_attention` labels them.
+    (BOS first): the piece each target position reads; ``predicted_pieces`` the piece each target
+    position predicts (the translation's pieces, EOS last), one place on. An alignment reads target
+    rows by what they predict (:func:`aiayn.plots.plot_attention` labels them so by default).
     """
 
     source_pieces: list[str]
@@ -26,6 +28,7 @@ class SentenceAttention:
     translation: str
     score: float
     maps: dict[str, list[Tensor]]
+    predicted_pieces: list[str]
 
 
 def sentence_attention(
@@ -41,10 +44,11 @@ def sentence_attention(
             best = generate(model, src, replace(options, nbest=1, scores=True))[0][0]
             tokens, translation, score = best.tokens, translator.detokenize(best), best.score
         else:
-            tokens, translation, score = tokenizer.encode(target), target, float("nan")
+            tokens, translation, score = tokenizer.encode(target, target=True), target, float("nan")
         tgt_ids = [model.config.bos_id, *tokens][: model.config.max_len]
+        predicted = [*tokens, model.config.eos_id][: len(tgt_ids)]  # position t reads tgt_ids[t]
         tgt = torch.tensor([tgt_ids], device=device)  # (1, T)
         _, maps = model(src, tgt, return_attention=True)
-    pieces = [tokenizer.id_to_piece(i) for i in src_ids], [tokenizer.id_to_piece(i) for i in tgt_ids]
+    source, target, after = ([tokenizer.id_to_piece(i) for i in ids] for ids in (src_ids, tgt_ids, predicted))
     heads = {kind: [m[0].float().cpu() for m in layers] for kind, layers in maps.items()}  # (H, T_q, T_k)
-    return SentenceAttention(*pieces, translation, score, heads)
+    return SentenceAttention(source, target, translation, score, heads, predicted_pieces=after)

@@ -196,9 +196,16 @@ function svgElement(name, attributes, text) {
   return element;
 }
 
+// The label of each target position as a query: the piece it predicts (the default, as an
+// alignment is read: "kleiner" -> "small") or the piece the decoder reads there (<s> first).
+function targetRows() {
+  const { predicted_pieces: predicted, target_pieces: read } = state.attention;
+  return $("target-rows").value === "reads" || !predicted ? read : predicted;
+}
+
 // Source pieces in the left column, target pieces in the right one, a line per weight >= 0.02.
 function drawAlignment() {
-  const { source_pieces: src, target_pieces: tgt } = state.attention;
+  const src = state.attention.source_pieces, tgt = targetRows();
   const svg = $("alignment"), rowHeight = 24, column = 130;
   const width = Math.max(svg.parentElement.clientWidth - 32, 2 * column + 120);
   const height = Math.max(src.length, tgt.length) * rowHeight + 12;
@@ -251,9 +258,11 @@ function focusPiece(side, index, on) {
 
 // --- heatmaps of every layer and head --------------------------------------------------------------
 
-// One section per kind, one row per layer, one canvas per head: the demo's attention.png.
+// One section per kind, one row per layer, one canvas per head: the demo's attention.png. Target
+// rows (queries) are labelled as targetRows() says; target columns (keys) by the pieces read.
 function drawHeatmaps(data) {
-  const pieces = { source: data.source_pieces, target: data.target_pieces };
+  const rows = { source: data.source_pieces, target: targetRows() };
+  const cols = { source: data.source_pieces, target: data.target_pieces };
   const sections = Object.entries(KINDS).map(([kind, [title, queries, keys]]) => {
     const section = document.createElement("section");
     section.className = "kind";
@@ -261,7 +270,7 @@ function drawHeatmaps(data) {
     heading.textContent = `${title}: ${queries} × ${keys}`;
     section.append(heading);
     (data.attention[kind] || []).forEach((heads, layer) => {
-      section.append(layerRow(kind, layer, heads, pieces[queries], pieces[keys]));
+      section.append(layerRow(kind, layer, heads, rows[queries], cols[keys]));
     });
     return section;
   });
@@ -288,6 +297,7 @@ function heatmap(matrix, rows, cols, where) {
   Object.assign(canvas.dataset, where);
   const title = `${KINDS[where.kind][0]}, layer ${where.layer + 1}, head ${where.head + 1}`;
   canvas.setAttribute("aria-label", title);
+  canvas.dataset.rows = JSON.stringify(rows); // the row labels drawn, for a reader's tools (and tests)
   const box = heatmapBox(canvas.getContext("2d"), rows, cols);
   canvas.width = box.left + cols.length * box.cell + 2;
   canvas.height = box.top + rows.length * box.cell + 2;
@@ -466,6 +476,11 @@ function start() {
   $("translate-form").addEventListener("submit", onSubmit);
   $("layer").addEventListener("change", drawAlignment);
   $("head").addEventListener("change", drawAlignment);
+  $("target-rows").addEventListener("change", () => {
+    if (!state.attention) return;
+    drawAlignment();
+    drawHeatmaps(state.attention);
+  });
   window.addEventListener("resize", () => state.attention && drawAlignment());
   drawPositionalEncoding(512, 100); // until the model says its d_model
   loadModel();
