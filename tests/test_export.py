@@ -111,6 +111,7 @@ CASES = [
     dict(norm_first=False, tie_embeddings="all", activation="gelu"),
     dict(norm_first=True, tie_embeddings="none", positional="learned"),
     dict(norm_first=True, tie_embeddings="all"),
+    dict(norm_first=False, tie_embeddings="decoder", activation="silu", generator_bias=True),
 ]
 
 

@@ -23,6 +23,7 @@ COMMAND_MODULES = [
     "aiayn.decode.cli",
     "aiayn.plots",
     "aiayn.export",
+    "aiayn.marian",
     "aiayn.forecast.cli",
     "aiayn.serve.cli",
 ]

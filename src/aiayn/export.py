@@ -17,9 +17,11 @@ float16 weights. The model is written through CTranslate2's own model-spec API
   all cosines in the second; aiayn interleaves them (PE(pos, 2i) = sin, PE(pos, 2i+1) = cos), so
   letting CTranslate2 compute its own would give a different model. Learned tables are exported
   the same way; ``positional: none`` becomes an all-zero table.
-* The generator has no bias: the ``projection`` gets an explicit zero bias. Tied weights are
+* The paper's generator has no bias: the ``projection`` gets an explicit zero bias (or the
+  generator's, with ``generator_bias``). Tied weights are
   written as equal arrays; ``optimize()`` stores them once (aliases).
-* ReLU -> ``Activation.RELU``; GELU (PyTorch's exact, erf form) -> ``Activation.GELU``.
+* ReLU -> ``Activation.RELU``; GELU (PyTorch's exact, erf form) -> ``Activation.GELU``; SiLU ->
+  ``Activation.SWISH``.
 * Special tokens: the vocabulary is the SentencePiece pieces in id order, with ``<pad>`` renamed
   to CTranslate2's padding name ``<blank>`` (id 0 in both). The decoder starts from ``<s>``
   and aiayn's source convention ``encode(text) + [EOS]`` is ``add_source_eos``: CTranslate2
@@ -50,8 +52,9 @@ from aiayn.checkpoint import CONFIG_FILE, MANIFEST_FILE, MODEL_FILE, TOKENIZER_F
 from aiayn.errors import Setting, SettingError, UserError, naming_flags
 from aiayn.io import remove_abandoned_temporaries, replace_dir, temporary_path
 from aiayn.loading import load_translation_model
+from aiayn.marian import export_huggingface
 
-FORMATS = ("ctranslate2",)
+FORMATS = ("ctranslate2", "huggingface")
 QUANTIZATIONS = (
     "none",
     "int8",
@@ -72,9 +75,11 @@ SUPPRESS = [[PAD_PIECE], ["<s>"]]
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "export",
-        help="write a trained translation model in another runtime's format (CTranslate2)",
+        help="write a trained translation model in another runtime's format (CTranslate2, Hugging Face)",
         description="Export a translation checkpoint as a CTranslate2 model directory (model.bin, "
-        "vocabulary, sentencepiece.model, README.md). Needs `pip install ctranslate2`.",
+        "vocabulary, sentencepiece.model, README.md; needs `pip install ctranslate2`) or as a "
+        "MarianMT directory that transformers' MarianMTModel and MarianTokenizer load (needs "
+        "`pip install transformers`).",
     )
     parser.add_argument("--checkpoint", required=True, help="checkpoint or run directory")
     parser.add_argument(
@@ -89,7 +94,8 @@ def register(subparsers) -> None:
         "--quantization",
         default="none",
         choices=QUANTIZATIONS,
-        help="weight type of the exported model (default: none = float32 as trained)",
+        help="CTranslate2 only: the type its stored weights are converted to (default: none = float32 "
+        "as trained)",
     )
     parser.add_argument("--force", action="store_true", help="replace an earlier export in --out")
     parser.set_defaults(func=_run)
@@ -101,6 +107,12 @@ FLAGS = {"out": "--out", "quantization": "--quantization", "force": "--force"}
 
 @naming_flags(FLAGS)
 def _run(args) -> int:
+    if args.format == "huggingface":
+        if args.quantization != "none":
+            raise SettingError(Setting("quantization"), " applies to --format ctranslate2 only")
+        out = export_huggingface(args.checkpoint, args.out, force=args.force)
+        print(f"wrote a MarianMT model (transformers) to {out}")
+        return 0
     out = export_ctranslate2(args.checkpoint, args.out, args.quantization, force=args.force)
     print(f"wrote a CTranslate2 model to {out} (quantization: {args.quantization}); see {out / README_FILE}")
     return 0
@@ -191,7 +203,11 @@ def build_spec(model: nn.Module, pieces: list[str]):
     specs = _ctranslate2().specs
     config = model.config
     _check_supported(config, pieces)
-    activation = {"relu": specs.Activation.RELU, "gelu": specs.Activation.GELU}[config.activation]
+    activation = {
+        "relu": specs.Activation.RELU,
+        "gelu": specs.Activation.GELU,
+        "silu": specs.Activation.SWISH,
+    }[config.activation]
     encoder = specs.TransformerEncoderSpec(
         config.n_encoder_layers, config.n_heads, pre_norm=config.norm_first, activation=activation
     )
@@ -247,9 +263,10 @@ def _set_decoder(spec, model: nn.Module) -> None:
         _set_ffn(layer_spec.ffn, layer.feed_forward, layer.ff_block.norm)
     if model.config.norm_first:
         _set_layer_norm(spec.layer_norm, model.decoder.norm)
-    weight = model.generator.proj.weight
+    weight, bias = model.generator.proj.weight, model.generator.proj.bias
     spec.projection.weight = _array(weight)
-    spec.projection.bias = np.zeros(weight.shape[0], dtype=np.float32)  # aiayn's generator has no bias
+    # the paper's generator has no bias (an explicit zero one); imported Marian models have one
+    spec.projection.bias = np.zeros(weight.shape[0], dtype=np.float32) if bias is None else _array(bias)
 
 
 def _set_inputs(spec, embeddings_spec, embed: nn.Module, positions: nn.Module, config) -> None:

@@ -291,7 +291,7 @@ _WORKER_TOKENIZER: Tokenizer | None = None  # each encoding process's own copy
 
 def _start_worker(proto: bytes) -> None:
     global _WORKER_TOKENIZER
-    _WORKER_TOKENIZER = Tokenizer(proto)
+    _WORKER_TOKENIZER = Tokenizer.from_bytes(proto)
 
 
 def _encode_chunk(task) -> None:
@@ -301,8 +301,9 @@ def _encode_chunk(task) -> None:
     stats = CorpusStats(str(chunk), n_read=n_lines)
     pairs = [(s, t) for s, t in zip(src, tgt) if s and t]
     stats.n_empty = n_lines - len(pairs)
-    encode = lambda texts: _WORKER_TOKENIZER.encode_batch(texts, threads=1)  # noqa: E731
-    src_ids, tgt_ids = encode([s for s, _ in pairs]), encode([t for _, t in pairs])
+    encode = _WORKER_TOKENIZER.encode_batch
+    src_ids = encode([s for s, _ in pairs], threads=1)
+    tgt_ids = encode([t for _, t in pairs], threads=1, target=True)
     keep = keep_by_length(
         src_ids, tgt_ids, stats, max_tokens=settings.max_sentence_tokens, max_ratio=settings.max_ratio
     )
@@ -415,7 +416,7 @@ def _write_valid(corpus: Path, out: Path, settings: PrepareSettings, tokenizer: 
     split = settings.valid_split
     pairs, stats = read_parallel(corpus, split, settings.src_lang, settings.tgt_lang)
     src_ids = tokenizer.encode_batch([s for s, _ in pairs])
-    tgt_ids = tokenizer.encode_batch([t for _, t in pairs])
+    tgt_ids = tokenizer.encode_batch([t for _, t in pairs], target=True)
     lengths = np.array([[len(s), len(t)] for s, t in zip(src_ids, tgt_ids)], np.int32).reshape(-1, 2)
     offsets = np.concatenate([np.zeros((1, 2), np.int64), np.cumsum(lengths, axis=0, dtype=np.int64)])
     arrays = {"src": _flat(src_ids, dtype), "tgt": _flat(tgt_ids, dtype), "idx": offsets, "len": lengths}

@@ -26,11 +26,18 @@ Digits are split into single pieces (``split_digits=True``), which keeps numbers
 (the built-in digits-to-words task relies on it).
 
 Training is deterministic: one thread, the whole input (no sampling), a fixed random seed.
+
+:class:`VocabTokenizer` is the other kind, for models trained elsewhere (an imported MarianMT
+model): two SentencePiece models (source and target) that cut text into pieces, and a vocabulary
+that gives each piece its id (a piece outside it is ``<unk>``). :meth:`Tokenizer.from_bytes` reads
+either kind from a checkpoint's ``tokenizer.model``.
 """
 
 from __future__ import annotations
 
+import base64
 import io
+import json
 import tempfile
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -89,10 +96,11 @@ class Tokenizer:
         return tokenizer
 
     # --- encoding and decoding ---------------------------------------------------------------------
-    def encode(self, text: str) -> list[int]:
+    def encode(self, text: str, target: bool = False) -> list[int]:
+        """Ids of ``text`` (one model for both sides: ``target`` changes nothing here)."""
         return self._sp.encode(text)
 
-    def encode_batch(self, texts: Sequence[str], threads: int = -1) -> list[list[int]]:
+    def encode_batch(self, texts: Sequence[str], threads: int = -1, target: bool = False) -> list[list[int]]:
         """Ids of each text, encoded by ``threads`` threads (-1: SentencePiece's default, all CPUs)."""
         return self._sp.encode(list(texts), num_threads=threads)
 
@@ -135,7 +143,10 @@ class Tokenizer:
         return self._proto
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> "Tokenizer":
+    def from_bytes(cls, data: bytes) -> "Tokenizer | VocabTokenizer":
+        """The tokenizer stored in ``data``: a SentencePiece model, or a :class:`VocabTokenizer`."""
+        if data.startswith(VocabTokenizer.MAGIC):
+            return VocabTokenizer.from_bytes(data)
         try:
             return cls(data)
         except RuntimeError:
@@ -230,3 +241,97 @@ def _check_special_ids(sp: spm.SentencePieceProcessor) -> None:
             f"tokenizer has special ids pad/unk/bos/eos={found}; "
             f"aiayn needs {(PAD_ID, UNK_ID, BOS_ID, EOS_ID)}"
         )
+
+
+class VocabTokenizer:
+    """Marian's tokenization: SentencePiece pieces looked up in a vocabulary (a piece outside it is
+    ``<unk>``), a source and a target SentencePiece model, a leading ``>>xx<<`` language code split
+    off first. Gives MarianTokenizer's ids and text (``skip_special_tokens=True``).
+
+    ``pieces`` lists the vocabulary in id order; ``pieces[pad/unk/bos/eos id]`` are the special
+    tokens, which encoding never produces from text and decoding drops.
+    """
+
+    MAGIC = b'{"aiayn_tokenizer": "vocab"'
+
+    def __init__(self, source_spm: bytes, target_spm: bytes, pieces: Sequence[str], decode_with_source: bool):
+        self._source = _processor(source_spm, "source")
+        self._target = _processor(target_spm, "target")
+        self._protos = (bytes(source_spm), bytes(target_spm))
+        self._pieces = list(pieces)
+        if len(set(self._pieces)) != len(self._pieces):
+            raise UserError("vocabulary: the same piece has two ids")
+        self._ids = {piece: i for i, piece in enumerate(self._pieces)}
+        self._specials = {PAD_ID, UNK_ID, BOS_ID, EOS_ID}
+        self._special_pieces = {self._pieces[i] for i in self._specials if i < len(self._pieces)}
+        #: MarianTokenizer decodes with the source model when the vocabulary is shared (its default)
+        self.decode_with_source = decode_with_source
+        self.codes = {p for p in self._pieces if p.startswith(">>") and p.endswith("<<")}
+
+    # --- encoding and decoding ---------------------------------------------------------------------
+    def encode(self, text: str, target: bool = False) -> list[int]:
+        code = []
+        if text.startswith(">>") and (end := text.find("<<")) != -1:  # a language code, as Marian
+            code, text = [text[: end + 2]], text[end + 2 :]
+        model = self._target if target else self._source
+        return [self._ids.get(piece, UNK_ID) for piece in [*code, *model.encode(text, out_type=str)]]
+
+    def encode_batch(self, texts: Sequence[str], threads: int = -1, target: bool = False) -> list[list[int]]:
+        return [self.encode(text, target) for text in texts]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Text of ``ids`` without the special tokens (PAD, UNK, BOS, EOS)."""
+        model = self._source if self.decode_with_source else self._target
+        pieces = [self._pieces[int(i)] for i in ids if int(i) not in self._specials]
+        return model.decode_pieces(pieces).replace("\u2581", " ").strip()
+
+    def decode_batch(self, batch: Iterable[Sequence[int]]) -> list[str]:
+        return [self.decode(ids) for ids in batch]
+
+    def pieces(self, text: str) -> list[str]:
+        return [self._pieces[i] for i in self.encode(text)]
+
+    def id_to_piece(self, token_id: int) -> str:
+        return self._pieces[int(token_id)]
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self._pieces)
+
+    @property
+    def lowercases(self) -> bool:
+        return self._source.normalize("A").endswith("a")
+
+    # --- persistence -------------------------------------------------------------------------------
+    def to_bytes(self) -> bytes:
+        """A JSON document: the two SentencePiece models (base64) and the pieces in id order."""
+        document = {
+            "source_spm": base64.b64encode(self._protos[0]).decode("ascii"),
+            "target_spm": base64.b64encode(self._protos[1]).decode("ascii"),
+            "decode_with_source": self.decode_with_source,
+            "pieces": self._pieces,
+        }
+        return self.MAGIC + b", " + json.dumps(document, ensure_ascii=False).encode("utf-8")[1:]
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> "VocabTokenizer":
+        try:
+            document = json.loads(data.decode("utf-8"))
+            return cls(
+                base64.b64decode(document["source_spm"]),
+                base64.b64decode(document["target_spm"]),
+                document["pieces"],
+                bool(document["decode_with_source"]),
+            )
+        except (ValueError, KeyError, TypeError) as err:
+            raise UserError(f"not a vocabulary tokenizer: {err}") from None
+
+    def __repr__(self) -> str:
+        return f"VocabTokenizer(vocab_size={self.vocab_size})"
+
+
+def _processor(proto: bytes, side: str) -> spm.SentencePieceProcessor:
+    try:
+        return spm.SentencePieceProcessor(model_proto=proto)
+    except RuntimeError:
+        raise UserError(f"{side}: not a SentencePiece model ({len(proto)} bytes)") from None

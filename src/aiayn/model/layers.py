@@ -12,7 +12,7 @@ from torch import Tensor, nn
 
 from aiayn.model.attention import KVCache, MultiHeadAttention
 
-ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {"relu": F.relu, "gelu": F.gelu}
+ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {"relu": F.relu, "gelu": F.gelu, "silu": F.silu}
 
 
 class PositionwiseFeedForward(nn.Module):

@@ -101,11 +101,12 @@ class Decoder(nn.Module):
 
 
 class Generator(nn.Module):
-    """The pre-softmax linear projection to the target vocabulary (§3.4), without bias."""
+    """The pre-softmax linear projection to the target vocabulary (§3.4), without bias unless
+    ``bias`` (``generator_bias``: imported MarianMT models have one)."""
 
-    def __init__(self, d_model: int, vocab_size: int) -> None:
+    def __init__(self, d_model: int, vocab_size: int, bias: bool = False) -> None:
         super().__init__()
-        self.proj = nn.Linear(d_model, vocab_size, bias=False)
+        self.proj = nn.Linear(d_model, vocab_size, bias=bias)
 
     def forward(self, x: Tensor, log_probs: bool = False) -> Tensor:
         """``(B, T, D)`` -> logits (or fp32 log-probabilities) ``(B, T, V)``."""
@@ -126,7 +127,7 @@ class Transformer(nn.Module):
         self.tgt_pos = PositionalEncoding(d, config.max_len, config.positional, config.dropout)
         self.encoder = Encoder(config)
         self.decoder = Decoder(config)
-        self.generator = Generator(d, config.tgt_vocab_size)
+        self.generator = Generator(d, config.tgt_vocab_size, config.generator_bias)
 
     def encode(self, src: Tensor, src_mask: Tensor | None = None, need_weights: bool = False) -> Tensor:
         """``src`` ``(B, S)`` ids -> ``memory`` ``(B, S, D)``. Default mask: ``src != pad_id``."""

@@ -1,0 +1,161 @@
+"""A tiny MarianMT model directory made offline, as the Hub leaves an opus-mt model.
+
+Two unigram SentencePiece models (NFKC, as opus-mt's) trained on a few hundred synthetic lines, a
+joint ``vocab.json`` (``</s>`` 0, ``<unk>`` 1, the pieces, a language code, ``<pad>`` last), a small
+``MarianConfig`` with opus-mt's settings (swish, scaled embeddings, shared and tied embeddings,
+decoding from ``<pad>``) and a random ``final_logits_bias``, saved with ``save_pretrained``.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import random
+import shutil
+from pathlib import Path
+
+import sentencepiece as spm
+
+SOURCE_WORDS = (
+    "der die das ein eine mann frau hund katze kind läuft spielt sitzt steht auf im park straße "
+    "wiese grün rot blau groß klein junge mädchen ball wasser fährt fahrrad mit dem"
+).split()
+TARGET_WORDS = (
+    "the the the a a man woman dog cat child runs plays sits stands on in park street meadow green "
+    "red blue big small boy girl ball water rides bike with the"
+).split()
+WORDS = dict(zip(SOURCE_WORDS, TARGET_WORDS))  # word for word: a task the model can learn a bit of
+
+
+def pairs(n: int, seed: int) -> tuple[list[str], list[str]]:
+    """``n`` source sentences and their word-for-word translations."""
+    rng = random.Random(seed)
+    src, tgt = [], []
+    for _ in range(n):
+        words = [rng.choice(SOURCE_WORDS) for _ in range(rng.randint(3, 10))]
+        end = rng.choice([".", "!", "?", ""])
+        src.append(" ".join(words).capitalize() + end)
+        tgt.append(" ".join(WORDS[w] for w in words).capitalize() + end)
+    return src, tgt
+
+
+def sentences(words, n: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    lines = []
+    for _ in range(n):
+        text = " ".join(rng.choice(words) for _ in range(rng.randint(3, 12)))
+        lines.append(text[0].upper() + text[1:] + rng.choice([".", "!", "?", ""]))
+    return lines
+
+
+def train_spm(lines: list[str], vocab_size: int) -> bytes:
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(lines),
+        model_writer=model,
+        vocab_size=vocab_size,
+        model_type="unigram",
+        character_coverage=1.0,
+        num_threads=1,
+        minloglevel=2,
+        hard_vocab_limit=False,
+    )
+    return model.getvalue()
+
+
+def make_marian(
+    out: Path,
+    *,
+    d_model: int = 32,
+    layers: int = 2,
+    heads: int = 4,
+    ffn: int = 64,
+    seed: int = 0,
+    activation: str = "swish",
+    init_std: float = 0.2,
+    steps: int = 150,
+) -> Path:
+    """Write the model directory ``out`` and return it."""
+    import torch
+    from transformers import MarianConfig, MarianMTModel
+
+    out.mkdir(parents=True, exist_ok=True)
+    source_lines, target_lines = pairs(400, seed)
+    protos = {"source.spm": train_spm(source_lines, 120), "target.spm": train_spm(target_lines, 110)}
+    pieces: list[str] = ["</s>", "<unk>"]
+    for proto in protos.values():
+        sp = spm.SentencePieceProcessor(model_proto=proto)
+        for i in range(sp.get_piece_size()):
+            piece = sp.id_to_piece(i)
+            if not (sp.is_control(i) or sp.is_unknown(i)) and piece not in pieces:
+                pieces.append(piece)
+    pieces += [">>deu<<", "<pad>"]
+    for name, proto in protos.items():
+        (out / name).write_bytes(proto)
+    (out / "vocab.json").write_text(json.dumps({p: i for i, p in enumerate(pieces)}, ensure_ascii=False))
+    v = len(pieces)
+    config = MarianConfig(
+        vocab_size=v,
+        decoder_vocab_size=v,
+        d_model=d_model,
+        encoder_layers=layers,
+        decoder_layers=layers,
+        encoder_attention_heads=heads,
+        decoder_attention_heads=heads,
+        encoder_ffn_dim=ffn,
+        decoder_ffn_dim=ffn,
+        activation_function=activation,
+        max_position_embeddings=128,
+        scale_embedding=True,
+        pad_token_id=v - 1,
+        eos_token_id=0,
+        decoder_start_token_id=v - 1,
+        forced_eos_token_id=0,
+        init_std=init_std,
+        share_encoder_decoder_embeddings=True,
+        tie_word_embeddings=True,
+    )
+    torch.manual_seed(seed)
+    model = MarianMTModel(config)
+    with torch.no_grad():
+        model.final_logits_bias.copy_(0.2 * torch.randn(1, v))
+        for module in model.modules():  # LayerNorms away from 1/0, so the d_model order matters
+            if isinstance(module, torch.nn.LayerNorm):
+                module.weight.add_(0.1 * torch.randn_like(module.weight))
+                module.bias.add_(0.1 * torch.randn_like(module.bias))
+    train(model, source_lines, target_lines, out, steps)
+    model.eval().generation_config.bad_words_ids = [[v - 1]]
+    model.save_pretrained(out)
+    (out / "tokenizer_config.json").write_text(
+        json.dumps({"source_lang": "de", "target_lang": "en", "tokenizer_class": "MarianTokenizer"})
+    )
+    return out
+
+
+def train(model, source_lines: list[str], target_lines: list[str], files: Path, steps: int) -> None:
+    """A few Adam steps on the word-for-word task, so outputs depend on the input and end by EOS."""
+    import torch
+    from transformers import MarianTokenizer
+
+    files = [str(files / name) for name in ("source.spm", "target.spm", "vocab.json")]
+    tokenizer = MarianTokenizer(*files)
+    data = tokenizer(source_lines, text_target=target_lines, padding=True, return_tensors="pt")
+    data["labels"] = data["labels"].masked_fill(data["labels"] == tokenizer.pad_token_id, -100)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    model.train()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny matrices: more threads only wait on each other
+    try:
+        for step in range(steps):
+            rows = torch.arange(step * 64, step * 64 + 64) % len(source_lines)
+            loss = model(**{k: t[rows] for k, t in data.items()}).loss
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    finally:
+        torch.set_num_threads(threads)
+
+
+def copy_model(source: Path, out: Path) -> Path:
+    shutil.copytree(source, out)
+    return out
