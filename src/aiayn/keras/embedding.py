@@ -1,0 +1,89 @@
+"""Token embeddings scaled by sqrt(d_model) (§3.4) and positional encodings (§3.5), as Keras layers.
+
+The PyTorch boxes are :mod:`aiayn.model.embedding`; the weights have the same shapes (an embedding
+``(V, D)``, a learned table ``(max_len, D)``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import keras
+import numpy as np
+from keras import ops
+
+POSITIONAL_KINDS = ("sinusoidal", "learned", "none")
+
+
+def positional_encoding(max_len: int, d_model: int):
+    """The sinusoidal table ``(max_len, d_model)``, float32.
+
+    PE(pos, 2i) = sin(pos / 10000^(2i/d_model)),  PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model)).
+    Computed once in float64 (NumPy: JAX has no float64 unless asked) and cast, as
+    :func:`aiayn.positional_encoding` does, so that both tables are the same numbers.
+    """
+    position = np.arange(max_len, dtype=np.float64)[:, None]  # (max_len, 1)
+    two_i = np.arange(0, d_model, 2, dtype=np.float64)  # (ceil(d/2),)
+    angle = position / 10000.0 ** (two_i / d_model)  # (max_len, ceil(d/2))
+    table = np.zeros((max_len, d_model), dtype=np.float64)
+    table[:, 0::2] = np.sin(angle)
+    table[:, 1::2] = np.cos(angle[:, : d_model // 2])
+    return ops.convert_to_tensor(table.astype(np.float32))
+
+
+class TokenEmbedding(keras.layers.Layer):
+    """Embedding lookup multiplied by sqrt(d_model), as in §3.4.
+
+    ``initializer``: the table's initialiser (:func:`aiayn.keras.build_model` gives the paper's
+    choices and zeroes the padding row).
+    """
+
+    def __init__(self, vocab_size: int, d_model: int, initializer="glorot_uniform", **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.lut = keras.layers.Embedding(vocab_size, d_model, embeddings_initializer=initializer, name="lut")
+        self.lut.build()
+        self.scale = math.sqrt(d_model)
+        self.built = True
+
+    @property
+    def embeddings(self):
+        """The ``(V, D)`` table (what :class:`~aiayn.keras.transformer.Generator` shares when tied)."""
+        return self.lut.embeddings
+
+    def call(self, tokens):
+        """``(B, T)`` ids -> ``(B, T, D)``."""
+        return self.lut(tokens) * self.scale
+
+
+class PositionalEncoding(keras.layers.Layer):
+    """Adds position information, then dropout (§5.4: "to the sums of the embeddings and the
+    positional encodings").
+
+    ``kind``: "sinusoidal" (a constant table, the paper), "learned" (a trained table, the paper's
+    Table 3 row E), or "none" (identity apart from dropout).
+    """
+
+    def __init__(
+        self, d_model: int, max_len: int, kind: str = "sinusoidal", dropout: float = 0.0, **kwargs
+    ) -> None:
+        super().__init__(**kwargs)
+        if kind not in POSITIONAL_KINDS:
+            raise ValueError(f"positional: unknown value {kind!r}; valid: {', '.join(POSITIONAL_KINDS)}")
+        self.kind, self.max_len = kind, max_len
+        self.dropout = keras.layers.Dropout(dropout)
+        self.table = None
+        if kind == "sinusoidal":
+            self.table = positional_encoding(max_len, d_model)  # a constant, not a weight
+        elif kind == "learned":
+            init = keras.initializers.RandomNormal(0.0, d_model**-0.5)
+            self.table = self.add_weight(shape=(max_len, d_model), initializer=init, name="table")
+        self.built = True
+
+    def call(self, x, offset: int = 0, training=None):
+        """``x`` ``(B, T, D)`` holding positions ``offset .. offset+T-1``."""
+        if self.table is not None:
+            end = offset + ops.shape(x)[1]
+            if isinstance(end, int) and end > self.max_len:
+                raise ValueError(f"sequence of {end} positions exceeds max_len={self.max_len}")
+            x = x + ops.cast(self.table[offset:end], x.dtype)
+        return self.dropout(x, training=training)
