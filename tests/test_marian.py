@@ -8,6 +8,8 @@ away from 1/0, so that a wrong bias, activation or d_model order shows in the lo
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -164,3 +166,223 @@ def test_beam_equals_transformers_beam_search(imported, hf) -> None:
     assert len(ended) > 200 and len({tuple(o) for o, _ in ended}) > 20
     differ = [(o, t) for o, t in ended if o != t]
     assert not differ, f"{len(differ)} of {len(ended)} differ, e.g. {differ[:2]}"
+
+
+# --- export -----------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def native(tmp_path_factory) -> Path:
+    """A small aiayn model with its own SentencePiece tokenizer, trained a little on the
+    word-for-word task (so its outputs vary), every bias and LayerNorm used."""
+    from aiayn import TransformerConfig, build_model
+    from aiayn.checkpoint import save_checkpoint
+    from marian_model import pairs
+
+    src, tgt = pairs(600, 5)
+    tokenizer = Tokenizer.train(src + tgt, vocab_size=400)
+    config = TransformerConfig.preset(
+        "tiny",
+        src_vocab_size=tokenizer.vocab_size,
+        tgt_vocab_size=tokenizer.vocab_size,
+        d_model=32,
+        d_ff=64,
+        dropout=0.0,
+        max_len=64,
+        tie_embeddings="all",
+    )
+    torch.manual_seed(0)
+    model = build_model(config)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    data = [
+        (tokenizer.encode(s) + [3], [2, *tokenizer.encode(t)], [*tokenizer.encode(t), 3])
+        for s, t in zip(src, tgt)
+    ]
+    for step in range(120):
+        rows = [data[(step * 32 + i) % len(data)] for i in range(32)]
+        logits = model(pad([r[0] for r in rows], 0), pad([r[1] for r in rows], 0))
+        loss = torch.nn.functional.cross_entropy(
+            logits.flatten(0, 1), pad([r[2] for r in rows], 0).flatten(), ignore_index=0
+        )
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    run = {"data": {"src_lang": "de", "tgt_lang": "en"}}
+    return save_checkpoint(
+        tmp_path_factory.mktemp("native") / "ckpt",
+        model.eval(),
+        {"kind": "translation", "model": config.to_dict(), "run": run},
+        tokenizer.to_bytes(),
+    )
+
+
+def export_hf(checkpoint: Path, out: Path) -> Path:
+    assert (
+        main(["export", "--checkpoint", str(checkpoint), "--format", "huggingface", "--out", str(out)]) == 0
+    )
+    return out
+
+
+def from_pretrained(directory: Path):
+    model, info = transformers.MarianMTModel.from_pretrained(directory, output_loading_info=True)
+    assert not any(info.values()), info  # no missing, unexpected or mismatched weight
+    return model.eval(), transformers.MarianTokenizer.from_pretrained(directory)
+
+
+def test_export_loads_in_transformers_and_translates_as_aiayn(native, tmp_path) -> None:
+    from aiayn.decode import Translator
+
+    hf_model, hf_tok = from_pretrained(export_hf(native, tmp_path / "hf"))
+    model, tokenizer, _ = load(native)
+    texts, _ = __import__("marian_model").pairs(200, 77)
+    translator = Translator(model, tokenizer, options=DecodeOptions(beam=1, max_len_a=0.0, max_len_b=MAX_OUT))
+    ours = translator.translate(texts)
+    batch = hf_tok(texts, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        out = hf_model.generate(**batch, num_beams=1, do_sample=False, max_new_tokens=MAX_OUT + 1)
+    theirs = hf_tok.batch_decode(out, skip_special_tokens=True)
+    assert [o.strip() for o in ours] == theirs  # MarianTokenizer strips the text's ends; aiayn keeps them
+    assert [tokenizer.encode(o) for o in ours] == [
+        [i for i in row[1:] if i not in (0, 3)] for row in out.tolist()
+    ]  # the same tokens
+    assert len(set(ours)) > 100 and sum(o != "" for o in ours) > 190
+
+
+def test_export_survives_save_and_load_twice(native, tmp_path) -> None:
+    first, _ = from_pretrained(export_hf(native, tmp_path / "one"))
+    first.save_pretrained(tmp_path / "two")
+    for name in ("source.spm", "target.spm", "vocab.json", "tokenizer_config.json"):
+        shutil.copy(tmp_path / "one" / name, tmp_path / "two")
+    second, _ = from_pretrained(tmp_path / "two")
+    src = torch.tensor([[5, 6, 7, 8, 3], [9, 10, 11, 3, 0]])
+    tgt = torch.tensor([[2, 12, 13, 14], [2, 15, 16, 0]])
+    with torch.no_grad():
+        a = first(input_ids=src, attention_mask=src != 0, decoder_input_ids=tgt).logits
+        b = second(input_ids=src, attention_mask=src != 0, decoder_input_ids=tgt).logits
+    assert torch.equal(a, b)
+    model, _, _ = load(native)
+    with torch.no_grad():
+        ours = model(src, tgt)
+    real = tgt != 0  # (transformers does not mask padded decoder inputs unless told)
+    assert (ours - a).abs()[real].max() < 1e-5  # with transformers' own position table: the axis permuted
+
+
+@pytest.mark.parametrize("which", ["native", "imported"])
+def test_import_of_an_export_is_the_model_bit_for_bit(which, native, imported, tmp_path) -> None:
+    checkpoint = {"native": native, "imported": imported}[which]
+    again = tmp_path / "again"
+    assert main(["import", "marian", str(export_hf(checkpoint, tmp_path / "hf")), "--out", str(again)]) == 0
+    before, after = load(checkpoint), load(again)
+    assert before.config == after.config
+    old, new = before.model.state_dict(), after.model.state_dict()
+    assert old.keys() == new.keys() and all(torch.equal(old[k], new[k]) for k in old)
+    texts = sentences(SOURCE_WORDS, 50, 3) + UNSEEN
+    assert [before.tokenizer.encode(t) for t in texts] == [after.tokenizer.encode(t) for t in texts]
+    if which == "imported":
+        assert after.tokenizer.to_bytes() == before.tokenizer.to_bytes()
+
+
+def test_what_marian_cannot_express_is_refused_naming_the_setting(native, tmp_path, capsys) -> None:
+    from aiayn import TransformerConfig, build_model
+    from aiayn.checkpoint import save_checkpoint
+
+    _, tokenizer, config = load(native)
+    for field, value in (("norm_first", True), ("positional", "learned")):
+        changed = TransformerConfig.from_dict({**config.to_dict(), field: value})
+        ckpt = save_checkpoint(
+            tmp_path / field,
+            build_model(changed),
+            {"kind": "translation", "model": changed.to_dict()},
+            tokenizer.to_bytes(),
+        )
+        code = main(
+            [
+                "export",
+                "--checkpoint",
+                str(ckpt),
+                "--format",
+                "huggingface",
+                "--out",
+                str(tmp_path / f"{field}-hf"),
+            ]
+        )
+        err = capsys.readouterr().err.strip()
+        assert code == 2 and len(err.splitlines()) == 1 and f"model.{field}" in err, err
+        assert not (tmp_path / f"{field}-hf").exists()
+
+
+# --- bad input ----------------------------------------------------------------------------------------
+
+
+def spoil_config(d: Path, **changes) -> None:
+    values = json.loads((d / "config.json").read_text())
+    (d / "config.json").write_text(json.dumps({**values, **changes}))
+
+
+BAD = {
+    "not a Marian model": (lambda d: spoil_config(d, model_type="bart"), "not a MarianMT model"),
+    "no config": (lambda d: (d / "config.json").unlink(), "no config.json"),
+    "no source.spm": (lambda d: (d / "source.spm").unlink(), "source.spm missing"),
+    "no vocab": (lambda d: (d / "vocab.json").unlink(), "vocab.json missing"),
+    "vocab unlike the weights": (
+        lambda d: (d / "vocab.json").write_text(
+            json.dumps(dict(list(json.loads((d / "vocab.json").read_text()).items())[:-5]))
+        ),
+        "does not match the weights",
+    ),
+    "unsupported setting": (lambda d: spoil_config(d, scale_embedding=False), "scale_embedding"),
+    "unsupported activation": (
+        lambda d: spoil_config(d, activation_function="gelu_new"),
+        "activation_function",
+    ),
+    "corrupt weights": (
+        lambda d: (d / "model.safetensors").write_bytes((d / "model.safetensors").read_bytes()[:5000]),
+        "model.safetensors: cannot read the weights",
+    ),
+    "weights of another shape": (
+        lambda d: spoil_config(d, d_model=64, encoder_ffn_dim=64),
+        "the weights do not match the config",
+    ),
+    "not a SentencePiece model": (
+        lambda d: (d / "target.spm").write_bytes(b"not a model"),
+        "target: not a SentencePiece model",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", BAD)
+def test_bad_marian_directories_get_one_line_and_exit_2(case, marian_dir, tmp_path, capsys) -> None:
+    spoil, words = BAD[case]
+    source = shutil.copytree(marian_dir, tmp_path / "model")
+    spoil(source)
+    out = tmp_path / "run"
+    code = main(["import", "marian", str(source), "--out", str(out)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and words in err, err
+    assert not out.exists()
+
+
+def test_pickles_are_never_unpickled(marian_dir, tmp_path, capsys) -> None:
+    """pytorch_model.bin is read with weights_only=True: a pickle that would run code is refused."""
+    source = shutil.copytree(marian_dir, tmp_path / "model")
+    (source / "model.safetensors").unlink()
+
+    class Boom:
+        def __reduce__(self):
+            return (print, ("unpickled!",))
+
+    torch.save({"model.shared.weight": Boom()}, source / "pytorch_model.bin")
+    code = main(["import", "marian", str(source), "--out", str(tmp_path / "run")])
+    captured = capsys.readouterr()
+    assert code == 2 and "unpickled!" not in captured.out and "cannot read the weights" in captured.err
+
+
+def test_pytorch_model_bin_imports_like_safetensors(marian_dir, imported, tmp_path) -> None:
+    from safetensors.torch import load_file
+
+    source = shutil.copytree(marian_dir, tmp_path / "model")
+    torch.save(load_file(source / "model.safetensors"), source / "pytorch_model.bin")
+    (source / "model.safetensors").unlink()
+    assert main(["import", "marian", str(source), "--out", str(tmp_path / "run")]) == 0
+    old, new = load(imported).model.state_dict(), load(tmp_path / "run").model.state_dict()
+    assert all(torch.equal(old[k], new[k]) for k in old)

@@ -36,6 +36,7 @@ source and target vocabularies, unscaled embeddings, a final LayerNorm or embedd
 from __future__ import annotations
 
 import json
+import pickle
 import shutil
 from pathlib import Path
 from typing import Any
@@ -256,7 +257,7 @@ def read_marian_weights(source: Path) -> dict[str, Tensor]:
                 weights = load_file(file)
             else:
                 weights = torch.load(file, map_location="cpu", weights_only=True)
-        except (SafetensorError, OSError, RuntimeError, ValueError, EOFError) as err:
+        except (SafetensorError, OSError, RuntimeError, ValueError, EOFError, pickle.UnpicklingError) as err:
             reason = str(err).splitlines()[0] if str(err) else type(err).__name__
             raise UserError(f"{file}: cannot read the weights: {reason}") from None
         if not isinstance(weights, dict) or not all(isinstance(t, Tensor) for t in weights.values()):
