@@ -232,3 +232,31 @@ def test_checkpoint_config_disagreeing_with_its_weights_is_one_line(tmp_path, to
     assert main(["export", "--checkpoint", str(checkpoint), "--out", str(tmp_path / "ct2")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and str(checkpoint / "model.safetensors") in err and "wrong shape" in err
+
+
+def test_both_engines_agree_where_the_best_first_token_is_eos(tmp_path, tokenizer, val) -> None:
+    """CTranslate2's default min_decoding_length (1) forbids the empty output that aiayn's searches
+    allow; the backend passes 0. The EOS bias is set so that about half the sources start with EOS."""
+    from aiayn.decode.backends import load_backend
+    from aiayn.decode.search import DecodeOptions
+
+    model, config = random_model(tokenizer, generator_bias=True)
+    sources = val[0]
+    with torch.no_grad():
+        first = torch.stack(
+            [model(torch.tensor([tokenizer.encode(s) + [3]]), torch.tensor([[2]]))[0, 0] for s in sources]
+        )  # (N, V): the first step's logits
+        others = first.clone()
+        others[:, [config.pad_id, config.bos_id, config.eos_id]] = -torch.inf
+        margin = others.max(-1).values - first[:, config.eos_id]
+        model.generator.proj.bias[config.eos_id] += margin.median()
+    checkpoint = save_checkpoint(
+        tmp_path / "ckpt", model, {"kind": "translation", "model": config.to_dict()}, tokenizer.to_bytes()
+    )
+    torch_backend = load_backend(checkpoint, "torch")
+    ct2_backend = load_backend(checkpoint, "ctranslate2", ct2_dir=tmp_path / "ct2")
+    for beam in (1, 4):
+        options = DecodeOptions(beam=beam, max_len_a=0.0, max_len_b=MAX_OUT)
+        ours, theirs = torch_backend.translate(sources, options), ct2_backend.translate(sources, options)
+        assert ours == theirs, beam
+        assert 0 < ours.count("") < len(sources), ours  # some outputs empty, some not

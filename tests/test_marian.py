@@ -386,3 +386,25 @@ def test_pytorch_model_bin_imports_like_safetensors(marian_dir, imported, tmp_pa
     assert main(["import", "marian", str(source), "--out", str(tmp_path / "run")]) == 0
     old, new = load(imported).model.state_dict(), load(tmp_path / "run").model.state_dict()
     assert all(torch.equal(old[k], new[k]) for k in old)
+
+
+def test_an_imported_model_decodes_alike_with_ctranslate2(imported, tmp_path) -> None:
+    from aiayn.decode.backends import load_backend
+
+    texts = sentences(SOURCE_WORDS, 200, 41) + UNSEEN
+    torch_backend = load_backend(imported, "torch")
+    ct2_backend = load_backend(imported, "ctranslate2", ct2_dir=tmp_path / "ct2")
+    greedy = DecodeOptions(beam=1, max_len_a=0.0, max_len_b=MAX_OUT)
+    ours = torch_backend.translate(texts, greedy)
+    assert ours == ct2_backend.translate(texts, greedy) and len(set(ours)) > 100
+    # beam 4 without length penalty: equal where the output ends before the length limit. (CTranslate2
+    # ranks hypotheses cut at the limit by its own rules, and with alpha > 0 normalises by |Y| ** alpha
+    # inside its search, which keeps other hypotheses than GNMT's penalty would: see decode.backends)
+    beam = DecodeOptions(beam=4, alpha=0.0, max_len_a=0.0, max_len_b=MAX_OUT)
+    ours, theirs = torch_backend.translate(texts, beam), ct2_backend.translate(texts, beam)
+    ended = [
+        i
+        for i, text in enumerate(ours)
+        if len(torch_backend.tokenizer.encode(text, target=True)) < MAX_OUT - 2
+    ]
+    assert len(ended) > 150 and [ours[i] for i in ended] == [theirs[i] for i in ended]

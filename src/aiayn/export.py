@@ -368,6 +368,7 @@ results = translator.translate_batch(
     pieces,
     beam_size=4, length_penalty=0.6,          # aiayn's defaults (beam 1 = greedy)
     max_decoding_length=50,
+    min_decoding_length=0,                     # aiayn allows an empty output (EOS first)
     suppress_sequences=[["<blank>"], ["<s>"]],  # aiayn never generates PAD or BOS
 )
 print(sp.decode(results[0].hypotheses[0]))

@@ -301,6 +301,7 @@ class CTranslate2Backend:
         results = translator.translate_batch(
             sources,
             max_decoding_length=max(limits) + 1,
+            min_decoding_length=0,  # CTranslate2's default 1 forbids the empty output aiayn allows
             max_input_length=0,  # sources are already truncated (with a warning)
             return_scores=True,
             return_end_token=True,  # the length CTranslate2 divides by then counts the EOS, as aiayn's
