@@ -65,6 +65,24 @@ def machine() -> dict:
     }
 
 
+def gpu(device: torch.device | str | None = None) -> dict | None:
+    """The CUDA device a benchmark ran on (name, memory, capability) and the CUDA stack; None without one."""
+    if not torch.cuda.is_available():
+        return None
+    device = torch.device(device if device is not None else "cuda")
+    props = torch.cuda.get_device_properties(device)
+    return {
+        "name": torch.cuda.get_device_name(device),
+        "memory_gib": props.total_memory / 2**30,
+        "capability": list(torch.cuda.get_device_capability(device)),
+        "multiprocessors": props.multi_processor_count,
+        "device_count": torch.cuda.device_count(),
+        "torch_cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version(),
+        "matmul_allow_tf32": torch.backends.cuda.matmul.allow_tf32,
+    }
+
+
 def peak_rss_mib(children: bool = False) -> float:
     """Peak resident set size so far of this process (or of its waited-for children), in MiB."""
     peak = resource.getrusage(resource.RUSAGE_CHILDREN if children else resource.RUSAGE_SELF).ru_maxrss

@@ -9,10 +9,25 @@ matmul peak measured in the same run (a square matmul of the same dtype), and wr
 
     .venv/bin/python benchmarks/train_throughput.py                 # shapes a and b, fp32 and bf16
     .venv/bin/python benchmarks/train_throughput.py --shapes a --precisions fp32 --rounds 5
+    python3 benchmarks/train_throughput.py --device cuda --shapes base big --precisions bf16 \
+        --batch-tokens 25000 --max-len 64          # on a GPU: the paper's batches
 
-Shapes: (a) d=256, h=4, d_ff=1024, 3+3 layers, V=8000, batch 64×24; (b) the paper's base model
-(d=512, h=8, d_ff=2048, 6+6 layers) with V=37000 at batch 32×32. Sentence lengths are uniform in
-[T/2, T], so about a quarter of each batch is padding, as in unsorted batches.
+Shapes: (a) d=256, h=4, d_ff=1024, 3+3 layers, V=8000, batch 64×24; (b) or ``base``, the paper's base
+model (d=512, h=8, d_ff=2048, 6+6 layers) with V=37000 at batch 32×32; ``big``, the paper's big model
+(d=1024, h=16, d_ff=4096, 6+6 layers, V=37000) at batch 32×32; ``tiny`` (d=64, 1+1 layers, V=1000), a
+rehearsal of the flow only. Sentence lengths are uniform in [T/2, T], so about a quarter of each
+batch is padding, as in unsorted batches. ``--max-len T`` sets every shape's T; ``--batch-tokens N``
+sets every shape's batch size so that a batch holds about N real target tokens (the mean length is
+(T//2 + T)/2 ≈ 0.75·T): the paper's WMT batches held ~25,000 source and ~25,000 target tokens.
+
+On a GPU (``--device cuda``): models and batches on the device, bf16 through the same autocast,
+``torch.cuda.synchronize()`` before every clock reading, the matmul peak measured on the device
+(8192×8192; fp32 with PyTorch's default, TF32 off), ``--threads`` ignored. The JSON then also holds the
+GPU (``machine.gpu``), each model's peak CUDA memory, MFU against the card's datasheet peak (H100 /
+H200: SXM figures, dense bf16 989.4 TFLOP/s and fp32 66.9 TFLOP/s; ``null`` for other cards) beside
+the measured one, and the hours that the paper's 100k steps of ~25,000 target tokens would take at the
+measured rate (with the paper's own figures for reference). Default output:
+``benchmarks/results/train_throughput_gpu.json``.
 
 The three steps, as each library's users write them:
 
@@ -47,11 +62,12 @@ bf16 run of shape b is skipped unless ``--force-bf16`` is given, and the JSON sa
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import math
 import statistics
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -65,7 +81,7 @@ from aiayn.model import build_model
 from aiayn.model.embedding import positional_encoding
 from aiayn.precision import autocast, native_bf16
 from aiayn.train.loss import Seq2SeqObjective
-from common import command, machine, peak_rss_mib, versions
+from common import command, gpu, machine, peak_rss_mib, versions
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOOTHING, DROPOUT = 0.1, 0.1
@@ -84,12 +100,50 @@ class Shape:
     max_len: int
 
 
-SHAPES = {"a": Shape(256, 4, 1024, 3, 8000, 64, 24), "b": Shape(512, 8, 2048, 6, 37000, 32, 32)}
+SHAPES = {
+    "a": Shape(256, 4, 1024, 3, 8000, 64, 24),
+    "b": Shape(512, 8, 2048, 6, 37000, 32, 32),
+    "big": Shape(1024, 16, 4096, 6, 37000, 32, 32),
+    "tiny": Shape(64, 4, 128, 1, 1000, 8, 16),
+}
+SHAPES["base"] = SHAPES["b"]  # the paper's base model, under its name
+# The paper's training (section 5.2 and Table 3): batches of ~25,000 source and ~25,000 target tokens,
+# 8 P100 GPUs; base 100k steps in 12 hours, big 300k steps in 3.5 days.
+PAPER = {
+    "target_tokens_per_step": 25000,
+    "hardware": "8 NVIDIA P100",
+    "base": {"steps": 100000, "hours": 12.0},
+    "big": {"steps": 300000, "hours": 3.5 * 24},
+}
+PAPER_STEPS = {"b": 100000, "base": 100000, "big": 300000}
+# Datasheet peaks (dense, no sparsity) of the cards named by substring, in FLOP/s: (bf16, fp32 without
+# tensor cores). The H100 PCIe and NVL are slower than the SXM boards that "H100" names otherwise.
+SPEC_PEAKS = (
+    ("H100 PCIe", {"bf16": 756.5e12, "fp32": 51.2e12}),
+    ("H100 NVL", {"bf16": 835.5e12, "fp32": 60.0e12}),
+    ("H100", {"bf16": 989.4e12, "fp32": 66.9e12}),
+    ("H200", {"bf16": 989.4e12, "fp32": 66.9e12}),
+)
 
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shapes", nargs="+", choices=sorted(SHAPES), default=["a", "b"])
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument(
+        "--batch-tokens",
+        type=int,
+        default=0,
+        help="set each shape's batch size for about this many real target tokens per batch (0: the shape's)",
+    )
+    parser.add_argument("--max-len", type=int, default=0, help="every shape's T (0: the shape's)")
+    parser.add_argument(
+        "--skip",
+        nargs="+",
+        default=[],
+        metavar="SHAPE:PRECISION",
+        help="leave out these runs of --shapes x --precisions, e.g. big:fp32",
+    )
     parser.add_argument("--precisions", nargs="+", choices=("fp32", "bf16"), default=["fp32", "bf16"])
     parser.add_argument(
         "--peers", nargs="+", choices=("nn.Transformer", "Marian"), default=["nn.Transformer", "Marian"]
@@ -116,10 +170,36 @@ def parse_args() -> argparse.Namespace:
         default="default",
         help="bounded: as aiayn's trainer sets them for bf16 on a CPU (aiayn.malloc.bound_onednn_caches)",
     )
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=2, help="torch threads on the CPU (ignored on cuda)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "train_throughput.json"))
-    return parser.parse_args()
+    parser.add_argument(
+        "--out",
+        help="results file (default benchmarks/results/train_throughput.json, _gpu.json with --device cuda)",
+    )
+    args = parser.parse_args()
+    if args.out is None:
+        name = "train_throughput_gpu.json" if args.device == "cuda" else "train_throughput.json"
+        args.out = str(ROOT / "benchmarks" / "results" / name)
+    return args
+
+
+def sized(shape: Shape, batch_tokens: int, max_len: int) -> Shape:
+    """``shape`` with ``max_len`` (when > 0) and a batch of about ``batch_tokens`` real target tokens
+    (when > 0): lengths are uniform in [T//2, T], so a sentence holds (T//2 + T)/2 tokens on average."""
+    t = max_len or shape.max_len
+    batch = round(batch_tokens / ((t // 2 + t) / 2)) if batch_tokens else shape.batch
+    return replace(shape, max_len=t, batch=max(1, batch))
+
+
+def spec_peaks(device: torch.device) -> tuple[str | None, dict | None]:
+    """The datasheet peaks of the card (by name; see SPEC_PEAKS), or (None, None) for others."""
+    if not on_gpu(device):
+        return None, None
+    name = torch.cuda.get_device_name(device)
+    for key, peaks in SPEC_PEAKS:
+        if key in name:
+            return key, peaks
+    return None, None
 
 
 # ----------------------------------------------------------------------------- data
@@ -196,7 +276,9 @@ class PeerTransformer(nn.Module):
     def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
         """Logits ``(B, T, V)``; torch masks: True = may NOT attend."""
         src_pad, tgt_pad = src == PAD_ID, tgt_in == PAD_ID  # (B, S), (B, T)
-        causal = nn.Transformer.generate_square_subsequent_mask(tgt_in.size(1), dtype=torch.bool)
+        causal = nn.Transformer.generate_square_subsequent_mask(
+            tgt_in.size(1), device=tgt_in.device, dtype=torch.bool
+        )
         hidden = self.transformer(
             self.embed(self.src_embed, src),
             self.embed(self.tgt_embed, tgt_in),
@@ -245,25 +327,36 @@ def cross_entropy(logits: Tensor, tgt_out: Tensor) -> Tensor:
 
 
 class Runner:
-    """One model, its optimizer and its training step."""
+    """One model (moved to ``device``), its optimizer and its training step."""
 
-    def __init__(self, name: str, model: nn.Module, loss_fn: Callable[..., Tensor], precision: str) -> None:
-        self.name, self.model, self.loss_fn, self.precision = name, model.train(), loss_fn, precision
+    def __init__(
+        self,
+        name: str,
+        model: nn.Module,
+        loss_fn: Callable[..., Tensor],
+        precision: str,
+        device: torch.device = CPU,
+    ) -> None:
+        self.name, self.model, self.loss_fn = name, model.to(device).train(), loss_fn
+        self.precision, self.device = precision, device
         # fused Adam for every model: aiayn's trainer uses it, and any user of a peer can ask for it
         self.optimizer = torch.optim.Adam(
             model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, fused=True
         )
 
-    def step(self, batch: Batch) -> float:
+    def step(self, batch: Batch) -> Tensor:
+        """One training step; the loss, detached (read it after the timed steps: ``.item()`` waits
+        for the GPU)."""
         self.optimizer.zero_grad(set_to_none=True)
-        with autocast(CPU, self.precision):
+        with autocast(self.device, self.precision):
             loss = self.loss_fn(*batch)
         loss.backward()
         self.optimizer.step()
-        return loss.item()
+        return loss.detach()
 
 
 def make_runners(shape: Shape, precision: str, args: argparse.Namespace) -> list[Runner]:
+    device = torch.device(args.device)
     runners = []
     for compiled in (False, True) if args.compile else (False,):
         torch.manual_seed(args.seed)
@@ -285,12 +378,15 @@ def make_runners(shape: Shape, precision: str, args: argparse.Namespace) -> list
             loss, _ = objective(src, tgt_in, tgt_out)
             return loss / (tgt_out != PAD_ID).sum()
 
-        runners.append(Runner("aiayn+compile" if compiled else "aiayn", objective, aiayn_loss, precision))
+        name = "aiayn+compile" if compiled else "aiayn"
+        runners.append(Runner(name, objective, aiayn_loss, precision, device))
     if "nn.Transformer" in args.peers:
         torch.manual_seed(args.seed)
         peer = PeerTransformer(shape)
         runners.append(
-            Runner("nn.Transformer", peer, lambda s, ti, to: cross_entropy(peer(s, ti), to), precision)
+            Runner(
+                "nn.Transformer", peer, lambda s, ti, to: cross_entropy(peer(s, ti), to), precision, device
+            )
         )
     if "Marian" in args.peers:
         torch.manual_seed(args.seed)
@@ -306,23 +402,45 @@ def make_runners(shape: Shape, precision: str, args: argparse.Namespace) -> list
             )
             return cross_entropy(out.logits, tgt_out)
 
-        runners.append(Runner("Marian", hf, hf_loss, precision))
+        runners.append(Runner("Marian", hf, hf_loss, precision, device))
     return runners
 
 
 # ----------------------------------------------------------------------------- timing
 
 
-def matmul_peak(dtype: torch.dtype, n: int) -> float:
-    """FLOP/s of an ``n × n`` matmul in ``dtype`` (best of a few), the MFU denominator."""
-    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
-    a @ b
+def on_gpu(device: torch.device) -> bool:
+    """Whether ``device`` is a CUDA device (one place to ask, for the GPU-only steps)."""
+    return device.type == "cuda"
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for the device's queued work (a no-op on the CPU): before every clock reading."""
+    if on_gpu(device):
+        torch.cuda.synchronize(device)
+
+
+def matmul_peak(dtype: torch.dtype, n: int, device: torch.device = CPU) -> float:
+    """FLOP/s of an ``n × n`` matmul in ``dtype`` (best of a few), the MFU denominator. On a GPU each
+    timing covers 10 matmuls between two synchronisations (one takes a millisecond or two)."""
+    a = torch.randn(n, n, dtype=dtype, device=device)
+    b = torch.randn(n, n, dtype=dtype, device=device)
+    repeat = 10 if on_gpu(device) else 1
+    for _ in range(repeat):
+        a @ b
     best = math.inf
     for _ in range(3):
+        synchronize(device)
         t0 = time.perf_counter()
-        a @ b
-        best = min(best, time.perf_counter() - t0)
+        for _ in range(repeat):
+            a @ b
+        synchronize(device)
+        best = min(best, (time.perf_counter() - t0) / repeat)
     return 2 * n**3 / best
+
+
+def mib(n_bytes: int) -> float:
+    return n_bytes / 2**20
 
 
 def bench(
@@ -332,20 +450,40 @@ def bench(
     batches: list[Batch],
     peak: float | None,
     reps: tuple[int, int, int],
+    spec_peak: float | None = None,
 ) -> dict:
     rounds, steps, warmup = reps
+    device = torch.device(args.device)
     runners = make_runners(shape, precision, args)
     cursor = {r.name: 0 for r in runners}
+    # counted once on the CPU copies (on a GPU, counting in the timed loop would wait for the device)
+    counts = [(int((b[2] != PAD_ID).sum()), model_flops(shape, b)) for b in batches]
+    on_device = [tuple(t.to(device) for t in b) for b in batches]
+    cuda = on_gpu(device)
+    memory = {r.name: {"resident_mib": 0.0, "peak_allocated_mib": 0.0} for r in runners}
 
     def run(runner: Runner, steps: int) -> tuple[int, float, float, float]:
-        tokens, flops, loss, t0 = 0, 0.0, 0.0, time.perf_counter()
+        tokens, flops, loss = 0, 0.0, None
+        if cuda:
+            torch.cuda.reset_peak_memory_stats(device)
+            resident = torch.cuda.memory_allocated(device)
+        synchronize(device)
+        t0 = time.perf_counter()
         for _ in range(steps):
-            batch = batches[cursor[runner.name] % len(batches)]
+            i = cursor[runner.name] % len(batches)
             cursor[runner.name] += 1
-            loss = runner.step(batch)
-            tokens += int((batch[2] != PAD_ID).sum())
-            flops += model_flops(shape, batch)
-        return tokens, flops, time.perf_counter() - t0, loss
+            loss = runner.step(on_device[i])
+            tokens += counts[i][0]
+            flops += counts[i][1]
+        synchronize(device)
+        seconds = time.perf_counter() - t0
+        if cuda:
+            m = memory[runner.name]
+            m["resident_mib"] = max(m["resident_mib"], mib(resident))
+            m["peak_allocated_mib"] = max(
+                m["peak_allocated_mib"], mib(torch.cuda.max_memory_allocated(device))
+            )
+        return tokens, flops, seconds, float(loss) if loss is not None else math.nan
 
     for runner in runners:  # a compiled model sees every batch shape before timing (one compile each)
         run(runner, max(warmup, len(batches)) if runner.name.endswith("compile") else warmup)
@@ -363,12 +501,19 @@ def bench(
             + " tok/s",
             flush=True,
         )
-    return {
+    result = {
         "rounds": rounds,
         "steps_per_round": steps,
         "warmup_steps": warmup,
         **summarise(runners, samples, flop_rates, peak, last_loss),
     }
+    if spec_peak:
+        result["mfu_spec"] = {n: statistics.median(r) / spec_peak for n, r in flop_rates.items()}
+    if cuda:
+        # process-wide while the model's steps ran: the other models' weights and Adam moments
+        # (resident) are in it; the model's own step needs peak - resident beyond what it keeps
+        result["cuda_memory"] = memory
+    return result
 
 
 def summarise(
@@ -399,40 +544,61 @@ def summarise(
 
 def main() -> None:
     args = parse_args()
+    device = torch.device(args.device)
     # process-wide settings, made before the first tensor (see the module docstring)
     process = {
         "freed_memory_kept": keep_freed_memory(),
         "onednn_caches": args.onednn_caches,
         "onednn_caches_set": bound_onednn_caches() if args.onednn_caches == "bounded" else {},
     }
-    torch.set_num_threads(args.threads)
+    if not on_gpu(device):
+        torch.set_num_threads(args.threads)
     info = machine()
-    native = native_bf16(CPU)
-    print(
-        f"{info['cpu_model']}, {info['cpu_count']} cores, {args.threads} threads, native bf16: {native}",
-        flush=True,
-    )
+    native = native_bf16(device)
+    card = gpu(device) if on_gpu(device) else None
+    if card is not None:
+        print(
+            f"{card['name']}, {card['memory_gib']:.0f} GiB, CUDA {card['torch_cuda']}, "
+            f"torch {torch.__version__}",
+            flush=True,
+        )
+    else:
+        print(
+            f"{info['cpu_model']}, {info['cpu_count']} cores, {args.threads} threads, native bf16: {native}",
+            flush=True,
+        )
     # Emulated bf16 has no meaningful peak (its matmul speed depends on the shape's code path, and a
     # model step ran faster per FLOP than a square matmul): no MFU there.
+    n = 8192 if on_gpu(device) else 2048
     peaks = {
-        "fp32": matmul_peak(torch.float32, 2048),
-        "bf16": matmul_peak(torch.bfloat16, 2048) if native and "bf16" in args.precisions else None,
+        "fp32": matmul_peak(torch.float32, n, device)
+        if "fp32" in args.precisions or not on_gpu(device)
+        else None,
+        "bf16": matmul_peak(torch.bfloat16, n, device) if native and "bf16" in args.precisions else None,
     }
     print(
         "matmul peak: " + ", ".join(f"{k} {v / 1e9:,.1f} GFLOP/s" for k, v in peaks.items() if v), flush=True
     )
+    spec_name, spec = spec_peaks(device)
     results = {
         "benchmark": "train_throughput",
         "command": command(),
         "versions": versions(**peer_versions()),
-        "machine": {**info, "native_bf16": native},
+        "machine": {**info, "native_bf16": native, **({"gpu": card} if card is not None else {})},
         "process": process,
         "matmul_peak_flops": peaks,
         "settings": {"dropout": DROPOUT, "label_smoothing": SMOOTHING, "seed": args.seed},
         "shapes": {},
     }
+    if on_gpu(device):
+        results["device"] = args.device
+        results["matmul_peak_size"] = n
+        results["spec_peak_flops"] = spec
+        results["spec_peak_card"] = spec_name
+        results["paper"] = PAPER
+        results["settings"].update(batch_tokens=args.batch_tokens, max_len=args.max_len)
     for name in args.shapes:
-        shape = SHAPES[name]
+        shape = sized(SHAPES[name], args.batch_tokens, args.max_len)
         batches = make_batches(shape, 4, torch.Generator().manual_seed(args.seed))
         entry = results["shapes"][name] = {
             "shape": asdict(shape),
@@ -440,7 +606,10 @@ def main() -> None:
             "real_target_tokens_per_batch": [int((b[2] != PAD_ID).sum()) for b in batches],
         }
         for precision in args.precisions:
-            if precision == "bf16" and name == "b" and not native and not args.force_bf16:
+            if f"{name}:{precision}" in args.skip:
+                entry["precisions"][precision] = {"skipped": f"--skip {name}:{precision}"}
+                continue
+            if precision == "bf16" and name in ("b", "base", "big") and not native and not args.force_bf16:
                 entry["precisions"][precision] = {
                     "skipped": "bf16 is emulated on this CPU (no AMX / AVX512-BF16); --force-bf16 runs it"
                 }
@@ -448,13 +617,41 @@ def main() -> None:
             print(f"shape {name} {asdict(shape)}, {precision}", flush=True)
             emulated = precision == "bf16" and not native
             reps = tuple(args.emulated_bf16_reps) if emulated else (args.rounds, args.steps, args.warmup)
-            entry["precisions"][precision] = bench(shape, precision, args, batches, peaks[precision], reps)
+            spec_peak = spec[precision] if spec else None
+            if not on_gpu(device):
+                row = bench(shape, precision, args, batches, peaks[precision], reps)
+            else:  # one failure (out of memory, a peer's error) is recorded, the next run goes on
+                try:
+                    row = bench(shape, precision, args, batches, peaks[precision], reps, spec_peak)
+                except Exception as error:  # noqa: BLE001 - recorded in the results, not hidden
+                    print(f"  failed: {error!r}", flush=True)
+                    row = {"error": repr(error)[:2000]}
+                gc.collect()
+                torch.cuda.empty_cache()
+                if "error" not in row:
+                    row["implied_hours_paper_100k_steps"] = {
+                        system: 100000 * PAPER["target_tokens_per_step"] / tps["median"] / 3600
+                        for system, tps in row["target_tokens_per_s"].items()
+                    }
+                    if PAPER_STEPS.get(name, 100000) != 100000:
+                        steps = PAPER_STEPS[name]
+                        row[f"implied_hours_paper_{steps // 1000}k_steps"] = {
+                            system: steps * PAPER["target_tokens_per_step"] / tps["median"] / 3600
+                            for system, tps in row["target_tokens_per_s"].items()
+                        }
+            entry["precisions"][precision] = row
+            if on_gpu(device):  # after every run: a later failure or a kill keeps what was measured
+                write(results, Path(args.out))
     results["peak_rss_mib"] = peak_rss_mib()
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=2) + "\n")
+    write(results, out)
     print_table(results)
     print(f"wrote {out}")
+
+
+def write(results: dict, out: Path) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2) + "\n")
 
 
 def peer_versions() -> dict:
@@ -466,11 +663,16 @@ def peer_versions() -> dict:
 
 
 def print_table(results: dict) -> None:
-    print(f"\n{'shape':<6}{'prec':<6}{'system':<16}{'tok/s':>10}{'MFU':>8}  vs faster peer")
+    gpu_run = "spec_peak_flops" in results
+    extra = f"{'MFU spec':>9}{'h/100k':>8}" if gpu_run else ""
+    print(f"\n{'shape':<6}{'prec':<6}{'system':<16}{'tok/s':>10}{'MFU':>8}{extra}  vs faster peer")
     for name, entry in results["shapes"].items():
         for precision, row in entry["precisions"].items():
-            if "skipped" in row:
-                print(f"{name:<6}{precision:<6}skipped: {row['skipped']}")
+            if "skipped" in row or "error" in row:
+                print(
+                    f"{name:<6}{precision:<6}{'skipped' if 'skipped' in row else 'failed'}: "
+                    f"{row.get('skipped') or row.get('error')}"
+                )
                 continue
             for system, tps in row["target_tokens_per_s"].items():
                 ratio = ""
@@ -481,10 +683,21 @@ def print_table(results: dict) -> None:
                     )
                 mfu = row["mfu"][system]
                 mfu_text = f"{mfu:.1%}" if mfu is not None else "n/a"
-                print(f"{name:<6}{precision:<6}{system:<16}{tps['median']:>10,.0f}{mfu_text:>8}  {ratio}")
+                columns = f"{tps['median']:>10,.0f}{mfu_text:>8}"
+                if gpu_run:
+                    spec = row.get("mfu_spec", {}).get(system)
+                    hours = row["implied_hours_paper_100k_steps"][system]
+                    columns += (f"{spec:>9.1%}" if spec is not None else f"{'n/a':>9}") + f"{hours:>8.1f}"
+                print(f"{name:<6}{precision:<6}{system:<16}{columns}  {ratio}")
     print(
         "(median real target tokens/s; MFU = useful model FLOP/s / the same-dtype matmul peak of this run;\n"
-        " n/a where bf16 is emulated)"
+        " n/a where bf16 is emulated"
+        + (
+            "; MFU spec = against the card's datasheet peak; h/100k = hours for the paper's\n"
+            " 100k steps of 25,000 target tokens at this rate (the paper: base 12 h on 8 P100s))"
+            if gpu_run
+            else ")"
+        )
     )
 
 
