@@ -408,3 +408,119 @@ def test_an_imported_model_decodes_alike_with_ctranslate2(imported, tmp_path) ->
         if len(torch_backend.tokenizer.encode(text, target=True)) < MAX_OUT - 2
     ]
     assert len(ended) > 150 and [ours[i] for i in ended] == [theirs[i] for i in ended]
+
+
+# --- fine-tuning: aiayn train --init -------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def other_corpus(tmp_path_factory) -> Path:
+    """Another corpus for the imported model: the same words, the translation's word order reversed."""
+    from marian_model import WORDS
+
+    directory = tmp_path_factory.mktemp("reversed")
+    for split, n, seed in (("train", 400, 50), ("val", 60, 51)):
+        src, _ = __import__("marian_model").pairs(n, seed)
+        tgt = [" ".join(WORDS.get(w.lower(), w) for w in reversed(s.rstrip(".!?").split())) for s in src]
+        (directory / f"{split}.de").write_text("".join(line + "\n" for line in src), encoding="utf-8")
+        (directory / f"{split}.en").write_text("".join(line + "\n" for line in tgt), encoding="utf-8")
+    return directory
+
+
+def fine_tuning(data: Path, init: Path, **train) -> dict:
+    return {
+        "data": {
+            "dir": str(data),
+            "src_lang": "de",
+            "tgt_lang": "en",
+            "batch_tokens": 400,
+            "max_sentence_tokens": 40,
+        },
+        "optim": {"lr_schedule": "inverse_sqrt", "peak_lr": 3e-3, "warmup": 5},
+        "train": {
+            "init": str(init),
+            "precision": "fp32",
+            "device": "cpu",
+            "max_steps": 20,
+            "save_every": 10,
+            "valid_every": 0,
+            "valid_at_epoch_end": False,
+            "log_every": 5,
+            "valid_bleu": False,
+            **train,
+        },
+    }
+
+
+def test_init_starts_from_the_checkpoint_and_fine_tuning_lowers_the_validation_loss(
+    imported, other_corpus, tmp_path
+) -> None:
+    from aiayn.train.config import run_config_from_dict
+    from aiayn.train.engine import start
+    from aiayn.train.translation import TranslationTask
+
+    task = start(
+        TranslationTask(run_config_from_dict(fine_tuning(other_corpus, imported))),
+        tmp_path / "run",
+        progress=False,
+    )
+    checkpoint = load(imported)
+    weights = checkpoint.model.state_dict()
+    assert task.model.config == checkpoint.config
+    assert all(torch.equal(t, weights[k]) for k, t in task.model.state_dict().items())  # step 0
+    assert task.tokenizer.to_bytes() == checkpoint.tokenizer.to_bytes()  # the data encoded with it
+    before = task.validate()["loss"]
+    task.engine.run(task)
+    after = task.validate()["loss"]
+    assert after < before - 0.3, (before, after)
+
+
+def test_init_runs_resume_bit_for_bit(imported, other_corpus, tmp_path) -> None:
+    import yaml
+
+    def train(out: Path, steps: int) -> None:
+        config = tmp_path / "fine_tune.yaml"
+        config.write_text(yaml.safe_dump(fine_tuning(other_corpus, imported, max_steps=steps)))
+        assert main(["train", "--config", str(config), "--out", str(out), "--no-progress"]) == 0
+
+    train(tmp_path / "straight", 20)
+    train(tmp_path / "resumed", 10)
+    train(tmp_path / "resumed", 20)  # the same command, resumed from its step-10 checkpoint
+    a = load_checkpoint_weights(tmp_path / "straight")
+    b = load_checkpoint_weights(tmp_path / "resumed")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def load_checkpoint_weights(run: Path) -> dict:
+    from aiayn.checkpoint import latest_checkpoint, load_checkpoint
+
+    return load_checkpoint(latest_checkpoint(run), with_state=False).weights
+
+
+def test_init_refuses_another_model_naming_the_field(imported, other_corpus, tmp_path, capsys) -> None:
+    import yaml
+
+    values = fine_tuning(other_corpus, imported)
+    config = tmp_path / "c.yaml"
+    for section, named in (({"d_model": 64}, "model.d_model"), ({"preset": "tiny"}, "model.d_model")):
+        config.write_text(yaml.safe_dump({**values, "model": section}))
+        code = main(["train", "--config", str(config), "--out", str(tmp_path / "run"), "--no-progress"])
+        err = capsys.readouterr().err.strip()
+        assert code == 2 and len(err.splitlines()) == 1 and named in err and "--init" in err, err
+    config.write_text(yaml.safe_dump({**values, "model": {"dropout": 0.3}}))  # dropout may differ
+    args = [
+        "train",
+        "--config",
+        str(config),
+        "--out",
+        str(tmp_path / "ok"),
+        "--no-progress",
+        "--max-steps",
+        "1",
+    ]
+    assert main(args) == 0
+    code = main(
+        ["train", "--config", str(config), "--out", str(tmp_path / "x"), "--init", str(tmp_path / "nowhere")]
+    )
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "nowhere" in err, err

@@ -159,16 +159,16 @@ class Tokenizer:
         return path
 
     @classmethod
-    def load(cls, path: str | Path) -> "Tokenizer":
+    def load(cls, path: str | Path) -> "Tokenizer | VocabTokenizer":
         path = Path(path)
         if path.is_dir():
             path = _model_path(path)
         if not path.is_file():
             raise UserError(f"tokenizer model not found: {path}")
         try:
-            return cls(path.read_bytes())
-        except RuntimeError:
-            raise UserError(f"{path}: not a SentencePiece model") from None
+            return Tokenizer.from_bytes(path.read_bytes())
+        except UserError as err:
+            raise UserError(f"{path}: {err}") from None
 
     def __repr__(self) -> str:
         return f"Tokenizer(vocab_size={self.vocab_size})"

@@ -20,6 +20,7 @@ FLAGS = {
     "train.max_steps": "train.max_steps (--max-steps)",
     "train.max_epochs": "train.max_epochs (--max-epochs)",
     "train.max_hours": "train.max_hours (--max-hours)",
+    "train.init": "train.init (--init)",
 }
 
 
@@ -32,6 +33,12 @@ def register(subparsers) -> None:
     train.add_argument("--src-lang")
     train.add_argument("--tgt-lang")
     train.add_argument("--out", required=True, help="run directory (checkpoints, best/, metrics.jsonl)")
+    train.add_argument(
+        "--init",
+        metavar="CHECKPOINT",
+        help="start from this checkpoint's weights, model and tokenizer (fine-tuning: a fresh optimizer "
+        "and schedule on this run's data; the model section may be left out) (train.init)",
+    )
     add_training_flags(train)  # --set, --device, --threads, --max-steps/-epochs/-hours: as every trainer
     train.add_argument("--save-every", type=int)
     train.add_argument("--seed", type=int)
@@ -65,6 +72,7 @@ def run_train(args: argparse.Namespace) -> int:
             **training_flags(args),
             "train.save_every": args.save_every,
             "train.seed": args.seed,
+            "train.init": args.init,
         },
     )
     try:

@@ -54,6 +54,9 @@ class TranslationTrainConfig(EngineConfig):
     valid_bleu: bool = True  #: greedy-decode the validation set for BLEU/chrF
     #: which validation metric picks best/
     best_metric: str = setting("bleu", choices=("bleu", "chrf", "loss"))
+    #: start from this checkpoint's weights, model config and tokenizer (fine-tuning; ``--init``):
+    #: a fresh optimizer and schedule on the run's data, encoded with that tokenizer
+    init: str = ""
 
 
 #: Settings read under their former names, with one warning (run configs and run directories of

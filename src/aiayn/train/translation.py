@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from aiayn.checkpoint import Checkpoint
-from aiayn.config import reported
+from aiayn.config import PRESETS, TransformerConfig, reported
 from aiayn.data.batching import Batch, TokenBatchSampler, collate, padding_share
 from aiayn.data.bpe_dropout import BpeDropout, EpochResampler
 from aiayn.data.config import CorpusConfig
@@ -32,6 +32,7 @@ from aiayn.data.tokenizer import Tokenizer
 from aiayn.decode import Translator
 from aiayn.errors import Setting, SettingError, UserError
 from aiayn.evaluate import sacrebleu_scores
+from aiayn.loading import LoadedModel, load
 from aiayn.malloc import bound_onednn_caches
 from aiayn.model import Transformer, build_model, count_parameters
 from aiayn.train import distributed as dist
@@ -68,6 +69,7 @@ class TranslationTask(Task):
             bound_onednn_caches()
         resumed = engine.resumed
         self.config = self._merge_resumed_config(self.config, resumed)
+        self.init = self._init(resumed)
         self.data = self._prepared(resumed)
         self.tokenizer = self.data.tokenizer
         self.train_examples, self.valid_examples, self.valid_pairs = self._read_data()
@@ -98,12 +100,42 @@ class TranslationTask(Task):
                 saved, train=config.train, data=dataclasses.replace(saved.data, dir=config.data.dir)
             )
 
+    def _init(self, resumed: Checkpoint | None) -> LoadedModel | None:
+        """The checkpoint a new run starts from (``train.init``), its model section checked; None on
+        resume (the run's own checkpoint has the weights) or without one."""
+        if not self.config.train.init or resumed is not None:
+            return None
+        init = load(self.config.train.init)
+        if init.kind != "translation":
+            raise SettingError(
+                Setting("train.init"),
+                f": {init.checkpoint.path} is a {init.kind!r} checkpoint, not a translation one",
+            )
+        if self.config.data.bpe_dropout and not hasattr(init.tokenizer, "merge_ranks"):
+            raise SettingError(
+                Setting("data.bpe_dropout"), ": needs a BPE tokenizer; the --init checkpoint's is Marian's"
+            )
+        self.config.data.check_max_len(init.config.max_len)
+        self._init_model_config = _fine_tuned_config(self.config.model, init.config)
+        self.log(
+            f"init: the weights, model and tokenizer of {init.checkpoint.path} "
+            "(a fresh optimizer and schedule)"
+        )
+        return init
+
     def _prepared(self, resumed: Checkpoint | None) -> PreparedData:
-        """The prepared data, checked against the config's data settings (and the resumed run's tokenizer)."""
+        """The prepared data, checked against the config's data settings (and the resumed run's or the
+        --init checkpoint's tokenizer)."""
         path = self._data_directory(resumed)
         data = open_prepared(path, self.config.prepare_settings())
         if resumed is not None and resumed.tokenizer_bytes != data.tokenizer.to_bytes():
             raise UserError(f"{path} was prepared with another tokenizer than the run in {self.out} resumes")
+        if self.init is not None and self.init.tokenizer.to_bytes() != data.tokenizer.to_bytes():
+            raise SettingError(
+                f"{path} was prepared with another tokenizer than the --init checkpoint's; give the "
+                "plain-text corpus (it is prepared with the checkpoint's tokenizer) as ",
+                Setting("data.dir"),
+            )
         self.log(f"data: {path} ({data.manifest['dtype']} token ids, read as batches need them)")
         return data
 
@@ -132,6 +164,8 @@ class TranslationTask(Task):
         if is_prepared(path):
             return 1
         tokenizer = Tokenizer.from_bytes(resumed.tokenizer_bytes) if resumed is not None else None
+        if self.init is not None:
+            tokenizer = self.init.tokenizer
         prepare(path, own, self.config.prepare_settings(), tokenizer=tokenizer, log=self.log)
         return 0
 
@@ -160,7 +194,7 @@ class TranslationTask(Task):
         """The validation pairs of at most max_len - 1 tokens a side (+ BOS or EOS), counted in the log."""
         name = self.config.data.valid_split
         valid, record = self.data.split(name), self.data.manifest["splits"][name]
-        limit = self.config.model_config(64).max_len - 1
+        limit = self._model_config(64).max_len - 1
         keep = np.flatnonzero(valid.lengths.max(axis=1, initial=0) <= limit)
         if not len(keep):
             raise UserError(f"no validation pair fits model.max_len {limit + 1}: {record['summary']}")
@@ -170,8 +204,20 @@ class TranslationTask(Task):
         self.log(stats.summary())
         return [valid[i] for i in keep]
 
+    def _model_config(self, vocab_size: int) -> TransformerConfig:
+        """The model section's config; with train.init the checkpoint's (dropout as the section says),
+        on resume of such a run the resumed checkpoint's."""
+        if self.init is not None:
+            return self._init_model_config
+        if self.config.train.init and self.engine.resumed is not None:
+            return TransformerConfig.from_dict(self.engine.resumed.config["model"])
+        return self.config.model_config(vocab_size)
+
     def _build_model(self) -> Transformer:
-        model = build_model(self.config.model_config(self.tokenizer.vocab_size)).to(self.device)
+        model = build_model(self._model_config(self.tokenizer.vocab_size))
+        if self.init is not None:
+            model.load_state_dict(self.init.model.state_dict())  # step 0 is the checkpoint's weights
+        model = model.to(self.device)
         self.log(
             f"model: {count_parameters(model):,} parameters, {model.config.n_encoder_layers}+"
             f"{model.config.n_decoder_layers} layers, d_model={model.config.d_model}"
@@ -316,6 +362,31 @@ class _CollatedBatches:
 
 #: The train settings that change what a step computes: a resumed run keeps them like the optim section.
 RECIPE_TRAIN_KEYS = ("clip_norm", "accum_steps")
+
+
+#: Model settings a fine-tuning run may set unlike its --init checkpoint (no weight depends on them).
+FINE_TUNING_MAY_CHANGE = ("dropout", "attention_dropout")
+
+
+def _fine_tuned_config(section: dict[str, Any], init: TransformerConfig) -> TransformerConfig:
+    """The --init checkpoint's model config with the dropouts ``section`` sets; any other field the
+    section (or its preset) sets to another value than the checkpoint's is refused, named."""
+    values = dict(section)
+    preset = values.pop("preset", None)
+    if preset is not None and preset not in PRESETS:
+        raise SettingError(Setting("model.preset"), f": unknown preset {preset!r}")
+    merged = {**init.to_dict(), **(PRESETS[preset] if preset else {}), **values}
+    with reported("config"):
+        config = TransformerConfig.from_dict(merged)
+    for name in TransformerConfig.field_names():
+        if name not in FINE_TUNING_MAY_CHANGE and getattr(config, name) != getattr(init, name):
+            raise SettingError(
+                Setting(f"model.{name}"),
+                f": {getattr(config, name)!r} differs from the --init checkpoint's {getattr(init, name)!r}; "
+                "a fine-tuning run keeps the checkpoint's model (leave the model section out, or set only "
+                "dropout)",
+            )
+    return dataclasses.replace(init, dropout=config.dropout, attention_dropout=config.attention_dropout)
 
 
 def _changed_settings(saved: RunConfig, new: RunConfig) -> list[str]:
