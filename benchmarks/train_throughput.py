@@ -507,6 +507,9 @@ def bench(
         "warmup_steps": warmup,
         **summarise(runners, samples, flop_rates, peak, last_loss),
     }
+    for runner in runners:
+        if runner.name == "Marian":  # which attention transformers chose (sdpa where it can)
+            result["marian_attn_implementation"] = runner.model.config._attn_implementation
     if spec_peak:
         result["mfu_spec"] = {n: statistics.median(r) / spec_peak for n, r in flop_rates.items()}
     if cuda:
