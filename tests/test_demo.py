@@ -24,6 +24,7 @@ def test_demo_trains_reports_draws_and_reuses(tmp_path: Path, capsys) -> None:
     assert "wrote the digits->words task" in first
     assert re.search(r"exact match on 1000 held-out test numbers: \d+/1000", first)
     assert first.count(" -> ") == 8  # the sample translations
+    assert f"aiayn serve --checkpoint {tmp_path / 'run'}" in first  # the next steps, on this run
     for name in ("attention.png", "positional_encoding.png", "curves.png"):
         assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and (
             tmp_path / name

@@ -118,10 +118,12 @@ def test_aiayn_plot_attention_labels_target_rows_by_the_piece_they_predict(
     from aiayn.loading import load
 
     drawn: dict[str, tuple[list[str], list[str]]] = {}
+    titles: list[str] = []
     panel = plots._attention_panel
 
     def recording(ax, weights, *, title, queries, keys):
         drawn[title.split("\n")[0]] = (list(queries), list(keys))
+        titles.append(title.replace("\n", ", "))
         return panel(ax, weights, title=title, queries=queries, keys=keys)
 
     monkeypatch.setattr(plots, "_attention_panel", recording)
@@ -137,3 +139,8 @@ def test_aiayn_plot_attention_labels_target_rows_by_the_piece_they_predict(
     assert drawn[cross] == (found.target_pieces, found.source_pieces)
     assert drawn[self_] == (found.target_pieces, found.target_pieces)
     assert_png(tmp_path / "a.png")
+    titles.clear()  # a part: --kind and --layer (the picture of docs/paper.md)
+    assert main([*command, "--kind", "cross", "--layer", "2", "--out", str(tmp_path / "c.png")]) == 0
+    assert titles == [f"{cross}, layer 2, head {h}" for h in (1, 2)]
+    assert main([*command, "--kind", "cross", "--layer", "3", "--out", str(tmp_path / "d.png")]) == 2
+    assert not (tmp_path / "d.png").exists()

@@ -60,6 +60,10 @@ def run_demo(args: argparse.Namespace) -> int:
     accuracy = _evaluate(data_dir, run_dir, args.beam)
     _pictures(run_dir, args.out)
     print(f"demo finished in {time.perf_counter() - started:.0f} s; exact match {accuracy:.2%}")
+    print(
+        f"next: echo 907042 | aiayn translate --checkpoint {run_dir} --nbest 3\n"
+        f"      aiayn serve --checkpoint {run_dir}   # the attention page (pip install -e '.[serve]')"
+    )
     return 0
 
 

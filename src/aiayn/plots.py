@@ -52,6 +52,8 @@ def plot_attention(
     path: str | Path,
     *,
     predicted: Sequence[str] | None = None,
+    kinds: Sequence[str] | None = None,
+    layer: int | None = None,
 ) -> Path:
     """Heatmaps of every layer and head: one row per (kind, layer), one column per head.
 
@@ -60,10 +62,21 @@ def plot_attention(
     (encoder input, EOS included), ``tgt_tokens`` the target positions (decoder input, BOS first).
     Rows are queries, columns are keys. With ``predicted`` (the piece each target position
     predicts, EOS last) the target rows are labelled by it, as an alignment is read; the target
-    columns of decoder self-attention keep the pieces the positions read.
+    columns of decoder self-attention keep the pieces the positions read. ``kinds`` (default: all)
+    and ``layer`` (1-based; default: every layer) draw a part.
     """
+    for kind in kinds or ():
+        if kind not in ATTENTION_KINDS:
+            raise UserError(f"unknown attention kind {kind!r}; valid: {', '.join(ATTENTION_KINDS)}")
+    drawn = [kind for kind in ATTENTION_KINDS if kinds is None or kind in kinds]
+    if layer is not None and not all(1 <= layer <= len(maps.get(kind, [])) for kind in drawn):
+        counts = ", ".join(f"{kind} {len(maps.get(kind, []))}" for kind in drawn)
+        raise UserError(f"layer {layer}: the layers are numbered from 1 ({counts})")
     rows = [
-        (kind, layer, _heads(m)) for kind in ATTENTION_KINDS for layer, m in enumerate(maps.get(kind, []))
+        (kind, i, _heads(m))
+        for kind in drawn
+        for i, m in enumerate(maps.get(kind, []))
+        if layer is None or i == layer - 1
     ]
     if not rows:
         raise UserError("no attention maps to plot")
@@ -245,6 +258,10 @@ def register(subparsers) -> None:
         help="label each target row by the piece it predicts (default; as an alignment reads) or "
         "by the piece the decoder reads there (<s> first, one place before)",
     )
+    att.add_argument(
+        "--kind", nargs="+", choices=list(ATTENTION_KINDS), help="draw only these kinds (default: all three)"
+    )
+    att.add_argument("--layer", type=int, help="draw only this layer of each kind, from 1 (default: all)")
     att.add_argument("--out", required=True, help="PNG file to write")
     att.set_defaults(func=run_plot_attention)
     pe = kinds.add_parser("positional-encoding", help="the sinusoidal positional-encoding table")
@@ -266,18 +283,27 @@ def _plot_done(path: Path) -> int:
 def run_plot_attention(args) -> int:
     device = resolve_device(args.device, "--device")
     model, tokenizer, _ = load_translation_model(args.checkpoint, device=device)
-    drawn = draw_attention(
-        model, tokenizer, args.src, args.tgt, args.out, device=device, target_rows=args.target_rows
-    )
-    return _plot_done(drawn)
+    part = {"target_rows": args.target_rows, "kinds": args.kind, "layer": args.layer}
+    return _plot_done(draw_attention(model, tokenizer, args.src, args.tgt, args.out, device=device, **part))
 
 
 def draw_attention(
-    model, tokenizer, src_text: str, tgt_text: str | None, out, *, device="cpu", target_rows="predicts"
+    model,
+    tokenizer,
+    src_text: str,
+    tgt_text: str | None,
+    out,
+    *,
+    device="cpu",
+    target_rows="predicts",
+    kinds: Sequence[str] | None = None,
+    layer: int | None = None,
 ) -> Path:
     """Heatmaps of every layer's and head's attention for one sentence pair (greedy target if None),
-    the target rows labelled by the piece each ``predicts`` or ``reads``."""
+    the target rows labelled by the piece each ``predicts`` or ``reads`` (``kinds``, ``layer``: a part,
+    as :func:`plot_attention`)."""
     greedy = DecodeOptions(beam=1, alpha=0.0)
     found = sentence_attention(model, tokenizer, src_text, greedy, device=device, target=tgt_text)
     predicted = found.predicted_pieces if target_rows == "predicts" else None
-    return plot_attention(found.maps, found.source_pieces, found.target_pieces, out, predicted=predicted)
+    pieces = found.source_pieces, found.target_pieces
+    return plot_attention(found.maps, *pieces, out, predicted=predicted, kinds=kinds, layer=layer)
