@@ -38,7 +38,7 @@ from aiayn.data.synthetic import make_task  # noqa: E402
 from aiayn.data.tokenizer import Tokenizer  # noqa: E402
 from aiayn.errors import UserError  # noqa: E402
 from aiayn.keras import parity  # noqa: E402
-from aiayn.train.loss import label_smoothed_nll  # noqa: E402
+from aiayn.train.loss import Seq2SeqObjective, label_smoothed_nll  # noqa: E402
 from aiayn.train.schedule import inverse_sqrt_lr, noam_lr  # noqa: E402
 from test_docs import demo_run, python_blocks, run_blocks  # noqa: E402, F401  (demo_run: a fixture)
 
@@ -219,6 +219,52 @@ def test_the_loss_is_aiayns_per_real_token() -> None:
         )
         ours = float(numpy(ak.LabelSmoothedCrossEntropy(epsilon, pad_id=0)(target, logits)))
         assert ours == pytest.approx(float(summed) / real.sum(), rel=1e-5)
+
+
+@pytest.mark.parametrize("tie", ["all", "none"])
+def test_the_gradients_are_aiayns(tie: str) -> None:
+    """The loss's gradient with respect to every weight is that of aiayn's training objective
+    (per real token), the padding rows of the embeddings included (no gradient from their lookups)."""
+    config = parity.tiny_config(tie_embeddings=tie)
+    reference = aiayn.build_model(config).train()
+    model = ak.from_torch(reference)
+    src, tgt = parity.batch(config, 3)
+    tgt_out = torch.cat([tgt[:, 1:], torch.full((3, 1), config.eos_id)], dim=1).masked_fill(tgt == 0, 0)
+    loss, _ = Seq2SeqObjective(reference, 0.1, config.pad_id)(src, tgt, tgt_out)
+    (loss / (tgt_out != 0).sum()).backward()
+    ours = ak.LabelSmoothedCrossEntropy(0.1, config.pad_id)(
+        tgt_out.numpy(), model((src.numpy(), tgt.numpy()))
+    )
+    ours.backward()  # the PyTorch backend: the weights are torch parameters
+    expected = dict(reference.named_parameters())
+    for name, (variable, transposed) in ak.weights.weight_map(model).items():
+        if name in expected:  # a tied name is one parameter in both
+            grad = variable.value.grad.T if transposed else variable.value.grad
+            assert torch.allclose(grad, expected[name].grad, atol=1e-6), name
+
+
+def test_fit_takes_the_steps_of_a_hand_written_loop() -> None:
+    """fit clears every weight's gradient before each step (it would add them up if a weight were
+    not one of the model's torch parameters) and applies the optimizer as a plain loop does."""
+    config = parity.tiny_config(tie_embeddings="all")
+    examples = [(list(range(4, 4 + n % 6 + 1)), list(range(10, 10 + n % 5 + 1))) for n in range(40)]
+    batches = ak.TranslationBatches(examples, batch_tokens=64, seed=0)
+    fitted, looped = ak.build_model(config), ak.build_model(config)
+    looped.set_weights(fitted.get_weights())
+    assert len(list(fitted.parameters())) == len(fitted.trainable_weights)
+    fitted.compile(optimizer=ak.paper_adam(1e-3), loss=ak.LabelSmoothedCrossEntropy(0.1))
+    fitted.fit(batches, epochs=1, steps_per_epoch=3, shuffle=False, verbose=0)
+    optimizer, loss = ak.paper_adam(1e-3), ak.LabelSmoothedCrossEntropy(0.1)
+    optimizer.build(looped.trainable_weights)
+    for step in range(3):
+        x, y = batches[step]
+        loss(y, looped(x, training=True)).backward()
+        with torch.no_grad():
+            optimizer.apply([w.value.grad for w in looped.trainable_weights], looped.trainable_weights)
+        for weight in looped.trainable_weights:
+            weight.value.grad = None
+    for a, b in zip(fitted.get_weights(), looped.get_weights()):
+        assert np.allclose(a, b, atol=1e-6)
 
 
 def test_batches_are_aiayns_and_fit_lowers_the_loss_and_the_checkpoint_translates(

@@ -14,6 +14,8 @@ import keras
 import numpy as np
 from keras import ops
 
+from aiayn.keras.base import BuiltLayer, build_part
+
 #: What masked scores are filled with: the most negative finite float32 (as aiayn does), not -1e9.
 MASKED = float(np.finfo(np.float32).min)
 
@@ -67,7 +69,7 @@ class KVCache:
             self.k, self.v = ops.take(self.k, rows, axis=0), ops.take(self.v, rows, axis=0)
 
 
-class MultiHeadAttention(keras.layers.Layer):
+class MultiHeadAttention(BuiltLayer):
     """MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O,  head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V).
 
     As in :class:`aiayn.model.MultiHeadAttention`, the three input projections are one ``in_proj``
@@ -84,10 +86,11 @@ class MultiHeadAttention(keras.layers.Layer):
         self.d_model, self.n_heads, self.d_k = d_model, n_heads, d_model // n_heads
         self.in_proj = keras.layers.Dense(3 * d_model, name="in_proj")  # [W^Q  W^K  W^V]
         self.out_proj = keras.layers.Dense(d_model, name="out_proj")  # W^O
-        self.in_proj.build((None, d_model))
-        self.out_proj.build((None, d_model))
         self.dropout = keras.layers.Dropout(dropout) if dropout > 0 else None
-        self.built = True
+
+    def build(self, input_shape=None) -> None:
+        build_part(self.in_proj, (None, self.d_model))
+        build_part(self.out_proj, (None, self.d_model))
 
     def call(self, query, key_value=None, attention_mask=None, cache: KVCache | None = None, training=None):
         """``query`` ``(B, T_q, D)``; ``key_value`` ``(B, T_k, D)`` or None for self-attention.

@@ -12,6 +12,8 @@ import keras
 import numpy as np
 from keras import ops
 
+from aiayn.keras.base import BuiltLayer, build_part
+
 POSITIONAL_KINDS = ("sinusoidal", "learned", "none")
 
 
@@ -31,19 +33,22 @@ def positional_encoding(max_len: int, d_model: int):
     return ops.convert_to_tensor(table.astype(np.float32))
 
 
-class TokenEmbedding(keras.layers.Layer):
+class TokenEmbedding(BuiltLayer):
     """Embedding lookup multiplied by sqrt(d_model), as in §3.4.
 
     ``initializer``: the table's initialiser (:func:`aiayn.keras.build_model` gives the paper's
-    choices and zeroes the padding row).
+    choices and zeroes the padding row ``pad_id``).
     """
 
-    def __init__(self, vocab_size: int, d_model: int, initializer="glorot_uniform", **kwargs) -> None:
+    def __init__(
+        self, vocab_size: int, d_model: int, pad_id: int | None = None, initializer="glorot_uniform", **kwargs
+    ) -> None:
         super().__init__(**kwargs)
         self.lut = keras.layers.Embedding(vocab_size, d_model, embeddings_initializer=initializer, name="lut")
-        self.lut.build()
-        self.scale = math.sqrt(d_model)
-        self.built = True
+        self.scale, self.pad_id = math.sqrt(d_model), pad_id
+
+    def build(self, input_shape=None) -> None:
+        build_part(self.lut)
 
     @property
     def embeddings(self):
@@ -51,11 +56,16 @@ class TokenEmbedding(keras.layers.Layer):
         return self.lut.embeddings
 
     def call(self, tokens):
-        """``(B, T)`` ids -> ``(B, T, D)``."""
-        return self.lut(tokens) * self.scale
+        """``(B, T)`` ids -> ``(B, T, D)``. Like PyTorch's ``padding_idx``, a ``pad_id`` token's
+        lookup passes no gradient to its row (which stays as it is unless the row is tied)."""
+        vectors = self.lut(tokens)
+        if self.pad_id is not None:
+            pad = ops.expand_dims(ops.equal(tokens, self.pad_id), -1)
+            vectors = ops.where(pad, ops.stop_gradient(vectors), vectors)
+        return vectors * self.scale
 
 
-class PositionalEncoding(keras.layers.Layer):
+class PositionalEncoding(BuiltLayer):
     """Adds position information, then dropout (§5.4: "to the sums of the embeddings and the
     positional encodings").
 
@@ -69,15 +79,14 @@ class PositionalEncoding(keras.layers.Layer):
         super().__init__(**kwargs)
         if kind not in POSITIONAL_KINDS:
             raise ValueError(f"positional: unknown value {kind!r}; valid: {', '.join(POSITIONAL_KINDS)}")
-        self.kind, self.max_len = kind, max_len
+        self.kind, self.max_len, self.d_model = kind, max_len, d_model
         self.dropout = keras.layers.Dropout(dropout)
-        self.table = None
-        if kind == "sinusoidal":
-            self.table = positional_encoding(max_len, d_model)  # a constant, not a weight
-        elif kind == "learned":
-            init = keras.initializers.RandomNormal(0.0, d_model**-0.5)
-            self.table = self.add_weight(shape=(max_len, d_model), initializer=init, name="table")
-        self.built = True
+        self.table = positional_encoding(max_len, d_model) if kind == "sinusoidal" else None  # a constant
+
+    def build(self, input_shape=None) -> None:
+        if self.kind == "learned":
+            init = keras.initializers.RandomNormal(0.0, self.d_model**-0.5)
+            self.table = self.add_weight(shape=(self.max_len, self.d_model), initializer=init, name="table")
 
     def call(self, x, offset: int = 0, training=None):
         """``x`` ``(B, T, D)`` holding positions ``offset .. offset+T-1``."""

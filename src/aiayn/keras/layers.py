@@ -13,6 +13,7 @@ import keras
 from keras import ops
 
 from aiayn.keras.attention import KVCache, MultiHeadAttention
+from aiayn.keras.base import BuiltLayer, build_part
 
 #: The feed-forward activations by their TransformerConfig names; GELU is the exact (erf) one, as
 #: PyTorch's ``F.gelu`` (Keras's default is the tanh approximation); SiLU is x * sigmoid(x).
@@ -23,7 +24,7 @@ ACTIVATIONS: dict[str, Callable] = {
 }
 
 
-class PositionwiseFeedForward(keras.layers.Layer):
+class PositionwiseFeedForward(BuiltLayer):
     """FFN(x) = max(0, x W_1 + b_1) W_2 + b_2  (Eq. 2); GELU or SiLU in place of max(0, .) as options."""
 
     def __init__(self, d_model: int, d_ff: int, activation: str = "relu", **kwargs) -> None:
@@ -32,16 +33,17 @@ class PositionwiseFeedForward(keras.layers.Layer):
             raise ValueError(f"activation: unknown value {activation!r}; valid: {', '.join(ACTIVATIONS)}")
         self.w_1 = keras.layers.Dense(d_ff, name="w_1")
         self.w_2 = keras.layers.Dense(d_model, name="w_2")
-        self.w_1.build((None, d_model))
-        self.w_2.build((None, d_ff))
-        self.activation = ACTIVATIONS[activation]
-        self.built = True
+        self.d_model, self.d_ff, self.activation = d_model, d_ff, ACTIVATIONS[activation]
+
+    def build(self, input_shape=None) -> None:
+        build_part(self.w_1, (None, self.d_model))
+        build_part(self.w_2, (None, self.d_ff))
 
     def call(self, x):
         return self.w_2(self.activation(self.w_1(x)))
 
 
-class Residual(keras.layers.Layer):
+class Residual(BuiltLayer):
     """A sub-layer wrapped with dropout, a residual connection and LayerNorm.
 
     Post-norm (paper, §3.1): LayerNorm(x + Dropout(Sublayer(x))).
@@ -51,10 +53,11 @@ class Residual(keras.layers.Layer):
     def __init__(self, d_model: int, dropout: float, norm_first: bool, eps: float = 1e-5, **kwargs) -> None:
         super().__init__(**kwargs)
         self.norm = keras.layers.LayerNormalization(epsilon=eps, name="norm")
-        self.norm.build((None, d_model))
         self.dropout = keras.layers.Dropout(dropout)
-        self.norm_first = norm_first
-        self.built = True
+        self.norm_first, self.d_model = norm_first, d_model
+
+    def build(self, input_shape=None) -> None:
+        build_part(self.norm, (None, self.d_model))
 
     def call(self, x, sublayer: Callable, training=None):
         if self.norm_first:
@@ -62,7 +65,7 @@ class Residual(keras.layers.Layer):
         return self.norm(x + self.dropout(sublayer(x), training=training))
 
 
-class EncoderLayer(keras.layers.Layer):
+class EncoderLayer(BuiltLayer):
     """Self-attention, then the feed-forward network, each in a :class:`Residual`."""
 
     def __init__(
@@ -82,7 +85,10 @@ class EncoderLayer(keras.layers.Layer):
         self.feed_forward = PositionwiseFeedForward(d_model, d_ff, activation, name="feed_forward")
         self.attn_block = Residual(d_model, dropout, norm_first, eps, name="attn_block")
         self.ff_block = Residual(d_model, dropout, norm_first, eps, name="ff_block")
-        self.built = True
+
+    def build(self, input_shape=None) -> None:
+        for part in (self.self_attn, self.feed_forward, self.attn_block, self.ff_block):
+            build_part(part)
 
     def call(self, x, src_mask=None, training=None):
         """``x`` ``(B, S, D)``; ``src_mask`` ``(B, 1, 1, S)`` bool, True = may attend.
@@ -98,7 +104,7 @@ class EncoderLayer(keras.layers.Layer):
         return self.ff_block(x, sublayer=self.feed_forward, training=training), weights[0]
 
 
-class DecoderLayer(keras.layers.Layer):
+class DecoderLayer(BuiltLayer):
     """Masked self-attention, attention over the encoder ``memory``, then the feed-forward network."""
 
     def __init__(
@@ -120,7 +126,11 @@ class DecoderLayer(keras.layers.Layer):
         self.self_block = Residual(d_model, dropout, norm_first, eps, name="self_block")
         self.cross_block = Residual(d_model, dropout, norm_first, eps, name="cross_block")
         self.ff_block = Residual(d_model, dropout, norm_first, eps, name="ff_block")
-        self.built = True
+
+    def build(self, input_shape=None) -> None:
+        parts = (self.self_attn, self.cross_attn, self.feed_forward, self.self_block, self.cross_block)
+        for part in (*parts, self.ff_block):
+            build_part(part)
 
     def call(
         self,

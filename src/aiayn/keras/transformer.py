@@ -15,6 +15,7 @@ from keras import ops
 from aiayn.config import TransformerConfig
 from aiayn.errors import UserError
 from aiayn.keras.attention import KVCache
+from aiayn.keras.base import BuiltLayer, build_part
 from aiayn.keras.embedding import PositionalEncoding, TokenEmbedding
 from aiayn.keras.layers import ACTIVATIONS, DecoderLayer, EncoderLayer
 from aiayn.keras.masks import padding_mask, target_mask
@@ -63,12 +64,17 @@ def _final_norm(config: TransformerConfig):
     """Pre-norm stacks end with a LayerNorm (their layers' outputs are un-normalised)."""
     if not config.norm_first:
         return None
-    norm = keras.layers.LayerNormalization(epsilon=config.layer_norm_eps, name="norm")
-    norm.build((None, config.d_model))
-    return norm
+    return keras.layers.LayerNormalization(epsilon=config.layer_norm_eps, name="norm")
 
 
-class Encoder(keras.layers.Layer):
+def _build_stack(stack) -> None:
+    for layer in stack.blocks:
+        build_part(layer)
+    if stack.norm is not None:
+        build_part(stack.norm, (None, stack.d_model))
+
+
+class Encoder(BuiltLayer):
     """N identical :class:`EncoderLayer` s over already-embedded inputs ``(B, S, D)``."""
 
     def __init__(self, config: TransformerConfig, **kwargs) -> None:
@@ -76,8 +82,10 @@ class Encoder(keras.layers.Layer):
         self.blocks = [
             EncoderLayer(**_layer_kwargs(config), name=f"layers_{i}") for i in range(config.n_encoder_layers)
         ]
-        self.norm = _final_norm(config)
-        self.built = True
+        self.norm, self.d_model = _final_norm(config), config.d_model
+
+    def build(self, input_shape=None) -> None:
+        _build_stack(self)
 
     def call(self, x, src_mask=None, training=None):
         """Returns ``memory`` ``(B, S, D)`` and each layer's self-attention weights."""
@@ -108,7 +116,7 @@ class DecoderCache:
             self.src_mask = ops.take(self.src_mask, rows, axis=0)
 
 
-class Decoder(keras.layers.Layer):
+class Decoder(BuiltLayer):
     """N identical :class:`DecoderLayer` s over already-embedded target inputs ``(B, T, D)``."""
 
     def __init__(self, config: TransformerConfig, **kwargs) -> None:
@@ -116,8 +124,10 @@ class Decoder(keras.layers.Layer):
         self.blocks = [
             DecoderLayer(**_layer_kwargs(config), name=f"layers_{i}") for i in range(config.n_decoder_layers)
         ]
-        self.norm = _final_norm(config)
-        self.built = True
+        self.norm, self.d_model = _final_norm(config), config.d_model
+
+    def build(self, input_shape=None) -> None:
+        _build_stack(self)
 
     def call(self, x, memory, src_mask=None, tgt_mask=None, cache: DecoderCache | None = None, training=None):
         """Returns ``(B, T, D)`` and each layer's self- and cross-attention weights."""
@@ -132,7 +142,7 @@ class Decoder(keras.layers.Layer):
         return (self.norm(x) if self.norm is not None else x), self_maps, cross_maps
 
 
-class Generator(keras.layers.Layer):
+class Generator(BuiltLayer):
     """The pre-softmax linear projection to the target vocabulary (§3.4), without bias unless ``bias``.
 
     ``tied``: the target :class:`TokenEmbedding` whose ``(V, D)`` table it shares (§3.4), or None
@@ -144,13 +154,15 @@ class Generator(keras.layers.Layer):
         self, d_model: int, vocab_size: int, tied: TokenEmbedding | None = None, bias: bool = False, **kwargs
     ) -> None:
         super().__init__(**kwargs)
-        self.tied, self.proj, self.bias = tied, None, None
-        if tied is None:
-            self.proj = keras.layers.Dense(vocab_size, use_bias=bias, name="proj")
-            self.proj.build((None, d_model))
-        elif bias:
-            self.bias = self.add_weight(shape=(vocab_size,), initializer="zeros", name="bias")
-        self.built = True
+        self.tied, self.bias, self.has_bias = tied, None, bias
+        self.d_model, self.vocab_size = d_model, vocab_size
+        self.proj = keras.layers.Dense(vocab_size, use_bias=bias, name="proj") if tied is None else None
+
+    def build(self, input_shape=None) -> None:
+        if self.proj is not None:
+            build_part(self.proj, (None, self.d_model))
+        elif self.has_bias:
+            self.bias = self.add_weight(shape=(self.vocab_size,), initializer="zeros", name="bias")
 
     def call(self, x, log_probs: bool = False):
         """``(B, T, D)`` -> logits (or float32 log-probabilities) ``(B, T, V)``."""
@@ -177,11 +189,12 @@ class Transformer(keras.Model):
         self.config = config
         d, tie = config.d_model, config.tie_embeddings
         embed_init = "glorot_uniform" if tie == "none" else keras.initializers.RandomNormal(0.0, d**-0.5)
-        self.tgt_embed = TokenEmbedding(config.tgt_vocab_size, d, embed_init, name="tgt_embed")
+        pad = config.pad_id
+        self.tgt_embed = TokenEmbedding(config.tgt_vocab_size, d, pad, embed_init, name="tgt_embed")
         if tie == "all":
             self.src_embed = self.tgt_embed  # one table (§3.4): one shared vocabulary
         else:
-            self.src_embed = TokenEmbedding(config.src_vocab_size, d, embed_init, name="src_embed")
+            self.src_embed = TokenEmbedding(config.src_vocab_size, d, pad, embed_init, name="src_embed")
         self.src_pos = PositionalEncoding(
             d, config.max_len, config.positional, config.dropout, name="src_pos"
         )
@@ -193,7 +206,12 @@ class Transformer(keras.Model):
         tied = self.tgt_embed if tie in ("decoder", "all") else None
         bias = getattr(config, "generator_bias", False)  # a field of newer configs (MarianMT imports)
         self.generator = Generator(d, config.tgt_vocab_size, tied, bias, name="generator")
-        self.built = True
+        self.build()  # every weight now, in its place (see BuiltLayer)
+
+    def build(self, input_shape=None) -> None:
+        parts = (self.tgt_embed, self.src_embed, self.src_pos, self.tgt_pos, self.encoder, self.decoder)
+        for part in (*parts, self.generator):
+            build_part(part)
 
     def encode(self, src, src_mask=None, training=None, return_attention: bool = False):
         """``src`` ``(B, S)`` ids -> ``memory`` ``(B, S, D)`` (and the encoder's weights)."""
