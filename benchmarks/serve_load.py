@@ -86,6 +86,11 @@ def parse_args() -> argparse.Namespace:
         default="",
         help="more `aiayn serve` flags for both servers, e.g. '--engine ctranslate2'",
     )
+    parser.add_argument(
+        "--device",
+        default="auto",
+        help="device of all systems (aiayn's --device; default auto: the GPU when there is one)",
+    )
     parser.add_argument("--results", default=str(ROOT / "benchmarks" / "results" / "serve_load.json"))
     parser.add_argument("--offline-worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--input", help=argparse.SUPPRESS)
@@ -131,6 +136,7 @@ def main() -> None:
             "threads": threads,
             "max_seconds": args.max_seconds,
             "engine": args.engine,
+            "device": args.device,
             "server_args": args.server_args,
         },
         "runs": runs,
@@ -184,7 +190,8 @@ class Server:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         argv = [sys.executable, "-m", "aiayn", "serve", "--checkpoint", args.checkpoint]
-        argv += ["--host", "127.0.0.1", "--port", str(self.port), *args.server_args.split()]
+        argv += ["--host", "127.0.0.1", "--port", str(self.port), "--device", args.device]
+        argv += args.server_args.split()
         argv += ["--engine", args.engine] if args.engine != "torch" else []
         argv += ["--no-batching"] if no_batching else []
         self.log_file = log_file
@@ -284,7 +291,7 @@ def offline(args: argparse.Namespace, threads: int, input_file: Path) -> dict:
     """``aiayn translate``'s engine on all sentences, timed in a child process (see offline_worker)."""
     argv = [sys.executable, str(Path(__file__).resolve()), "--offline-worker", "--input", str(input_file)]
     argv += ["--checkpoint", args.checkpoint, "--beam", str(args.beam), "--alpha", str(args.alpha)]
-    argv += ["--threads", str(threads), "--engine", args.engine]
+    argv += ["--threads", str(threads), "--engine", args.engine, "--device", args.device]
     done = subprocess.run(
         argv,
         env=child_env(threads),
@@ -303,13 +310,17 @@ def offline_worker(args: argparse.Namespace) -> None:
 
     from aiayn.decode.backends import load_backend
     from aiayn.decode.search import DecodeOptions
+    from aiayn.device import resolve_device
     from aiayn.malloc import keep_freed_memory
 
     keep_freed_memory()  # as the aiayn command does
     torch.set_num_threads(args.threads)
     lines = Path(args.input).read_text(encoding="utf-8").splitlines()
-    engine = load_backend(args.checkpoint, args.engine, device="cpu", batch_tokens=4096)
+    device = resolve_device(args.device, "--device")
+    engine = load_backend(args.checkpoint, args.engine, device=device, batch_tokens=4096)
     options = DecodeOptions(beam=args.beam, alpha=args.alpha)
+    if device.type == "cuda":  # CUDA's first calls (context, kernels): untimed, as the servers' warm-up
+        engine.translate(lines[:16], options)
     start = time.perf_counter()
     engine.translate(lines, options)
     seconds = time.perf_counter() - start
