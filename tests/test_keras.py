@@ -107,6 +107,12 @@ def test_a_setting_the_port_lacks_is_one_line_naming_it() -> None:
         ak.check_supported(Newer(**parity.tiny_config().to_dict(), rotary=True))
 
 
+def test_the_model_takes_both_sides() -> None:
+    model = ak.build_model(parity.tiny_config())
+    with pytest.raises(ValueError, match=r"takes source and target ids: model\(src, tgt\)"):
+        model(np.full((2, 3), 5, dtype="int32"))
+
+
 def test_masks_and_positional_table_are_aiayns() -> None:
     tokens = np.array([[5, 6, 7, 0], [8, 0, 0, 0]])
     for ours, theirs in [

@@ -257,6 +257,8 @@ class Transformer(keras.Model):
     ):
         """``src`` ``(B, S)``, ``tgt`` ``(B, T)`` ids -> logits ``(B, T, V_tgt)`` (see the class)."""
         if tgt is None:  # model((src, tgt)), as fit calls it
+            if not isinstance(src, (tuple, list)) or len(src) != 2:
+                raise ValueError("the model takes source and target ids: model(src, tgt), model((src, tgt))")
             src, tgt = src
         if src_mask is None:
             src_mask = padding_mask(src, self.config.pad_id)
