@@ -458,7 +458,7 @@ def export_huggingface(checkpoint: str | Path, out: str | Path, *, force: bool =
     source = resolve_checkpoint(checkpoint)
     model, tokenizer, ckpt = load_translation_model(source)
     config = model.config
-    marian_config = _marian_config(config, transformers)
+    marian_config = to_marian_config(config)
     _check_out(out, force)
     state = marian_state_dict(model)
     hf = transformers.MarianMTModel(marian_config)
@@ -496,7 +496,10 @@ def _transformers():
     return transformers
 
 
-def _marian_config(config: TransformerConfig, transformers):
+def to_marian_config(config: TransformerConfig):
+    """The ``transformers.MarianConfig`` of an aiayn model config; what Marian cannot express is a
+    :class:`UserError` naming the setting."""
+    transformers = _transformers()
     refuse = [
         (
             "model.norm_first",
@@ -539,7 +542,8 @@ def _marian_config(config: TransformerConfig, transformers):
 
 
 def marian_state_dict(model) -> dict[str, Tensor]:
-    """The aiayn ``model``'s weights under MarianMTModel's names and layout (no position tables)."""
+    """The aiayn ``model``'s weights under MarianMTModel's names and layout (its d_model axis
+    permuted; no position tables: transformers makes its own)."""
     config = model.config
     if abs(config.layer_norm_eps - 1e-5) > 1e-12:
         raise UserError(f"model.layer_norm_eps: {config.layer_norm_eps}; MarianMT's LayerNorms use 1e-5")
@@ -559,7 +563,7 @@ def marian_state_dict(model) -> dict[str, Tensor]:
 
 def _write_tokenizer(out: Path, tokenizer, config: TransformerConfig, data: dict) -> None:
     if isinstance(tokenizer, VocabTokenizer):
-        source_spm, target_spm = tokenizer._protos
+        source_spm, target_spm = tokenizer.spm_models
     else:
         source_spm = target_spm = tokenizer.to_bytes()
     pieces = [tokenizer.id_to_piece(i) for i in range(tokenizer.vocab_size)]

@@ -299,6 +299,11 @@ class VocabTokenizer:
         return len(self._pieces)
 
     @property
+    def spm_models(self) -> tuple[bytes, bytes]:
+        """The serialized source and target SentencePiece models."""
+        return self._protos
+
+    @property
     def lowercases(self) -> bool:
         return self._source.normalize("A").endswith("a")
 
