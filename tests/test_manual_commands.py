@@ -13,6 +13,7 @@ import os
 import re
 import shlex
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -203,6 +204,7 @@ def test_the_tour_on_the_demo_model_runs(
 def _serve(command: Command, monkeypatch: pytest.MonkeyPatch) -> None:
     """``aiayn serve`` as written, in this process: the command's own code builds and serves the
     app, whose requests come from Starlette's test client instead of a socket."""
+    import uvicorn
     from fastapi.testclient import TestClient
 
     from aiayn.serve import cli as serve_cli
@@ -220,6 +222,9 @@ def _serve(command: Command, monkeypatch: pytest.MonkeyPatch) -> None:
                 answers["translate"] = client.post("/v1/translate", json={"text": ["907042"]}).json()
 
     monkeypatch.setattr(serve_cli, "_server_class", lambda uvicorn: Server)
+    # uvicorn's Config sets up logging with dictConfig, which closes every handler of this process
+    # (pytest's and other tests' too): a stand-in holds what the command passes it
+    monkeypatch.setattr(uvicorn, "Config", lambda app, **settings: types.SimpleNamespace(app=app, **settings))
     assert main([*command.argv, "--port", str(free_port()), "--device", "cpu"]) == 0, command
     assert answers["health"] == answers["page"] == 200, answers
     assert answers["translate"]["translations"][0]["text"], answers

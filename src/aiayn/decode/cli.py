@@ -80,7 +80,9 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--compute-type",
-        help="with --engine ctranslate2: int8, float32, ... or default (the export's float32)",
+        help="with --engine ctranslate2: the arithmetic it runs (int8, float32; on a GPU also float16, "
+        "int8_float16), converting the stored weights as they load; default: the type the export "
+        "stores (aiayn export --quantization; float32 for the export made on first use)",
     )
 
 

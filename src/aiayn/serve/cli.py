@@ -41,7 +41,12 @@ def register(subparsers) -> None:
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--engine", default="torch", help="torch or ctranslate2 (translation; default: torch)")
     p.add_argument("--ct2-dir", help="with --engine ctranslate2: the export to use or make")
-    p.add_argument("--compute-type", default="default", help="with --engine ctranslate2: int8, float32, ...")
+    p.add_argument(
+        "--compute-type",
+        default="default",
+        help="with --engine ctranslate2: the arithmetic it runs (int8, float32; float16 on a GPU); "
+        "default: the type the export stores",
+    )
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: auto)")
     p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's, one per core)")
     p.add_argument("--api-key", help=f"require 'Authorization: Bearer KEY' on /v1/* (or ${API_KEY_VARIABLE})")
