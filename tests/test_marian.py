@@ -524,3 +524,39 @@ def test_init_refuses_another_model_naming_the_field(imported, other_corpus, tmp
     )
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and "nowhere" in err, err
+
+
+def test_out_is_never_the_source_and_force_replaces_only_an_earlier_result(
+    imported, marian_dir, tmp_path, capsys
+) -> None:
+    code = main(
+        [
+            "export",
+            "--checkpoint",
+            str(imported),
+            "--format",
+            "huggingface",
+            "--out",
+            str(imported),
+            "--force",
+        ]
+    )
+    assert code == 2 and "overlaps" in capsys.readouterr().err
+    assert load(imported).config  # untouched
+    code = main(["import", "marian", str(marian_dir), "--out", str(marian_dir / "run")])
+    assert code == 2 and "overlaps" in capsys.readouterr().err
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "notes.txt").write_text("mine")
+    for args in (
+        ["import", "marian", str(marian_dir)],
+        ["export", "--checkpoint", str(imported), "--format", "huggingface"],
+    ):
+        assert main([*args, "--out", str(other)]) == 2 and "--force" in capsys.readouterr().err
+        assert (
+            main([*args, "--out", str(other), "--force"]) == 2 and "something else" in capsys.readouterr().err
+        )
+        assert (other / "notes.txt").read_text() == "mine"
+    again = tmp_path / "again"
+    assert main(["import", "marian", str(marian_dir), "--out", str(again)]) == 0
+    assert main(["import", "marian", str(marian_dir), "--out", str(again), "--force"]) == 0

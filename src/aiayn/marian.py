@@ -194,6 +194,7 @@ def import_marian(source: str | Path, out: str | Path, *, force: bool = False) -
     """Write the MarianMT model in directory ``source`` as an aiayn checkpoint directory ``out``."""
     source, out = Path(source), Path(out)
     marian = read_marian_config(source)
+    _check_out(out, force, apart_from=source, earlier=("manifest.json",))  # before the work
     tokenizer_files = _tokenizer_files(source)
     weights = read_marian_weights(source)
     config, order, pieces, bias = _plan(source, marian, weights, tokenizer_files["vocab"])
@@ -203,7 +204,6 @@ def import_marian(source: str | Path, out: str | Path, *, force: bool = False) -
     model = build_model(config)
     state = _to_aiayn(weights, marian, config, order, bias, source)
     load_weights(model, state, source)
-    _check_out(out, force)
     extra = _tokenizer_config(source)
     run = {
         "data": {
@@ -427,7 +427,12 @@ def _to_aiayn(weights, marian, config: TransformerConfig, order: Tensor, bias: b
     return {k: t.contiguous() for k, t in state.items()}
 
 
-def _check_out(out: Path, force: bool) -> None:
+def _check_out(out: Path, force: bool, *, apart_from: Path, earlier: tuple[str, ...]) -> None:
+    """``out`` must be new or empty, or with ``force`` hold an earlier result (``earlier``: files it
+    has), and may not be, contain or lie inside ``apart_from`` (``--force`` would replace it)."""
+    target, source = out.resolve(), apart_from.resolve()
+    if target == source or source in target.parents or target in source.parents:
+        raise SettingError(Setting("out"), f": {out} overlaps {apart_from}; write to a directory outside it")
     if out.exists() and not out.is_dir():
         raise SettingError(Setting("out"), f": {out} exists and is not a directory")
     if out.is_dir() and any(out.iterdir()):
@@ -435,12 +440,12 @@ def _check_out(out: Path, force: bool) -> None:
             raise SettingError(
                 Setting("out"), f": {out} is not empty (use ", Setting("force", True), " to replace it)"
             )
-        if not (out / "manifest.json").is_file() and not (out / CONFIG).is_file():
+        if not all((out / name).is_file() for name in earlier):
             raise SettingError(
                 Setting("out"),
-                f": {out} holds something other than a model; ",
+                f": {out} holds something else than an earlier result (no {' and '.join(earlier)}); ",
                 Setting("force", True),
-                " replaces only an earlier one",
+                " replaces only that",
             )
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -459,7 +464,7 @@ def export_huggingface(checkpoint: str | Path, out: str | Path, *, force: bool =
     model, tokenizer, ckpt = load_translation_model(source)
     config = model.config
     marian_config = to_marian_config(config)
-    _check_out(out, force)
+    _check_out(out, force, apart_from=source, earlier=(CONFIG, SOURCE_SPM, VOCAB))
     state = marian_state_dict(model)
     hf = transformers.MarianMTModel(marian_config)
     missing, unexpected = hf.load_state_dict(state, strict=False)
