@@ -554,7 +554,8 @@ def test_out_is_never_the_source_and_force_replaces_only_an_earlier_result(
     ):
         assert main([*args, "--out", str(other)]) == 2 and "--force" in capsys.readouterr().err
         assert (
-            main([*args, "--out", str(other), "--force"]) == 2 and "something else" in capsys.readouterr().err
+            main([*args, "--out", str(other), "--force"]) == 2
+            and "something other than" in capsys.readouterr().err
         )
         assert (other / "notes.txt").read_text() == "mine"
     again = tmp_path / "again"

@@ -50,7 +50,7 @@ from torch import Tensor, nn
 
 from aiayn.checkpoint import CONFIG_FILE, MANIFEST_FILE, MODEL_FILE, TOKENIZER_FILE, resolve_checkpoint
 from aiayn.errors import Setting, SettingError, UserError, naming_flags
-from aiayn.io import remove_abandoned_temporaries, replace_dir, temporary_path
+from aiayn.io import check_output_dir, remove_abandoned_temporaries, replace_dir, temporary_path
 from aiayn.loading import load_translation_model
 from aiayn.marian import export_huggingface
 
@@ -137,8 +137,14 @@ def export_ctranslate2(
     out = Path(out)
     source = resolve_checkpoint(checkpoint)  # once: a run may write a newer checkpoint meanwhile
     digest = checkpoint_digest(source)  # before loading: a checkpoint replaced meanwhile is re-exported
-    _check_apart(out, source)
-    _check_out(out, force)
+    check_output_dir(
+        out,
+        force,
+        source=source,
+        source_name="checkpoint",
+        result="an export",
+        earlier=("model.bin", SPM_FILE),
+    )
     model, tokenizer, ckpt = load_translation_model(source)
     spec = build_spec(model, [tokenizer.id_to_piece(i) for i in range(tokenizer.vocab_size)])
     spec.validate()
@@ -152,37 +158,6 @@ def export_ctranslate2(
     replace_dir(tmp, out)  # an existing export is moved aside, then deleted: never lost half-way
     remove_abandoned_temporaries(out.parent)
     return out
-
-
-def _check_apart(out: Path, checkpoint: Path) -> None:
-    """``out`` may not be, contain or lie inside the checkpoint (``--force`` would delete or alter it)."""
-    target, source = out.resolve(), checkpoint.resolve()
-    if target == source or source in target.parents or target in source.parents:
-        raise SettingError(
-            Setting("out"),
-            f": {out} overlaps the checkpoint {checkpoint}; write the export to a directory outside it",
-        )
-
-
-def _check_out(out: Path, force: bool) -> None:
-    if out.exists() and not out.is_dir():
-        raise SettingError(Setting("out"), f": {out} exists and is not a directory")
-    if out.is_dir() and any(out.iterdir()):
-        if not force:
-            raise SettingError(
-                Setting("out"), f": {out} is not empty (use ", Setting("force", True), " to replace it)"
-            )
-        if not (out / "model.bin").is_file() or not (out / SPM_FILE).is_file():
-            raise SettingError(
-                Setting("out"),
-                f": {out} holds something other than an export (no model.bin and {SPM_FILE}); ",
-                Setting("force", True),
-                " replaces only an earlier export",
-            )
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise SettingError(Setting("out"), f": cannot create {out.parent}: {err.strerror}") from None
 
 
 def _ctranslate2():

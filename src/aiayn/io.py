@@ -19,9 +19,9 @@ import socket
 import sys
 import time
 from pathlib import Path
-from typing import IO, Callable, Iterator
+from typing import IO, Callable, Iterator, Sequence
 
-from aiayn.errors import UserError
+from aiayn.errors import Setting, SettingError, UserError
 
 # --- files ----------------------------------------------------------------------------------------
 
@@ -325,3 +325,36 @@ def file_sha256(path: Path) -> str:
         while block := handle.read(1 << 22):
             digest.update(block)
     return digest.hexdigest()
+
+
+def check_output_dir(
+    out: Path, force: bool, *, source: Path, source_name: str, result: str, earlier: Sequence[str]
+) -> None:
+    """Before writing ``result`` (e.g. "an export") into ``out``: ``out`` may not be, contain or lie
+    inside ``source`` (its ``source_name``; ``--force`` would replace it), must be new or empty, or
+    with ``force`` hold an earlier ``result`` (the files ``earlier`` name). Its parent is created.
+    Errors name the settings ``out`` and ``force``."""
+    target, origin = out.resolve(), source.resolve()
+    if target == origin or origin in target.parents or target in origin.parents:
+        raise SettingError(
+            Setting("out"),
+            f": {out} overlaps the {source_name} {source}; write {result} to a directory outside it",
+        )
+    if out.exists() and not out.is_dir():
+        raise SettingError(Setting("out"), f": {out} exists and is not a directory")
+    if out.is_dir() and any(out.iterdir()):
+        if not force:
+            raise SettingError(
+                Setting("out"), f": {out} is not empty (use ", Setting("force", True), " to replace it)"
+            )
+        if not all((out / name).is_file() for name in earlier):
+            raise SettingError(
+                Setting("out"),
+                f": {out} holds something other than {result} (no {' and '.join(earlier)}); ",
+                Setting("force", True),
+                f" replaces only an earlier {result.split(' ', 1)[-1]}",
+            )
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise SettingError(Setting("out"), f": cannot create {out.parent}: {err.strerror}") from None

@@ -50,7 +50,7 @@ from aiayn.checkpoint import load_weights, resolve_checkpoint, save_checkpoint
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID, TransformerConfig
 from aiayn.data.tokenizer import VocabTokenizer
 from aiayn.errors import Setting, SettingError, UserError, naming_flags
-from aiayn.io import remove_abandoned_temporaries, replace_dir, temporary_path
+from aiayn.io import check_output_dir, remove_abandoned_temporaries, replace_dir, temporary_path
 from aiayn.loading import load_translation_model
 from aiayn.model import build_model
 
@@ -194,7 +194,14 @@ def import_marian(source: str | Path, out: str | Path, *, force: bool = False) -
     """Write the MarianMT model in directory ``source`` as an aiayn checkpoint directory ``out``."""
     source, out = Path(source), Path(out)
     marian = read_marian_config(source)
-    _check_out(out, force, apart_from=source, earlier=("manifest.json",))  # before the work
+    check_output_dir(  # before the work
+        out,
+        force,
+        source=source,
+        source_name="model directory",
+        result="an import",
+        earlier=("manifest.json",),
+    )
     tokenizer_files = _tokenizer_files(source)
     weights = read_marian_weights(source)
     config, order, pieces, bias = _plan(source, marian, weights, tokenizer_files["vocab"])
@@ -427,32 +434,6 @@ def _to_aiayn(weights, marian, config: TransformerConfig, order: Tensor, bias: b
     return {k: t.contiguous() for k, t in state.items()}
 
 
-def _check_out(out: Path, force: bool, *, apart_from: Path, earlier: tuple[str, ...]) -> None:
-    """``out`` must be new or empty, or with ``force`` hold an earlier result (``earlier``: files it
-    has), and may not be, contain or lie inside ``apart_from`` (``--force`` would replace it)."""
-    target, source = out.resolve(), apart_from.resolve()
-    if target == source or source in target.parents or target in source.parents:
-        raise SettingError(Setting("out"), f": {out} overlaps {apart_from}; write to a directory outside it")
-    if out.exists() and not out.is_dir():
-        raise SettingError(Setting("out"), f": {out} exists and is not a directory")
-    if out.is_dir() and any(out.iterdir()):
-        if not force:
-            raise SettingError(
-                Setting("out"), f": {out} is not empty (use ", Setting("force", True), " to replace it)"
-            )
-        if not all((out / name).is_file() for name in earlier):
-            raise SettingError(
-                Setting("out"),
-                f": {out} holds something else than an earlier result (no {' and '.join(earlier)}); ",
-                Setting("force", True),
-                " replaces only that",
-            )
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise SettingError(Setting("out"), f": cannot create {out.parent}: {err.strerror}") from None
-
-
 # --- export ---------------------------------------------------------------------------------------
 
 
@@ -464,7 +445,14 @@ def export_huggingface(checkpoint: str | Path, out: str | Path, *, force: bool =
     model, tokenizer, ckpt = load_translation_model(source)
     config = model.config
     marian_config = to_marian_config(config)
-    _check_out(out, force, apart_from=source, earlier=(CONFIG, SOURCE_SPM, VOCAB))
+    check_output_dir(
+        out,
+        force,
+        source=source,
+        source_name="checkpoint",
+        result="an export",
+        earlier=(CONFIG, SOURCE_SPM, VOCAB),
+    )
     state = marian_state_dict(model)
     hf = transformers.MarianMTModel(marian_config)
     missing, unexpected = hf.load_state_dict(state, strict=False)
