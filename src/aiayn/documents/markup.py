@@ -12,13 +12,14 @@ source words it covered:
 - an element with no aligned word left (its words dropped by the translation, or taken by a
   sibling) is written empty where its neighbours suggest: after the target word aligned to the source
   word before it (the nearest aligned one in its sentence), else before the next aligned one, else at
-  the end of its sentence's translation;
+  the end of its sentence's translation (an element that means nothing empty, as Markdown's ``**``,
+  is then left out);
 - a zero-width element (``<br>``, ``<img>``, or an untranslated element such as ``<code>`` whose whole
   markup is carried as one zero-width element) goes after the target word aligned to the source word
   before it; one glued to the following word (``<img>caption``) goes before the target word aligned
   to that word.
 
-Every element is written exactly once and the result nests properly. Tags attach to words, not to
+Every other element is written exactly once, and the result nests properly. Tags attach to words, not to
 the spaces around them. Words are ``str.split()`` words, cut further where an element starts or ends
 inside one (``H<sub>2</sub>O``): a target word equal to the source word it is aligned to keeps those
 cuts, so tags inside copied words (formulas, names, numbers) stay where they were. Source text that
@@ -56,6 +57,7 @@ class Element:
     parent: int = -1  # index of the enclosing element in Inline.elements, -1 for none
     glue: str = "none"  # for zero-width elements: one of GLUES
     lead: str = ""  # whitespace written before a zero-width element (taken out of the text)
+    empty: bool = True  # written when it is left with no word (False: Markdown's emphasis, "****")
 
 
 @dataclass(frozen=True)
@@ -108,15 +110,18 @@ class _Open:
     end: int = -1
     parent: int = -1
     separates: bool = True
+    empty: bool = True
 
 
 class InlineBuilder:
     """Collects a run of inline content in document order and builds its :class:`Inline`.
 
     ``text`` adds text (with its source spelling when it differs, e.g. a Markdown escape);
-    ``open``/``close`` bracket an element; ``void`` adds a zero-width element: an empty element such
-    as ``<br>``, or the whole markup of an element that stays untranslated. ``separates`` says
-    whether the void parts two words glued to it on both sides (``a<br>b``: yes; ``<wbr>``: no).
+    ``open``/``close`` bracket an element (``empty=False``: one that means nothing without words,
+    such as Markdown's emphasis, is left out when the translation leaves it none); ``void`` adds a
+    zero-width element: an empty element such as ``<br>``, or the whole markup of an element that
+    stays untranslated. ``separates`` says whether the void parts two words glued to it on both sides
+    (``a<br>b``: yes; ``<wbr>``: no).
     """
 
     def __init__(self) -> None:
@@ -134,9 +139,9 @@ class InlineBuilder:
             self._parts.append(text)
             self._length += len(text)
 
-    def open(self, markup: str) -> None:
+    def open(self, markup: str, empty: bool = True) -> None:
         parent = self._stack[-1] if self._stack else -1
-        self._elements.append(_Open(self._length, markup, parent=parent))
+        self._elements.append(_Open(self._length, markup, parent=parent, empty=empty))
         self._stack.append(len(self._elements) - 1)
 
     def close(self, markup: str) -> None:
@@ -162,8 +167,8 @@ class InlineBuilder:
 def _element(e: _Open, glue: tuple[str, str] | None, shift: Callable[[int, bool], int]) -> Element:
     kind, lead = glue or ("none", "")
     if e.start == e.end:  # zero-width: before a space put in for it
-        return Element(shift(e.start), shift(e.start), e.markup, e.close, e.parent, kind, lead)
-    return Element(shift(e.start, True), shift(e.end), e.markup, e.close, e.parent, kind, lead)
+        return Element(shift(e.start), shift(e.start), e.markup, e.close, e.parent, kind, lead, e.empty)
+    return Element(shift(e.start, True), shift(e.end), e.markup, e.close, e.parent, kind, lead, e.empty)
 
 
 def _zero_width(text: str, elements: list[_Open]) -> tuple[dict[int, tuple[str, str]], list]:
@@ -557,7 +562,7 @@ class _Writer:
         element = self.layout.elements[index]
         children = self.layout.inner.get(index, ())
         inner = "".join(self.layout.elements[c].lead + self._markup(c) for c in children)
-        return element.open + inner + element.close
+        return element.open + inner + element.close if element.empty else inner
 
     def _flush(self, gap: int, items: list[tuple[int, str]], out: list[str]) -> None:
         """The items at a gap and its whitespace: after the items written on the left of it (closing
