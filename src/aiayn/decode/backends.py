@@ -135,15 +135,24 @@ def load_backend(
 
 class TorchBackend:
     """:class:`~aiayn.decode.Translator` behind the backend interface (a Translator per call: the
-    options travel with the call, so concurrent calls do not share state)."""
+    options travel with the call, so concurrent calls do not share state). ``align_layer``: the
+    decoder layer alignments are read from (None: the last)."""
 
     name = "torch"
 
     def __init__(
-        self, model, tokenizer, *, device="cpu", batch_tokens: int = 4096, warn: Warn = _warning
+        self,
+        model,
+        tokenizer,
+        *,
+        device="cpu",
+        batch_tokens: int = 4096,
+        warn: Warn = _warning,
+        align_layer: int | None = None,
     ) -> None:
         self.model, self.tokenizer, self.config = model, tokenizer, model.config
         self.device, self.batch_tokens, self.warn = device, batch_tokens, warn
+        self.align_layer = align_layer
         self.progress: Callable[[int], None] | None = None
 
     @classmethod
@@ -159,6 +168,7 @@ class TorchBackend:
             batch_tokens=self.batch_tokens,
             options=options,
             warn=self.warn,
+            align_layer=self.align_layer,
         )
         translator.progress = self.progress
         return translator

@@ -53,7 +53,8 @@ class Translator:
     ``options`` (:class:`DecodeOptions`) may be given whole or as keywords (``beam=4, alpha=0.6,
     nbest=1, max_len_a=1.0, max_len_b=50, use_cache=True, sample=False, temperature=1.0, top_k=0,
     top_p=1.0, seed=None``). ``progress`` is called with the number of sentences of each finished
-    batch (for a progress bar).
+    batch (for a progress bar). ``align_layer``: the decoder layer alignments are read from
+    (default :func:`~aiayn.decode.align.alignment_layer`, the last).
     """
 
     def __init__(
@@ -65,9 +66,13 @@ class Translator:
         batch_tokens: int = 4096,
         options: DecodeOptions | None = None,
         warn: Warn = _stderr,
+        align_layer: int | None = None,
         **option_values,
     ) -> None:
         self.model = model.to(device).eval()
+        self.align_layer = (
+            alignment_layer(model.config.n_decoder_layers) if align_layer is None else align_layer
+        )
         self.tokenizer, self.device = tokenizer, torch.device(device)
         self.batch_tokens, self.warn = batch_tokens, warn
         self.options = replace(options or DecodeOptions(), **option_values)
@@ -128,8 +133,7 @@ class Translator:
 
     def _align(self, src, batch, lines, sources, best: list[Hypothesis], aligned: AlignedLines) -> None:
         """Each line of ``batch``: its best text and the word alignment read off the cross-attention."""
-        layer = alignment_layer(self.model.config.n_decoder_layers)
-        weights = cross_attention(self.model, src, [h.tokens for h in best], layer)
+        weights = cross_attention(self.model, src, [h.tokens for h in best], self.align_layer)
         piece = self.tokenizer.id_to_piece
         for i, line, ids, hypothesis, rows in zip(batch, lines, sources, best, weights):
             text = self.detokenize(hypothesis)
