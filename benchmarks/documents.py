@@ -41,7 +41,6 @@ from pathlib import Path
 
 import sacrebleu
 import torch
-from common import command, machine, versions
 
 from aiayn import TransformerConfig, build_model
 from aiayn.checkpoint import save_checkpoint
@@ -49,6 +48,7 @@ from aiayn.decode.backends import TorchBackend
 from aiayn.decode.search import DecodeOptions
 from aiayn.documents.translate import DocumentTranslator
 from aiayn.loading import load_translation_model, model_languages
+from common import command, machine, versions
 
 TERMINAL = (".", "!", "?", '"', "…")
 #: de -> en: the source word (as written) and the target words that translate it
@@ -342,12 +342,12 @@ def stream_memory(tokenizer, src: list[str], sizes: list[int]) -> dict:
                 for k in range(n):
                     handle.write(src[k % len(src)] + ("\n\n" if k % 5 == 4 else " "))
             start = time.perf_counter()
+            translate = ["translate", "--checkpoint", str(run), "--input", str(text), "--format", "text"]
+            fast = ["--beam", "1", "--max-len-a", "0", "--max-len-b", "2", "--source-lang", "de"]
+            timed = ["/usr/bin/time", "-f", "%M", sys.executable, "-m", "aiayn", *translate, *fast]
             done = subprocess.run(
-                ["/usr/bin/time", "-f", "%M", sys.executable, "-m", "aiayn", "translate", "--checkpoint", str(run),
-                 "--input", str(text), "--format", "text", "--beam", "1", "--max-len-a", "0", "--max-len-b", "2",
-                 "--output", str(Path(tmp) / "out.txt"), "--source-lang", "de"],
-                capture_output=True, text=True,
-            )  # fmt: skip
+                [*timed, "--output", str(Path(tmp) / "out.txt")], capture_output=True, text=True
+            )
             lines_in = text.read_text(encoding="utf-8").count("\n")
             lines_out = (Path(tmp) / "out.txt").read_text(encoding="utf-8").count("\n")
             out[str(n)] = {

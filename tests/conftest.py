@@ -1,8 +1,12 @@
 """Shared fixtures: data the tests make (synthetic parallel text, an ETT-like series), the real data
-beside the repo for tests of its own figures (skipped without it), determinism, training helpers."""
+for tests of its own figures (skipped without it), determinism, training helpers.
+
+The real data is found through the environment variable ``AIAYN_DATA`` (a folder holding
+``multi30k/`` and ``ett/``), by default ``../shared/data`` beside the repository."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import socket
@@ -17,29 +21,29 @@ import pytest
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
-DATA = REPO.parent / "shared" / "data"
+DATA = Path(os.environ.get("AIAYN_DATA") or REPO.parent / "shared" / "data")
 MULTI30K = DATA / "multi30k"
 ETT = DATA / "ett"
-GET_MULTI30K = "get it with `aiayn data multi30k --out ../shared/data/multi30k`"
+GET_MULTI30K = "get it with `aiayn data multi30k --out $AIAYN_DATA/multi30k`"
 GET_ETT = "put the ETT-small CSVs from the ETDataset repository (github.com/zhouhaoyi/ETDataset) there"
 
 
 def _real(path: Path, what: str, how: str) -> Path:
-    """``path`` of a real data set beside the repo, or the test is skipped saying how to get it."""
+    """``path`` of a real data set under ``AIAYN_DATA``, or the test is skipped saying how to get it."""
     if not path.is_file():
-        pytest.skip(f"{what} not found at ../shared/data/{path.relative_to(DATA).parent}: {how}")
+        pytest.skip(f"{what} not found at {path.parent} (set AIAYN_DATA): {how}")
     return path
 
 
 @pytest.fixture(scope="session")
 def multi30k_dir() -> Path:
-    """The real Multi30k (``../shared/data/multi30k``), for tests of its own figures; skips without it."""
+    """The real Multi30k (``$AIAYN_DATA/multi30k``), for tests of its own figures; skips without it."""
     return _real(MULTI30K / "train.en", "Multi30k", GET_MULTI30K).parent
 
 
 @pytest.fixture(scope="session")
 def etth1() -> Path:
-    """The real ETTh1 (``../shared/data/ett/ETTh1.csv``), for tests of its own figures; skips without it."""
+    """The real ETTh1 (``$AIAYN_DATA/ett/ETTh1.csv``), for tests of its own figures; skips without it."""
     return _real(ETT / "ETTh1.csv", "ETTh1", GET_ETT)
 
 
