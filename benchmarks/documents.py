@@ -386,22 +386,29 @@ def report(results: dict) -> None:
     s, p, lo, h = results["speed"], results["paragraphs"], results["long_line"], results["html"]
     print(f"sentences/s: {json.dumps({k: round(v, 1) for k, v in s['sentences_per_s'].items()})}")
     print(f"text / lines {s['text_over_lines']:.3f}x, html / lines {s['html_over_lines']:.3f}x")
-    print(f"paragraph BLEU: lines {p['bleu_lines_per_paragraph']:.2f}, text {p['bleu_text_per_paragraph']}, "
-          f"ratio {p['ratio']}; paragraphs {p['paragraphs_in']} -> {p['paragraphs_out']}")  # fmt: skip
-    print(f"long line ({lo['source_tokens']} tokens, max_len {lo['max_len']}): BLEU whole "
-          f"{lo['bleu_whole_line']:.2f} vs one per line {lo['bleu_one_per_line']:.2f}; words "
-          f"{lo['words_out']} (reference {lo['words_reference']}); warnings {lo['warnings']}")  # fmt: skip
-    print(f"html: every tag kept in {h['documents_with_every_tag']}/{h['documents']}; {h['tags']} tags placed "
-          f"{h['placed_on_a_translation']:.3f} (tightly {h['placed_tightly']:.3f}); ceiling "
-          f"{h['ceiling_reference_has_word']:.3f}; translation has the word {h['translation_has_word']:.3f}; "
-          f"placed / ceiling {h['placed_over_ceiling']:.3f}")  # fmt: skip
+    print(
+        f"paragraph BLEU: lines {p['bleu_lines_per_paragraph']:.2f}, text {p['bleu_text_per_paragraph']}, "
+        f"ratio {p['ratio']}; paragraphs {p['paragraphs_in']} -> {p['paragraphs_out']}"
+    )
+    print(
+        f"long line ({lo['source_tokens']} tokens, max_len {lo['max_len']}): BLEU whole "
+        f"{lo['bleu_whole_line']:.2f} vs one per line {lo['bleu_one_per_line']:.2f}; words "
+        f"{lo['words_out']} (reference {lo['words_reference']}); warnings {lo['warnings']}"
+    )
+    print(
+        f"html: every tag kept in {h['documents_with_every_tag']}/{h['documents']}; {h['tags']} tags placed "
+        f"{h['placed_on_a_translation']:.3f} (tightly {h['placed_tightly']:.3f}); ceiling "
+        f"{h['ceiling_reference_has_word']:.3f}; translation has the word {h['translation_has_word']:.3f}; "
+        f"placed / ceiling {h['placed_over_ceiling']:.3f}"
+    )
     for layer, scores in results.get("html_by_layer", {}).items():
-        print(
-            f"  layer {layer}: placed {scores['placed_on_a_translation']:.3f}, tightly {scores['placed_tightly']:.3f}"
-        )
+        placed, tight = scores["placed_on_a_translation"], scores["placed_tightly"]
+        print(f"  layer {layer}: placed {placed:.3f}, tightly {tight:.3f}")
     for n, m in results["memory"].items():
-        print(f"stream {n} sentences: peak RSS {m['peak_rss_mib']:.0f} MiB, {m['seconds']:.1f} s, exit {m['exit']}, "
-              f"lines {m['lines_in']} -> {m['lines_out']}")  # fmt: skip
+        print(
+            f"stream {n} sentences: peak RSS {m['peak_rss_mib']:.0f} MiB, {m['seconds']:.1f} s, "
+            f"exit {m['exit']}, lines {m['lines_in']} -> {m['lines_out']}"
+        )
 
 
 if __name__ == "__main__":
