@@ -414,6 +414,26 @@ def test_an_imported_model_decodes_alike_with_ctranslate2(imported, tmp_path) ->
     assert len(ended) > 150 and [ours[i] for i in ended] == [theirs[i] for i in ended]
 
 
+def test_an_imported_model_aligns_and_translates_documents_on_both_engines(imported, tmp_path) -> None:
+    """Its source language comes from the import (opus-mt's tokenizer_config.json); alignments are
+    read as for a native model, alike on both engines; HTML keeps its tags."""
+    from aiayn.decode.backends import load_backend
+    from aiayn.documents.translate import DocumentTranslator
+    from aiayn.loading import model_languages
+
+    assert model_languages(imported) == ("de", "en")
+    texts = sentences(SOURCE_WORDS, 40, 43)
+    greedy = DecodeOptions(beam=1, max_len_a=0.0, max_len_b=MAX_OUT)
+    torch_backend = load_backend(imported, "torch")
+    ours = torch_backend.translate_aligned(texts, greedy)
+    theirs = load_backend(imported, "ctranslate2", ct2_dir=tmp_path / "ct2").translate_aligned(texts, greedy)
+    assert ours == theirs and sum(len(pairs) for _, pairs in ours) > len(texts)
+    html = "<p>" + " ".join(f"<b>{text}</b>" for text in texts[:3]) + "</p>"
+    documents = DocumentTranslator(torch_backend, language="de", warn=lambda message: None)
+    out = documents.translate([html], greedy, fmt="html")[0].text
+    assert out.startswith("<p>") and out.endswith("</p>") and out.count("<b>") == out.count("</b>") == 3
+
+
 # --- fine-tuning: aiayn train --init -------------------------------------------------------------------
 
 
