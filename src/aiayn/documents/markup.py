@@ -1,0 +1,659 @@
+"""Inline markup carried through translation by word alignment (Bergamot's and Marian's technique).
+
+A format turns a run of inline content (a paragraph's text with its bold words, links, line breaks)
+into an :class:`Inline`: the plain text the model translates, and the inline elements as character
+ranges over it, each with the markup that opens and closes it. After translation,
+:func:`transfer` writes the target text with every element around the target words aligned to the
+source words it covered:
+
+- an element wraps the target words from the first to the last one aligned to any source word inside
+  it; an element stays inside its parent, and of two sibling ranges that would cross, the later one
+  (in source order) keeps the longest part the earlier one leaves free;
+- an element with no aligned word left (its words dropped by the translation, or taken by a
+  sibling) is written empty where its neighbours suggest: after the target word aligned to the source
+  word before it (the nearest aligned one in its sentence), else before the next aligned one, else at
+  the end of its sentence's translation (an element that means nothing empty, as Markdown's ``**``,
+  is then left out);
+- a zero-width element (``<br>``, ``<img>``, or an untranslated element such as ``<code>`` whose whole
+  markup is carried as one zero-width element) goes after the target word aligned to the source word
+  before it; one glued to the following word (``<img>caption``) goes before the target word aligned
+  to that word.
+
+Every other element is written exactly once, and the result nests properly. Tags attach to words, not to
+the spaces around them. Words are ``str.split()`` words, cut further where an element starts or ends
+inside one (``H<sub>2</sub>O``): a target word equal to the source word it is aligned to keeps those
+cuts, so tags inside copied words (formulas, names, numbers) stay where they were. Source text that
+comes back unchanged (the whitespace between sentences, copied words) is written with its source
+spelling (an entity, a Markdown escape); other text goes through the format's ``escape``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from aiayn.documents.types import Aligned
+
+_WORD = re.compile(r"\S+")  # str.split()'s words: re's \s is str.isspace()
+
+#: How a zero-width element sat between words, which decides where it goes and what whitespace
+#: comes with it: "left" glued to the word before, "right" glued to the word after, "none" with
+#: whitespace (or the text's edge) on both sides, "both" between two words with no space (a space
+#: stands for it in the text), "inside" within a word (``<wbr>``).
+GLUES = ("left", "right", "none", "both", "inside")
+_LEFT, _RIGHT, _BETWEEN = 0, 1, 2  # which side of the whitespace at a gap an item is written on
+
+
+@dataclass(frozen=True)
+class Element:
+    """One inline element: ``[start, end)`` over :attr:`Inline.text` (``start == end``: zero-width)."""
+
+    start: int
+    end: int
+    open: str
+    close: str = ""
+    parent: int = -1  # index of the enclosing element in Inline.elements, -1 for none
+    glue: str = "none"  # for zero-width elements: one of GLUES
+    lead: str = ""  # whitespace written before a zero-width element (taken out of the text)
+    empty: bool = True  # written when it is left with no word (False: Markdown's emphasis, "****")
+
+
+@dataclass(frozen=True)
+class Inline:
+    """A run of inline content: the text to translate and its elements, in document order.
+
+    ``chunks`` are ``(start, end, raw)``: text the source spelled as ``raw``, or as itself where
+    ``raw`` is ``None``; text in no chunk is escaped when it is written.
+    """
+
+    text: str
+    elements: tuple[Element, ...] = ()
+    chunks: tuple[tuple[int, int, str | None], ...] = ()
+    _starts: tuple[int, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_starts", tuple(s for s, _, _ in self.chunks))
+
+    def source(self, start: int, end: int, escape: Callable[[str], str]) -> str:
+        """``text[start:end]`` as the source spelled it (text with no spelling of its own: escaped)."""
+        out, pos = [], start
+        first = max(bisect.bisect_right(self._starts, start) - 1, 0)
+        for s, e, raw in self.chunks[first:]:
+            if s >= end:
+                break
+            lo, hi = max(s, start), min(e, end)
+            if lo >= hi:
+                continue
+            if lo > pos:
+                out.append(escape(self.text[pos:lo]))
+            if raw is None:
+                out.append(self.text[lo:hi])
+            else:  # a spelling of its own (an entity, an escape) is whole or not at all
+                out.append(raw if (lo, hi) == (s, e) else escape(self.text[lo:hi]))
+            pos = hi
+        if pos < end:
+            out.append(escape(self.text[pos:end]))
+        return "".join(out)
+
+
+# ---------------------------------------------------------------------------------------------
+# Building an Inline
+
+
+@dataclass
+class _Open:
+    start: int
+    markup: str
+    close: str = ""
+    end: int = -1
+    parent: int = -1
+    separates: bool = True
+    empty: bool = True
+
+
+class InlineBuilder:
+    """Collects a run of inline content in document order and builds its :class:`Inline`.
+
+    ``text`` adds text (with its source spelling when it differs, e.g. a Markdown escape);
+    ``open``/``close`` bracket an element (``empty=False``: one that means nothing without words,
+    such as Markdown's emphasis, is left out when the translation leaves it none); ``void`` adds a
+    zero-width element: an empty element such as ``<br>``, or the whole markup of an element that
+    stays untranslated. ``separates`` says whether the void parts two words glued to it on both sides
+    (``a<br>b``: yes; ``<wbr>``: no).
+    """
+
+    def __init__(self) -> None:
+        self._parts: list[str] = []
+        self._chunks: list[tuple[int, int, str | None]] = []
+        self._length = 0
+        self._elements: list[_Open] = []
+        self._stack: list[int] = []
+
+    def text(self, text: str, raw: str | None = None) -> None:
+        """Adds text; ``raw``: how the source spelled it (``None``: unknown, escaped on output)."""
+        if text:
+            if raw is not None:
+                self._chunks.append((self._length, self._length + len(text), None if raw == text else raw))
+            self._parts.append(text)
+            self._length += len(text)
+
+    def open(self, markup: str, empty: bool = True) -> None:
+        parent = self._stack[-1] if self._stack else -1
+        self._elements.append(_Open(self._length, markup, parent=parent, empty=empty))
+        self._stack.append(len(self._elements) - 1)
+
+    def close(self, markup: str) -> None:
+        element = self._elements[self._stack.pop()]
+        element.end, element.close = self._length, markup
+
+    def void(self, markup: str, separates: bool = True) -> None:
+        parent = self._stack[-1] if self._stack else -1
+        void = _Open(self._length, markup, end=self._length, parent=parent, separates=separates)
+        self._elements.append(void)
+
+    def build(self) -> Inline:
+        """The Inline; elements still open are closed at the end with no closing markup."""
+        while self._stack:
+            self.close("")
+        raw_text = "".join(self._parts)
+        glues, edits = _zero_width(raw_text, self._elements)
+        text, shift = _apply(raw_text, edits)
+        elements = tuple(_element(e, glues.get(i), shift) for i, e in enumerate(self._elements))
+        return Inline(text, elements, _shift_chunks(self._chunks, raw_text, edits, shift))
+
+
+def _element(e: _Open, glue: tuple[str, str] | None, shift: Callable[[int, bool], int]) -> Element:
+    kind, lead = glue or ("none", "")
+    if e.start == e.end:  # zero-width: before a space put in for it
+        return Element(shift(e.start), shift(e.start), e.markup, e.close, e.parent, kind, lead, e.empty)
+    return Element(shift(e.start, True), shift(e.end), e.markup, e.close, e.parent, kind, lead, e.empty)
+
+
+def _zero_width(text: str, elements: list[_Open]) -> tuple[dict[int, tuple[str, str]], list]:
+    """The glue of each zero-width element, and the edits of the text that go with them.
+
+    Elements at one position are one group. With whitespace on both sides, the whitespace before
+    goes out of the text and into the first element's ``lead``; glued on both sides, a space goes
+    into the text (so that the model sees two words) unless no element of the group separates.
+    """
+    groups: dict[int, list[int]] = {}
+    for i, e in enumerate(elements):
+        if e.start == e.end:
+            groups.setdefault(e.start, []).append(i)
+    glues: dict[int, tuple[str, str]] = {}
+    edits: list[tuple[int, int, str]] = []  # (start, end, replacement) over the text, in order
+    floor = 0  # the whitespace before a group is its own back to the group before it
+    for pos, members in sorted(groups.items()):
+        separates = any(elements[i].separates for i in members)
+        kind, lead, edit = _glue(text, pos, separates, floor)
+        floor = pos
+        if edit is not None:
+            edits.append(edit)
+        for k, i in enumerate(members):
+            glues[i] = (kind, lead if k == 0 else "")
+    return glues, edits
+
+
+def _glue(text: str, pos: int, separates: bool, floor: int) -> tuple[str, str, tuple[int, int, str] | None]:
+    before = pos > 0 and not text[pos - 1].isspace()
+    after = pos < len(text) and not text[pos].isspace()
+    if before and after:
+        return ("both", "", (pos, pos, " ")) if separates else ("inside", "", None)
+    if before:
+        return "left", "", None
+    if after:
+        return "right", "", None
+    start = pos
+    while start > floor and text[start - 1].isspace():
+        start -= 1
+    return "none", text[start:pos], ((start, pos, "") if start < pos else None)
+
+
+def _apply(text: str, edits: list[tuple[int, int, str]]) -> tuple[str, Callable[[int, bool], int]]:
+    """The edited text, and the map of an old offset to the new one: an offset inside a deleted
+    range goes to where the range was; at an insertion, to its left or (``right``) its right side."""
+    out, last = [], 0
+    for start, end, new in edits:
+        out += [text[last:start], new]
+        last = end
+    out.append(text[last:])
+
+    def shift(pos: int, right: bool = False) -> int:
+        delta = 0
+        for start, end, new in edits:
+            if start > pos or (start == end == pos and not right):
+                break
+            if end > pos:  # inside a deletion
+                return start + delta
+            delta += len(new) - (end - start)
+        return pos + delta
+
+    return "".join(out), shift
+
+
+def _shift_chunks(chunks, text: str, edits, shift) -> tuple[tuple[int, int, str | None], ...]:
+    """The chunks over the edited text: a chunk with a spelling of its own cut by an edit is dropped."""
+    cuts = [(s, e) for s, e, _ in edits]
+    out = []
+    for start, end, raw in chunks:
+        cut = any(s < end and e > start and (s > start or e < end) for s, e in cuts)
+        new_start, new_end = shift(start, True), shift(end)
+        if new_start < new_end and (raw is None or not cut):
+            out.append((new_start, new_end, raw))
+    for start, _, new in edits:  # the spaces put in
+        if new:
+            out.append((shift(start), shift(start) + len(new), None))
+    return tuple(sorted(out))
+
+
+# ---------------------------------------------------------------------------------------------
+# Writing the translation with the elements
+
+
+def _identity(text: str) -> str:
+    return text
+
+
+def transfer(
+    inline: Inline,
+    spans: Sequence[tuple[int, int]],
+    translations: Sequence[Aligned],
+    escape: Callable[[str], str] = _identity,
+) -> str:
+    """The translated run with its elements: ``translations[k]`` translates ``inline.text[s:e]`` for
+    ``(s, e) = spans[k]``; the text between spans (whitespace) is kept as it was."""
+    if len(spans) != len(translations):
+        raise ValueError(f"{len(spans)} sentences but {len(translations)} translations")
+    source = _Source(inline, spans)
+    target = _Target(source, translations)
+    layout = _Layout(source, target)
+    return _Writer(source, target, layout, escape).write()
+
+
+@dataclass
+class _Source:
+    """The source side: segments (sentences and the text between them), words, and pieces (words
+    cut where an element starts or ends inside them)."""
+
+    inline: Inline
+    spans: Sequence[tuple[int, int]]
+    segments: list[tuple[int, int, int]] = field(default_factory=list)  # (start, end, sentence or -1)
+    words: list[tuple[int, int, int]] = field(default_factory=list)  # (start, end, segment)
+    word_pieces: list[range] = field(default_factory=list)
+    pieces: list[tuple[int, int, int]] = field(default_factory=list)  # (start, end, word)
+    piece_segment: list[int] = field(default_factory=list)
+    segment_words: list[range] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.segments = _segments(self.spans, len(self.inline.text))
+        cuts = sorted({p for e in self.inline.elements for p in (e.start, e.end)})
+        for index, (start, end, _) in enumerate(self.segments):
+            first = len(self.words)
+            for match in _WORD.finditer(self.inline.text, start, end):
+                self._add_word(match.start(), match.end(), index, cuts)
+            self.segment_words.append(range(first, len(self.words)))
+        self.starts = [s for s, _, _ in self.pieces]
+        self.ends = [e for _, e, _ in self.pieces]
+
+    def _add_word(self, start: int, end: int, segment: int, cuts: list[int]) -> None:
+        inner = cuts[bisect.bisect_right(cuts, start) : bisect.bisect_left(cuts, end)]
+        bounds = [start, *inner, end]
+        first = len(self.pieces)
+        for lo, hi in zip(bounds, bounds[1:]):
+            self.pieces.append((lo, hi, len(self.words)))
+            self.piece_segment.append(segment)
+        self.word_pieces.append(range(first, len(self.pieces)))
+        self.words.append((start, end, segment))
+
+    def word_text(self, word: int) -> str:
+        start, end, _ = self.words[word]
+        return self.inline.text[start:end]
+
+
+def _segments(spans: Sequence[tuple[int, int]], length: int) -> list[tuple[int, int, int]]:
+    out, pos = [], 0
+    for k, (start, end) in enumerate(spans):
+        if start > pos:
+            out.append((pos, start, -1))
+        out.append((start, end, k))
+        pos = end
+    if pos < length:
+        out.append((pos, length, -1))
+    return out
+
+
+@dataclass
+class _Target:
+    """The target side: the translated run's plain text (translations, and the source's text between
+    them), its pieces, and for each source piece the first and last target piece aligned to it."""
+
+    source: _Source
+    translations: Sequence[Aligned]
+
+    def __post_init__(self) -> None:
+        self.parts: list[str] = []
+        self.copies: list[tuple[int, int, int]] = []  # (target start, target end, source start)
+        self.pieces: list[tuple[int, int]] = []
+        self.copy_of: list[int] = []  # the source piece a target piece copies, or -1
+        self.segment_end: list[int] = []  # the first target piece after each segment's
+        self.low: list[int] = [-1] * len(self.source.pieces)
+        self.high: list[int] = [-1] * len(self.source.pieces)
+        self._length = 0
+        for index, segment in enumerate(self.source.segments):
+            self._add_segment(index, segment)
+        self.text = "".join(self.parts)
+
+    def _add_segment(self, index: int, segment: tuple[int, int, int]) -> None:
+        start, end, sentence = segment
+        source_words = self.source.segment_words[index]
+        if sentence < 0:
+            text = self.source.inline.text[start:end]
+            self.copies.append((self._length, self._length + len(text), start))
+            pairs = [(i, i) for i in range(len(source_words))]
+        else:
+            text = self.translations[sentence].text.strip()
+            pairs = list(self.translations[sentence].alignment)
+        words = [(m.start(), m.end()) for m in _WORD.finditer(text)]
+        pairs = [(source_words[i], j) for i, j in pairs if 0 <= i < len(source_words) and 0 <= j < len(words)]
+        self._add_words(text, words, pairs)
+        self.parts.append(text)
+        self._length += len(text)
+        self.segment_end.append(len(self.pieces))
+
+    def _add_words(self, text: str, words: list[tuple[int, int]], pairs: list[tuple[int, int]]) -> None:
+        copies: dict[int, int] = {}  # target word -> the source word it copies
+        for i, j in pairs:
+            if j not in copies and self.source.word_text(i) == text[words[j][0] : words[j][1]]:
+                copies[j] = i
+        first = len(self.pieces)
+        word_pieces = [self._add_word(start, end, copies.get(j, -1)) for j, (start, end) in enumerate(words)]
+        for i, j in pairs:
+            self._align(i, word_pieces[j], copies.get(j, -1) == i)
+        assert first + sum(len(r) for r in word_pieces) == len(self.pieces)
+
+    def _add_word(self, start: int, end: int, copy: int) -> range:
+        first = len(self.pieces)
+        if copy < 0:
+            self.pieces.append((self._length + start, self._length + end))
+            self.copy_of.append(-1)
+            return range(first, first + 1)
+        source_start = self.source.words[copy][0]
+        for piece in self.source.word_pieces[copy]:
+            lo, hi, _ = self.source.pieces[piece]
+            offset = self._length + start - source_start
+            self.pieces.append((offset + lo, offset + hi))
+            self.copy_of.append(piece)
+        return range(first, len(self.pieces))
+
+    def _align(self, word: int, target: range, copied: bool) -> None:
+        source = self.source.word_pieces[word]
+        if copied:  # piece to piece
+            for piece, other in zip(source, target):
+                self._link(piece, other, other)
+            return
+        for piece in source:
+            self._link(piece, target[0], target[-1])
+
+    def _link(self, piece: int, low: int, high: int) -> None:
+        if self.low[piece] < 0:
+            self.low[piece], self.high[piece] = low, high
+        else:
+            self.low[piece], self.high[piece] = min(self.low[piece], low), max(self.high[piece], high)
+
+
+class _Layout:
+    """Where each element goes: a range of target pieces, or a gap between pieces (an item), or
+    inside its parent when the parent has no range."""
+
+    def __init__(self, source: _Source, target: _Target) -> None:
+        self.source, self.target = source, target
+        self.elements = source.inline.elements
+        self.range: list[tuple[int, int] | None] = [None] * len(self.elements)
+        self.children: dict[int, list[int]] = {}  # parent -> its ranged children, by range
+        self.items: dict[int, dict[int, list[int]]] = {}  # parent -> gap -> items, in source order
+        self.inner: dict[int, list[int]] = {}  # parent with no range -> its children
+        taken: dict[int, list[tuple[int, int]]] = {}
+        for index, element in enumerate(self.elements):
+            self._set_range(index, element, taken)
+        for index, element in enumerate(self.elements):
+            if self.range[index] is not None:
+                self.children.setdefault(element.parent, []).append(index)
+        for children in self.children.values():
+            children.sort(key=lambda i: self.range[i])
+        for index, element in enumerate(self.elements):
+            if self.range[index] is None:
+                self._set_item(index, element)
+
+    def _set_range(self, index: int, element: Element, taken: dict[int, list[tuple[int, int]]]) -> None:
+        parent = element.parent
+        if element.start == element.end or (parent >= 0 and self.range[parent] is None):
+            return
+        span = self._aligned(element)
+        if span is not None and parent >= 0:
+            low, high = self.range[parent]
+            span = (max(span[0], low), min(span[1], high)) if span[0] <= high and span[1] >= low else None
+        siblings = taken.setdefault(parent, [])
+        span = _free(span, siblings) if span is not None else None
+        if span is not None:
+            self.range[index] = span
+            siblings.append(span)
+
+    def _aligned(self, element: Element) -> tuple[int, int] | None:
+        """The first and last target pieces aligned to the source pieces inside the element."""
+        first = bisect.bisect_left(self.source.starts, element.start)
+        last = bisect.bisect_left(self.source.starts, element.end)
+        lows = [self.target.low[p] for p in range(first, last) if self.target.low[p] >= 0]
+        if not lows:
+            return None
+        return min(lows), max(self.target.high[p] for p in range(first, last) if self.target.low[p] >= 0)
+
+    def _set_item(self, index: int, element: Element) -> None:
+        parent = element.parent
+        if parent >= 0 and self.range[parent] is None:
+            self.inner.setdefault(parent, []).append(index)
+            return
+        low, high = self.range[parent] if parent >= 0 else (0, len(self.target.pieces) - 1)
+        gap = min(max(self._neighbour_gap(element), low), high + 1)
+        for sibling in self.children.get(parent, ()):
+            start, end = self.range[sibling]
+            if start < gap <= end:  # not inside a sibling: before it or after it, as in the source
+                gap = start if index < sibling else end + 1
+        self.items.setdefault(parent, {}).setdefault(gap, []).append(index)
+
+    def _neighbour_gap(self, element: Element) -> int:
+        """The gap after the target of the nearest aligned source piece before the element in its
+        sentence (before the next one's, for an element glued to the word after it), else the gap
+        before the target of the nearest one after it, else the end of its sentence's translation."""
+        source, pos = self.source, element.start
+        before = bisect.bisect_right(source.ends, pos) - 1
+        after = bisect.bisect_left(source.starts, pos)
+        glued_right = element.start == element.end and element.glue == "right"
+        home = after if (glued_right or before < 0) else before
+        if home >= len(source.pieces):
+            home = before
+        if home < 0:
+            return 0
+        segment = source.piece_segment[home]
+        searches = (self._after(after, segment), self._before(before, segment))
+        for gap in searches if glued_right else searches[::-1]:
+            if gap is not None:
+                return gap
+        return self.target.segment_end[segment]
+
+    def _before(self, piece: int, segment: int) -> int | None:
+        while piece >= 0 and self.source.piece_segment[piece] == segment:
+            if self.target.low[piece] >= 0:
+                return self.target.high[piece] + 1
+            piece -= 1
+        return None
+
+    def _after(self, piece: int, segment: int) -> int | None:
+        while piece < len(self.source.pieces) and self.source.piece_segment[piece] == segment:
+            if self.target.low[piece] >= 0:
+                return self.target.low[piece]
+            piece += 1
+        return None
+
+
+def _free(span: tuple[int, int], taken: list[tuple[int, int]]) -> tuple[int, int] | None:
+    """The longest part of ``span`` outside the ``taken`` ranges (the first one of a tie)."""
+    free = [span]
+    for low, high in taken:
+        parts = [((a, min(b, low - 1)), (max(a, high + 1), b)) for a, b in free]
+        free = [part for pair in parts for part in pair if part[0] <= part[1]]
+    return max(free, key=lambda part: part[1] - part[0], default=None)
+
+
+class _Writer:
+    """Writes the target pieces, the whitespace between them and the elements' markup."""
+
+    def __init__(self, source: _Source, target: _Target, layout: _Layout, escape: Callable[[str], str]):
+        self.source, self.target, self.layout, self.escape = source, target, layout, escape
+        self.inline = source.inline
+
+    def write(self) -> str:
+        tokens: list = []
+        self._walk(-1, 0, len(self.target.pieces) - 1, tokens)
+        out: list[str] = []
+        gap, pending = 0, []
+        for token in tokens:
+            if isinstance(token, int):
+                self._flush(gap, pending, out)
+                out.append(self._piece(token))
+                gap, pending = token + 1, []
+            else:
+                pending.append(token)
+        self._flush(gap, pending, out)
+        return "".join(out)
+
+    def _walk(self, parent: int, low: int, high: int, tokens: list) -> None:
+        """Tokens for pieces ``low..high`` of ``parent``: a piece's index, or (side, markup)."""
+        items = self.layout.items.get(parent, {})
+        children = iter(self.layout.children.get(parent, ()))
+        child = next(children, None)
+        self._items(items.get(low, ()), low, tokens)
+        piece = low
+        while piece <= high:
+            if child is not None and self.layout.range[child][0] == piece:
+                start, end = self.layout.range[child]
+                tokens.append((_RIGHT, self.layout.elements[child].open))
+                self._walk(child, start, end, tokens)
+                tokens.append((_LEFT, self.layout.elements[child].close))
+                piece, child = end + 1, next(children, None)
+            else:
+                tokens.append(piece)
+                piece += 1
+            self._items(items.get(piece, ()), piece, tokens)
+
+    def _items(self, indices: Sequence[int], gap: int, tokens: list) -> None:
+        for index in indices:
+            element = self.layout.elements[index]
+            side, lead = _LEFT, element.lead
+            if element.start == element.end:
+                side = {"right": _RIGHT, "both": _BETWEEN}.get(element.glue, _LEFT)
+                if element.glue == "none" and not lead and gap > 0:
+                    lead = " "  # it stood apart at the start of the text; it stands apart here too
+            tokens.append((side, lead + self._markup(index)))
+
+    def _markup(self, index: int) -> str:
+        """An element written with no words: its markup around its children's."""
+        element = self.layout.elements[index]
+        children = self.layout.inner.get(index, ())
+        inner = "".join(self.layout.elements[c].lead + self._markup(c) for c in children)
+        return element.open + inner + element.close if element.empty else inner
+
+    def _flush(self, gap: int, items: list[tuple[int, str]], out: list[str]) -> None:
+        """The items at a gap and its whitespace: after the items written on the left of it (closing
+        tags, elements glued to the word before), before the others; an element that stood for a
+        space between two glued words takes the place of a single space."""
+        plain, spelled = self._space(gap)
+        interior = 0 < gap < len(self.target.pieces)
+        placed = False
+        for side, markup in items:
+            if side == _BETWEEN and interior and plain == " " and not placed:
+                placed, spelled = True, ""
+            elif side == _RIGHT and not placed:
+                out.append(spelled)
+                placed = True
+            out.append(markup)
+        if not placed:
+            out.append(spelled)
+
+    def _piece(self, index: int) -> str:
+        start, end = self.target.pieces[index]
+        copy = self.target.copy_of[index]
+        if copy >= 0:
+            source_start, source_end, _ = self.source.pieces[copy]
+            return self.inline.source(source_start, source_end, self.escape)
+        return self.escape(self.target.text[start:end])
+
+    def _space(self, gap: int) -> tuple[str, str]:
+        """The target text between pieces ``gap - 1`` and ``gap``, plain and as written."""
+        pieces = self.target.pieces
+        start = pieces[gap - 1][1] if gap > 0 else 0
+        end = pieces[gap][0] if gap < len(pieces) else len(self.target.text)
+        plain = self.target.text[start:end]
+        for copy_start, copy_end, source_start in self.target.copies:
+            if copy_start <= start and end <= copy_end:
+                offset = source_start - copy_start
+                return plain, self.inline.source(start + offset, end + offset, self.escape)
+        if 0 < gap < len(pieces):
+            left, right = self.target.copy_of[gap - 1], self.target.copy_of[gap]
+            if left >= 0 and right == left + 1:
+                source_start, source_end = self.source.pieces[left][1], self.source.pieces[right][0]
+                if self.inline.text[source_start:source_end] == plain:
+                    return plain, self.inline.source(source_start, source_end, self.escape)
+        return plain, self.escape(plain)
+
+
+# ---------------------------------------------------------------------------------------------
+# A document as literal text and runs to translate
+
+
+@dataclass(frozen=True)
+class Run:
+    """A run of inline content to translate: its sentences are ``inline.text[s:e]`` for ``spans``.
+
+    ``escape`` writes target text in the format; ``breaks`` are written for the line breaks of the
+    written run, in order, the last one repeated (a Markdown line break with the container markers
+    of the next line).
+    """
+
+    inline: Inline
+    spans: tuple[tuple[int, int], ...]
+    escape: Callable[[str], str] = _identity
+    breaks: tuple[str, ...] = ()
+
+    def write(self, translations: Sequence[Aligned]) -> str:
+        text = transfer(self.inline, self.spans, translations, self.escape)
+        if not self.breaks or "\n" not in text:
+            return text
+        lines = text.split("\n")
+        breaks = [*self.breaks, *[self.breaks[-1]] * len(lines)]
+        return lines[0] + "".join(brk + line for brk, line in zip(breaks, lines[1:]))
+
+
+class Assembled:
+    """A parsed document (:class:`aiayn.documents.types.Parsed`): literal text, kept as it is, and
+    runs, written back from their translations."""
+
+    def __init__(self, parts: Sequence[str | Run]) -> None:
+        self.parts = list(parts)
+
+    def sentences(self) -> list[str]:
+        return [p.inline.text[s:e] for p in self.parts if isinstance(p, Run) for s, e in p.spans]
+
+    def rebuild(self, translations: Sequence[Aligned]) -> str:
+        expected = sum(len(p.spans) for p in self.parts if isinstance(p, Run))
+        if len(translations) != expected:
+            raise ValueError(f"{expected} sentences but {len(translations)} translations")
+        out, k = [], 0
+        for part in self.parts:
+            if isinstance(part, str):
+                out.append(part)
+            else:
+                out.append(part.write(translations[k : k + len(part.spans)]))
+                k += len(part.spans)
+        return "".join(out)
