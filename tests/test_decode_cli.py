@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -20,6 +21,7 @@ from aiayn.cli import main
 from aiayn.data.tokenizer import Tokenizer
 from aiayn.decode import Translator
 from aiayn.device import resolve_device
+from aiayn.documents.fit import fit, source_limit
 from aiayn.errors import UserError
 from aiayn.io import stdin_blocks
 from aiayn.loading import load_translation_model
@@ -193,7 +195,8 @@ def test_translate_stdin_in_small_blocks_or_without_a_descriptor_is_the_same(
 
 
 def test_translate_files_match_the_translator_and_no_cache(checkpoint, tmp_path, capsys) -> None:
-    src = write(tmp_path / "in.txt", LINES)
+    lines = [*LINES[:2], "Two dogs play."]  # each fits the model: none is split
+    src = write(tmp_path / "in.txt", lines)
     for name, extra in (("cached.txt", []), ("uncached.txt", ["--no-cache"])):
         args = [
             "translate",
@@ -204,11 +207,11 @@ def test_translate_files_match_the_translator_and_no_cache(checkpoint, tmp_path,
             "--output",
             str(tmp_path / name),
         ]
-        assert main([*args, *FAST, *extra]) == 0
+        assert main([*args, "--max-len-a", "0", *FAST, *extra]) == 0  # a = 0: no line is split to fit
     cached = (tmp_path / "cached.txt").read_text(encoding="utf-8")
     assert cached == (tmp_path / "uncached.txt").read_text(encoding="utf-8")
     model, tokenizer, _ = load_translation_model(checkpoint)
-    expected = Translator(model, tokenizer, max_len_b=4).translate(LINES)
+    expected = Translator(model, tokenizer, max_len_a=0, max_len_b=4).translate(lines)
     assert cached.splitlines() == expected
 
 
@@ -293,13 +296,25 @@ def test_translator_restores_input_order_whatever_the_batching(checkpoint) -> No
     assert together[2] == ""
 
 
-def test_too_long_line_is_truncated_with_a_warning_naming_the_line(checkpoint, tmp_path, capsys) -> None:
-    long_line = " ".join(["a man rides a big red bike down the busy street"] * 6)
+def test_a_line_too_long_is_split_and_translated_whole_with_a_warning_naming_it(
+    checkpoint, tmp_path, capsys
+) -> None:
+    long_line = " ".join(["a man rides a big red bike down the busy street"] * 6)  # no clause punctuation
     src = write(tmp_path / "in.txt", ["A dog.", long_line, "A cat."])
     assert main(["translate", "--checkpoint", str(checkpoint), "--input", str(src), *FAST]) == 0
     captured = capsys.readouterr()
-    assert len(captured.out.splitlines()) == 3
-    assert "line 2" in captured.err and "truncated" in captured.err and "Traceback" not in captured.err
+    out = captured.out.splitlines()
+    assert len(out) == 3
+    assert (
+        "line 2" in captured.err and "split between words" in captured.err and "truncated" not in captured.err
+    )
+    model, tokenizer, _ = load_translation_model(checkpoint)
+    limit = source_limit(MAX_LEN, 1.0, 4)
+    pieces, blind = fit(long_line, lambda text: len(tokenizer.encode(text)), limit)
+    assert blind and len(pieces) > 1 and " ".join(pieces) == long_line
+    assert all(len(tokenizer.encode(piece)) <= limit for piece in pieces)
+    translations = Translator(model, tokenizer, max_len_b=4).translate(pieces)
+    assert out[1] == " ".join(t for t in translations if t).strip()
 
 
 # --- bad input: one line, non-zero exit, no traceback ------------------------------------------
@@ -485,3 +500,106 @@ def test_plot_positional_encoding_and_curves(tmp_path, capsys) -> None:
     assert out.read_bytes()[:4] == b"\x89PNG" and "wrote" in capsys.readouterr().err
     assert main(["plot", "curves", str(tmp_path / "no-run"), "--out", str(tmp_path / "c.png")]) == 2
     assert_user_error(capsys, "metrics.jsonl")
+
+
+# --- documents: --format, --alignments, --no-split -------------------------------------------------
+
+DOCUMENT = [
+    "A man rides a bike. Two dogs play.",
+    "",
+    "    A red house.",
+    "Two dogs play in the snow.",
+    "",
+    "",
+]
+
+
+def test_format_text_keeps_paragraphs_line_breaks_and_indentation(checkpoint, tmp_path, capsys) -> None:
+    src = write(tmp_path / "doc.txt", DOCUMENT)
+    assert (
+        main(["translate", "--checkpoint", str(checkpoint), "--input", str(src), "--format", "text", *FAST])
+        == 0
+    )
+    out = capsys.readouterr().out.split("\n")
+    assert len(out) == len(DOCUMENT) + 1 and out[-1] == ""
+    assert [line == "" for line in out[:-1]] == [line == "" for line in DOCUMENT]
+    assert out[2].startswith("    ") and not out[2].startswith("     ")
+
+
+def test_paragraph_blocks_end_at_blank_lines() -> None:
+    from aiayn.decode.cli import _paragraph_blocks
+
+    lines = ["a", "b", "", "c", "d", "e", "", "f"]
+    blocks = list(_paragraph_blocks(iter([lines[:3], lines[3:5], lines[5:]]), 2))
+    assert blocks == [["a", "b", ""], ["c", "d", "e", ""], ["f"]]
+    long = [f"s{k}." for k in range(50)]  # one paragraph: cut after a sentence's end past 10 * size
+    assert [len(b) for b in _paragraph_blocks(iter([long]), 2)] == [50]
+    assert [len(b) for b in _paragraph_blocks(iter([[f"w{k}" for k in range(50)]]), 2)] == [40, 10]
+
+
+def test_alignments_follow_each_line_in_moses_format(checkpoint, tmp_path, capsys) -> None:
+    src = write(tmp_path / "in.txt", ["A man rides a bike. Two dogs play.", "", "A red house."])
+    assert (
+        main(["translate", "--checkpoint", str(checkpoint), "--input", str(src), "--alignments", *FAST]) == 0
+    )
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 3 and out[1] == ""
+    for source, line in ((0, out[0]), (2, out[2])):
+        text, pairs = line.split(" ||| ")
+        words = ["A man rides a bike. Two dogs play.", "", "A red house."][source].split()
+        links = [tuple(map(int, pair.split("-"))) for pair in pairs.split()]
+        assert links and all(0 <= i < len(words) and 0 <= j < len(text.split()) for i, j in links)
+
+
+def test_format_html_keeps_every_tag(checkpoint, tmp_path, capsys) -> None:
+    html = (
+        '<p>A <b>man</b> rides a <a href="x.html?a=1&amp;b=2">bike</a>.<br>Two dogs play.</p><pre>a  b</pre>'
+    )
+    src = write(tmp_path / "doc.html", [html])
+    assert (
+        main(["translate", "--checkpoint", str(checkpoint), "--input", str(src), "--format", "html", *FAST])
+        == 0
+    )
+    out = capsys.readouterr().out
+    tags = re.compile(r"<[^>]+>")
+    assert sorted(tags.findall(out)) == sorted(tags.findall(html))
+    assert "<pre>a  b</pre>" in out
+
+
+def test_format_markdown_keeps_structure_and_code(checkpoint, tmp_path, capsys) -> None:
+    src = write(
+        tmp_path / "doc.md",
+        ["# A red house", "", "- A man rides a `bike --fast`.", "", "```", "two dogs", "```"],
+    )
+    assert (
+        main(
+            ["translate", "--checkpoint", str(checkpoint), "--input", str(src), "--format", "markdown", *FAST]
+        )
+        == 0
+    )
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("# ") and out[2].startswith("- ") and "`bike --fast`" in out[2]
+    assert out[4:7] == ["```", "two dogs", "```"]
+
+
+@pytest.mark.parametrize(
+    "extra, needle",
+    [
+        (["--format", "pdf"], "valid: text, html, markdown"),
+        (["--format", "html", "--alignments"], "--alignments"),
+        (["--format", "text", "--nbest", "2"], "--nbest"),
+        (["--alignments", "--nbest", "2"], "--alignments"),
+    ],
+)
+def test_document_flags_refused_in_one_line(checkpoint, tmp_path, capsys, extra, needle) -> None:
+    src = write(tmp_path / "in.txt", ["A dog."])
+    assert main(["translate", "--checkpoint", str(checkpoint), "--input", str(src), *extra]) == 2
+    assert_user_error(capsys, needle)
+
+
+def test_binary_input_is_one_line_and_exit_2(checkpoint, tmp_path, capsys) -> None:
+    src = tmp_path / "in.bin"
+    src.write_bytes(b"A dog.\n\x00\x01\x02\n")
+    for extra in ([], ["--format", "text"]):
+        assert main(["translate", "--checkpoint", str(checkpoint), "--input", str(src), *extra]) == 2
+        assert_user_error(capsys, "line 2", "binary")

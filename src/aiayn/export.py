@@ -67,6 +67,9 @@ QUANTIZATIONS = (
     "float32",
 )
 SPM_FILE, INFO_FILE, README_FILE = "sentencepiece.model", "aiayn_export.json", "README.md"
+#: What ``return_attention`` gives in an export (recorded in its INFO_FILE; an export without it,
+#: made before, returns one head's weights and is made again where alignments are needed)
+ALIGNMENT = "last decoder layer, heads averaged"
 PAD_PIECE = "<blank>"  # CTranslate2's name for the padding token
 #: Tokens aiayn's search never generates; pass as ``suppress_sequences`` to CTranslate2.
 SUPPRESS = [[PAD_PIECE], ["<s>"]]
@@ -187,7 +190,14 @@ def build_spec(model: nn.Module, pieces: list[str]):
         config.n_encoder_layers, config.n_heads, pre_norm=config.norm_first, activation=activation
     )
     decoder = specs.TransformerDecoderSpec(
-        config.n_decoder_layers, config.n_heads, pre_norm=config.norm_first, activation=activation
+        config.n_decoder_layers,
+        config.n_heads,
+        pre_norm=config.norm_first,
+        activation=activation,
+        # return_attention gives the last layer's cross-attention, every head averaged: the weights
+        # aiayn.decode.align reads word alignments from
+        alignment_layer=-1,
+        alignment_heads=config.n_heads,
     )
     _set_encoder(encoder, model)
     _set_decoder(decoder, model)
@@ -319,6 +329,7 @@ def _write_docs(out: Path, checkpoint: Path, digest: str, config, quantization: 
         "source": "SentencePiece pieces of the text; CTranslate2 appends </s> itself (add_source_eos)",
         "suppress_sequences": SUPPRESS,
         "max_positions": config.max_len,
+        "alignment": ALIGNMENT,
         "model": config.to_dict(),
     }
     (out / INFO_FILE).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")

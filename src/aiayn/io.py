@@ -197,14 +197,14 @@ def read_lines(path: str | None) -> list[str]:
     return _decode_lines(lines, name)
 
 
-def stdin_blocks(max_lines: int, fd: int | None = None) -> Iterator[list[str]]:
+def stdin_blocks(max_lines: int, fd: int | None = None, name: str = "<stdin>") -> Iterator[list[str]]:
     """Lines of stdin (or of the file descriptor ``fd``) in blocks, as they arrive: wait for one whole
     line, then take the lines already waiting behind it, up to ``max_lines`` per block. Typed or
     piped one at a time, each line is a block of its own and is translated at once; a file given as
     stdin (``< file``) comes in blocks of exactly ``max_lines`` (the last one shorter), a pipe in
     blocks of what it holds when the block is taken (at most ``max_lines``). Invalid UTF-8 names the line,
     counted from the first. A ``sys.stdin`` without a file descriptor (replaced by a library user)
-    is read whole, one block."""
+    is read whole, one block. ``name`` is what errors call the input."""
     fd = _stdin_fd() if fd is None else fd
     if fd is None:
         lines = read_lines(None)
@@ -220,7 +220,7 @@ def stdin_blocks(max_lines: int, fd: int | None = None) -> Iterator[list[str]]:
             pending.clear()
         if not lines:
             return
-        yield _decode_lines(lines, "<stdin>", first=number + 1)
+        yield _decode_lines(lines, name, first=number + 1)
         number += len(lines)
 
 
@@ -282,6 +282,8 @@ def _decode_lines(lines: list[bytes], name: str, first: int = 1) -> list[str]:
 
 
 def _decode_line(line: bytes, name: str, number: int) -> str:
+    if b"\x00" in line:
+        raise UserError(f"{name}: line {number}: a NUL byte: binary data, not text")
     try:
         return line.decode("utf-8")
     except UnicodeDecodeError as err:

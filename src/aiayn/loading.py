@@ -71,6 +71,15 @@ def load_translation_model(path: str | Path, device: str | torch.device = "cpu")
     return loaded.model, loaded.tokenizer, loaded.checkpoint
 
 
+def model_languages(path: str | Path) -> tuple[str | None, str | None]:
+    """The source and target languages a translation checkpoint records (its run's ``data.src_lang``
+    and ``data.tgt_lang``; an imported MarianMT model's), None where it records none."""
+    data = load_checkpoint(path, with_state=False).config.get("run", {}).get("data", {})
+    if not isinstance(data, dict):
+        return None, None
+    return data.get("src_lang") or None, data.get("tgt_lang") or None
+
+
 def translation_model(ckpt: Checkpoint) -> tuple[nn.Module, Tokenizer, TransformerConfig]:
     """The Transformer, its tokenizer and config of a translation checkpoint."""
     try:

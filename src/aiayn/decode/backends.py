@@ -64,11 +64,20 @@ from aiayn.checkpoint import resolve_checkpoint
 from aiayn.config import TransformerConfig
 from aiayn.data.batching import token_batches
 from aiayn.data.tokenizer import Tokenizer
+from aiayn.decode.align import word_alignment
 from aiayn.decode.search import DecodeOptions, length_penalty
 from aiayn.decode.step import max_output_lengths
-from aiayn.decode.translator import LINE_BREAKS, NBest, Translator
+from aiayn.decode.translator import LINE_BREAKS, AlignedLines, NBest, Translator, clamp_pairs
 from aiayn.errors import Setting, SettingError
-from aiayn.export import INFO_FILE, QUANTIZATIONS, SPM_FILE, SUPPRESS, checkpoint_digest, export_ctranslate2
+from aiayn.export import (
+    ALIGNMENT,
+    INFO_FILE,
+    QUANTIZATIONS,
+    SPM_FILE,
+    SUPPRESS,
+    checkpoint_digest,
+    export_ctranslate2,
+)
 from aiayn.loading import load_translation_model
 
 ENGINES = ("torch", "ctranslate2")
@@ -160,6 +169,9 @@ class TorchBackend:
     def translate_nbest(self, lines: Sequence[str], options: DecodeOptions) -> NBest:
         return self.translator(options).translate_nbest(lines)
 
+    def translate_aligned(self, lines: Sequence[str], options: DecodeOptions) -> AlignedLines:
+        return self.translator(options).translate_aligned(lines)
+
 
 # --- CTranslate2 ----------------------------------------------------------------------------------
 
@@ -190,7 +202,8 @@ def ensure_export(checkpoint: str | Path, ct2_dir: str | Path | None = None, not
     source = resolve_checkpoint(checkpoint)
     out = Path(ct2_dir) if ct2_dir is not None else default_ct2_dir(checkpoint)
     digest = checkpoint_digest(source)
-    if _export_info(out).get("checkpoint_sha256") == digest:
+    info = _export_info(out)
+    if info.get("checkpoint_sha256") == digest and info.get("alignment") == ALIGNMENT:
         return out
     _check_replaceable(out, INFO_FILE)
     try:
@@ -253,13 +266,33 @@ class CTranslate2Backend:
         ]
 
     def translate_nbest(self, lines: Sequence[str], options: DecodeOptions) -> NBest:
+        found = self._translate(lines, options, attention=False)
+        return [[(score, text) for score, text, _, _ in hypotheses] for hypotheses in found]
+
+    def translate_aligned(self, lines: Sequence[str], options: DecodeOptions) -> AlignedLines:
+        """The best translation of each line with its word alignment, read off the attention
+        CTranslate2 returns (the export's last layer, heads averaged: as the torch backend's)."""
+        found = self._translate(lines, replace(options, nbest=1), attention=True)
+        aligned: AlignedLines = [("", ()) for _ in lines]
+        for i, (line, hypotheses) in enumerate(zip(lines, found)):
+            if hypotheses:
+                _, text, pieces, weights = hypotheses[0]
+                source = self.encode_source(line)
+                pairs = word_alignment(torch.tensor(weights), source, pieces) if weights else ()
+                aligned[i] = (text, clamp_pairs(pairs, len(line.split()), len(text.split())))
+        return aligned
+
+    def _translate(self, lines: Sequence[str], options: DecodeOptions, attention: bool) -> list[list]:
+        """Per line its n-best ``(score, text, pieces, attention rows or None)``, best first."""
         check_ct2_options(options)
         translator = self._translator_for(options)
-        results: NBest = [[] for _ in lines]
+        results: list[list] = [[] for _ in lines]
         sources = {i: self.encode_source(line, i + 1) for i, line in enumerate(lines) if line.strip()}
         limits = self._limits(sources, options)
         for batch in token_batches({i: len(pieces) + 1 for i, pieces in sources.items()}, self.batch_tokens):
-            found = self._search(translator, [sources[i] for i in batch], [limits[i] for i in batch], options)
+            found = self._search(
+                translator, [sources[i] for i in batch], [limits[i] for i in batch], options, attention
+            )
             for i, hypotheses in zip(batch, found):
                 results[i] = hypotheses
             if self.progress is not None:
@@ -293,11 +326,13 @@ class CTranslate2Backend:
         return self.open_translator()
 
     def _search(
-        self, translator, sources: list[list[str]], limits: list[int], options: DecodeOptions
-    ) -> NBest:
+        self, translator, sources: list[list[str]], limits: list[int], options: DecodeOptions, attention: bool
+    ) -> list[list]:
         """One batch, decoded up to its largest limit (+ 1 step for the EOS); longer outputs are cut."""
         if max(limits) == 0:  # aiayn ends such outputs at once: only the EOS, scored
-            return self._empty_outputs(sources, options.alpha)
+            return [
+                [(score, text, [], None)] for [(score, text)] in self._empty_outputs(sources, options.alpha)
+            ]
         results = translator.translate_batch(
             sources,
             max_decoding_length=max(limits) + 1,
@@ -306,20 +341,23 @@ class CTranslate2Backend:
             return_scores=True,
             return_end_token=True,  # the length CTranslate2 divides by then counts the EOS, as aiayn's
             suppress_sequences=SUPPRESS,
+            return_attention=attention,
             **search_arguments(options),
         )
-        return [self._rescore(r.hypotheses, r.scores, n, options) for r, n in zip(results, limits)]
+        return [self._rescore(r, n, options) for r, n in zip(results, limits)]
 
-    def _rescore(self, hypotheses, scores, limit: int, options: DecodeOptions) -> list[tuple[float, str]]:
-        """aiayn's ``(score, text)`` n-best: CTranslate2's ``log P / |Y| ** alpha`` undone, cut to
-        ``limit`` tokens, GNMT's penalty applied, best first (ties: CTranslate2's order)."""
+    def _rescore(self, result, limit: int, options: DecodeOptions) -> list:
+        """aiayn's n-best ``(score, text, pieces, attention)``: CTranslate2's ``log P / |Y| ** alpha``
+        undone, cut to ``limit`` tokens, GNMT's penalty applied, best first (ties: CTranslate2's order)."""
         ranked = []
-        for pieces, score in zip(hypotheses, scores):
+        attention = result.attention if result.attention else [None] * len(result.hypotheses)
+        for pieces, score, weights in zip(result.hypotheses, result.scores, attention):
             log_prob = score * len(pieces) ** options.alpha if options.alpha else score
             tokens = pieces[:-1] if pieces and pieces[-1] == EOS_PIECE else pieces
             tokens = tokens[:limit]  # a cut output keeps the log P of the whole one (no forced EOS)
-            ranked.append((log_prob / length_penalty(len(tokens) + 1, options.alpha), self._text(tokens)))
-        ranked.sort(key=lambda pair: -pair[0])
+            score = log_prob / length_penalty(len(tokens) + 1, options.alpha)
+            ranked.append((score, self._text(tokens), tokens, weights))
+        ranked.sort(key=lambda entry: -entry[0])
         return ranked[: options.nbest]
 
     def _empty_outputs(self, sources: list[list[str]], alpha: float) -> NBest:

@@ -2,11 +2,17 @@
 
 translate
     Reads stdin (or ``--input``), writes stdout (or ``--output``): one detokenized line per input
-    line; a blank input line gives a blank output line. With ``--nbest K``: K lines per input line,
-    each ``score<TAB>text`` (best first; the score is log P / lp, see :mod:`aiayn.decode.search`);
-    a blank input line gives K blank lines. Invalid UTF-8 is an error naming the line; a source
-    longer than the model's max_len is truncated with a warning naming the line. ``--output`` (here
-    and in evaluate) is checked before the model loads and replaced only by a complete result.
+    line, each line split into sentences (the source language's segmenter, :mod:`aiayn.documents`)
+    and translated whole (``--no-split``: each line one sentence, for sentence-per-line test sets);
+    a blank input line gives a blank output line. With ``--nbest K``: K lines per input line,
+    each ``score<TAB>text`` (best first; the score is log P / lp, see :mod:`aiayn.decode.search`,
+    the mean over a line's sentences); a blank input line gives K blank lines. ``--alignments``
+    appends `` ||| `` and the line's word alignment in Moses' ``i-j`` format. ``--format text``
+    takes a plain-text document (paragraphs, line breaks and indentation kept), ``html`` and
+    ``markdown`` a document of that format (markup carried to the aligned words). Nothing is cut: a
+    sentence longer than the model takes is split further. Invalid UTF-8 or a NUL byte is an error
+    naming the line. ``--output`` (here and in evaluate) is checked before the model loads and
+    replaced only by a complete result.
 evaluate
     Translates ``--src`` and scores it against ``--ref``: sacreBLEU BLEU and chrF (with
     signatures) on detokenized text, plus the Multi30k literature's tokenized lowercased BLEU,
@@ -28,9 +34,12 @@ from typing import Callable
 
 from aiayn.decode.backends import check_backend, check_ct2_options, load_backend, require_ctranslate2
 from aiayn.decode.search import DecodeOptions
+from aiayn.decode.translator import LINE_BREAKS
 from aiayn.device import resolve_device
+from aiayn.documents.translate import FORMATS, DocumentTranslator
 from aiayn.errors import UserError, naming_flags
 from aiayn.io import output_lines, read_lines, stdin_blocks
+from aiayn.loading import model_languages
 
 #: The settings the backends' errors name, and the flags that set them here (the export directory
 #: ``out`` of :func:`aiayn.export.export_ctranslate2` is ``--ct2-dir``).
@@ -126,12 +135,12 @@ def _check_engine_options(args, options: DecodeOptions) -> None:
     check_ct2_options(options)
 
 
-def _run_with_progress(engine, lines: list[str], enabled: bool, fn):
+def _run_with_progress(engine, lines: list[str], enabled: bool, fn, total: int | None = None):
+    """``fn(lines)`` with a progress bar of sentences (``total`` when known: lines split into
+    sentences are counted as they are translated)."""
     from tqdm import tqdm  # here: only a run draws a bar, and `aiayn --help` stays fast
 
-    with tqdm(
-        total=sum(1 for line in lines if line.strip()), unit="sent", file=sys.stderr, disable=not enabled
-    ) as bar:
+    with tqdm(total=total, unit="sent", file=sys.stderr, disable=not enabled) as bar:
         engine.progress = bar.update
         return fn(lines)
 
@@ -164,6 +173,27 @@ def _register_translate(subparsers) -> None:
     )
     p.add_argument("--top-p", type=float, help="with --sample: nucleus sampling threshold (default: 1 = off)")
     p.add_argument("--seed", type=int, help="with --sample: random seed (default: a fresh one per run)")
+    p.add_argument(
+        "--format",
+        help="translate a document: text (paragraphs, line breaks and indentation kept), html or "
+        "markdown (markup carried to the translated words); default: one output line per input line",
+    )
+    p.add_argument(
+        "--no-split",
+        action="store_true",
+        help="each input line is one sentence (sentence-per-line test sets); default: lines are split "
+        "into sentences",
+    )
+    p.add_argument(
+        "--alignments",
+        action="store_true",
+        help="append ' ||| ' and each line's word alignment, source-target word pairs in Moses' i-j format",
+    )
+    p.add_argument(
+        "--source-lang",
+        help="the source language for sentence splitting (default: the checkpoint's, else a "
+        "language-neutral rule)",
+    )
     p.set_defaults(func=run_translate)
 
 
@@ -181,31 +211,146 @@ def _sampling(args) -> dict:
 @naming_flags(FLAGS)
 def run_translate(args) -> int:
     options, load = _engine_loader(args, nbest=args.nbest, **_sampling(args))
-    if args.buffer_size < 1:
-        raise UserError("--buffer-size: must be >= 1")
+    _check_document_flags(args)
     with output_lines(args.output) as write:
-        if args.input is None and not args.sample:  # stream; sampling reads all first: its batches stay fixed
-            engine = load()
-            for lines in stdin_blocks(args.buffer_size):
-                write(_translate_lines(engine, options, lines, progress=False))
+        documents = _documents(args, load)
+        if args.format in ("html", "markdown"):  # one document, read whole
+            text = "\n".join(read_lines(args.input))
+            write([documents.translate([text], options, fmt=args.format)[0].text])
+        elif args.format == "text":
+            for block in _paragraph_blocks(_input_blocks(args), args.buffer_size):
+                write(documents.translate(["\n".join(block)], options)[0].text.split("\n"))
+        elif (
+            args.input is None and not args.sample
+        ):  # stream; sampling reads all first: its batches stay fixed
+            for first, lines in _numbered(stdin_blocks(args.buffer_size)):
+                write(_translate_lines(documents, options, lines, first, args.alignments, progress=False))
         else:
             lines = read_lines(args.input)
-            write(_translate_lines(load(), options, lines, progress=args.input is not None))
+            write(
+                _translate_lines(
+                    documents, options, lines, 1, args.alignments, progress=args.input is not None
+                )
+            )
     return 0
 
 
-def _translate_lines(engine, options: DecodeOptions, lines: list[str], progress: bool) -> list[str]:
-    """Output lines for ``lines``: one translation each, or ``nbest`` "score<TAB>text" lines each."""
-    if options.nbest == 1:
-        return _run_with_progress(engine, lines, progress, lambda todo: engine.translate(todo, options))
-    hypotheses = _run_with_progress(
-        engine, lines, progress, lambda todo: engine.translate_nbest(todo, options)
+def _check_document_flags(args) -> None:
+    if args.buffer_size < 1:
+        raise UserError("--buffer-size: must be >= 1")
+    if args.format is not None and args.format not in FORMATS:
+        raise UserError(f"--format: unknown format {args.format!r}; valid: {', '.join(FORMATS)}")
+    if args.format is not None and (args.alignments or args.nbest > 1):
+        flag = "--alignments" if args.alignments else "--nbest"
+        raise UserError(f"{flag}: one output line per input line only; not with --format {args.format}")
+    if args.alignments and args.nbest > 1:
+        raise UserError("--alignments: for the best translation only; not with --nbest")
+
+
+def _documents(args, load) -> DocumentTranslator:
+    """The backend (loaded now) behind a document translator for the checkpoint's source language."""
+    language = args.source_lang or model_languages(args.checkpoint)[0]
+    return DocumentTranslator(load(), language=language, split=not args.no_split)
+
+
+def _numbered(blocks):
+    """``(first line number, lines)`` for each block."""
+    first = 1
+    for lines in blocks:
+        yield first, lines
+        first += len(lines)
+
+
+def _input_blocks(args):
+    """The input's lines in blocks, as they come (a file is read as a stream too)."""
+    if args.input is None:
+        yield from stdin_blocks(args.buffer_size)
+        return
+    try:
+        handle = open(args.input, "rb")
+    except OSError as err:
+        raise UserError(f"cannot read {args.input}: {err.strerror}") from None
+    with handle:
+        yield from stdin_blocks(args.buffer_size, fd=handle.fileno(), name=args.input)
+
+
+def _paragraph_blocks(blocks, size: int):
+    """Lines regrouped into blocks that end at a blank line (or at the input's end), so that no
+    paragraph is cut between two blocks; a paragraph of more than 10 * ``size`` lines is cut after a
+    line that ends a sentence, or after 20 * ``size`` lines at the latest."""
+    pending: list[str] = []
+    for lines in blocks:
+        pending += lines
+        while len(pending) >= size:
+            cut = _block_end(pending, size)
+            if cut is None:
+                break
+            yield pending[:cut]
+            pending = pending[cut:]
+    if pending:
+        yield pending
+
+
+def _block_end(lines: list[str], size: int) -> int | None:
+    """Where a block of at least ``size`` lines may end: after its last blank line, else (a long
+    paragraph) after a line ending a sentence, else at 20 * ``size`` lines; None: read on."""
+    for end in range(len(lines), size - 1, -1):
+        if not lines[end - 1].strip():
+            return end
+    if len(lines) >= 10 * size:
+        for end in range(len(lines), size - 1, -1):
+            if lines[end - 1].rstrip().endswith((".", "!", "?", "\u3002")):
+                return end
+    return 20 * size if len(lines) >= 20 * size else None
+
+
+def _translate_lines(
+    documents: DocumentTranslator,
+    options: DecodeOptions,
+    lines: list[str],
+    first: int,
+    alignments: bool,
+    progress: bool,
+) -> list[str]:
+    """Output lines for ``lines`` (the first is line ``first``): one translation each (with
+    `` ||| i-j ...`` for ``alignments``), or ``nbest`` "score<TAB>text" lines each."""
+    results = _run_with_progress(
+        documents,
+        lines,
+        progress,
+        lambda todo: documents.translate(
+            todo,
+            options,
+            alignments=alignments,
+            scores=options.nbest > 1,
+            where=lambda d, _: f"line {first + d}",
+        ),
     )
-    return [_nbest_line(hyps, k) for hyps in hypotheses for k in range(options.nbest)]
+    if alignments:
+        return [_aligned_line(r, line) for r, line in zip(results, lines)]
+    if options.nbest == 1:
+        return [_one_line(r.text) for r in results]
+    return [_nbest_line(r, line, k) for r, line in zip(results, lines) for k in range(options.nbest)]
 
 
-def _nbest_line(hyps: list[tuple[float, str]], k: int) -> str:
-    return f"{hyps[k][0]:.6f}\t{hyps[k][1]}" if k < len(hyps) else ""
+def _aligned_line(result, line: str) -> str:
+    """``translation ||| i-j ...`` (Marian's layout); a blank line for a blank input line."""
+    if not line.strip():
+        return ""
+    return f"{_one_line(result.text)} ||| {' '.join(f'{i}-{j}' for i, j in result.alignment)}"
+
+
+def _one_line(text: str) -> str:
+    """A line's translation as one line (a line break character among its gaps becomes a space)."""
+    return LINE_BREAKS.sub(" ", text).strip()
+
+
+def _nbest_line(result, line: str, k: int) -> str:
+    """The k-th "score<TAB>text" line of ``line``'s n-best (blank past the hypotheses found)."""
+    if not line.strip() or k >= len(result.nbest):
+        return ""
+    score, text = result.nbest[k]
+    return f"{score:.6f}\t{_one_line(text)}"
 
 
 # --- evaluate -------------------------------------------------------------------------------------
@@ -243,7 +388,8 @@ def run_evaluate(args) -> int:
     options, load = _engine_loader(args)
     with output_lines(args.output) if args.output else contextlib.nullcontext(lambda _: None) as write:
         engine = load()
-        hyps = _run_with_progress(engine, src, True, lambda todo: engine.translate(todo, options))
+        total = sum(1 for line in src if line.strip())
+        hyps = _run_with_progress(engine, src, True, lambda todo: engine.translate(todo, options), total)
         write(hyps)
     scores = sacrebleu_scores(
         hyps, ref, lowercase=engine.tokenizer.lowercases

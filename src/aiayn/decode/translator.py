@@ -24,11 +24,23 @@ from typing import Callable, Sequence
 import torch
 
 from aiayn.data.batching import pad, token_batches
+from aiayn.decode.align import Pairs, alignment_layer, cross_attention, word_alignment
 from aiayn.decode.search import DecodeOptions, Hypothesis, generate
 
 Warn = Callable[[str], None]
 NBest = list[list[tuple[float, str]]]  # per line, its n-best (score, text), best first; [] for a blank line
+#: per line, its best translation and that translation's word alignment (:mod:`aiayn.decode.align`)
+AlignedLines = list[tuple[str, Pairs]]
 LINE_BREAKS = re.compile("[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
+
+
+def clamp_pairs(pairs: Pairs, source_words: int, target_words: int) -> Pairs:
+    """``pairs`` within the texts' words: pieces and ``str.split()`` words can disagree at the edges
+    (a normalised character, an unknown piece decoded with spaces), so an index past the last word
+    is read as the last word."""
+    if not source_words or not target_words:
+        return ()
+    return tuple(sorted({(min(i, source_words - 1), min(j, target_words - 1)) for i, j in pairs}))
 
 
 def _stderr(message: str) -> None:
@@ -72,6 +84,14 @@ class Translator:
         options = replace(self.options, nbest=nbest or self.options.nbest)
         return self._search(lines, options)
 
+    def translate_aligned(self, lines: Sequence[str]) -> AlignedLines:
+        """The best translation of each line with its ``(source word, target word)`` pairs (words:
+        ``str.split()``); ``("", ())`` for a blank line."""
+        options = replace(self.options, nbest=1, scores=False)
+        aligned: AlignedLines = [("", ()) for _ in lines]
+        self._search(lines, options, aligned=aligned)
+        return aligned
+
     def encode_source(self, text: str, line_number: int | None = None) -> list[int]:
         """``encode(text) + [EOS]``, truncated (with a warning) to the model's ``max_len``."""
         ids = self.tokenizer.encode(text)
@@ -87,7 +107,10 @@ class Translator:
         return token_batches({i: len(ids) for i, ids in sources.items()}, self.batch_tokens)
 
     # --- internals ---------------------------------------------------------------------------------
-    def _search(self, lines: Sequence[str], options: DecodeOptions) -> NBest:
+    def _search(
+        self, lines: Sequence[str], options: DecodeOptions, aligned: AlignedLines | None = None
+    ) -> NBest:
+        """The n-best of each line; with ``aligned``, also its best translation and alignment there."""
         results: NBest = [[] for _ in lines]
         sources = {i: self.encode_source(line, i + 1) for i, line in enumerate(lines) if line.strip()}
         pad_id = self.model.config.pad_id
@@ -96,9 +119,22 @@ class Translator:
             hypotheses = generate(self.model, src, options)
             for i, hyps in zip(batch, hypotheses):
                 results[i] = [(h.score, self.detokenize(h)) for h in hyps]
+            if aligned is not None:
+                best = [hyps[0] for hyps in hypotheses]
+                self._align(src, batch, [lines[i] for i in batch], [sources[i] for i in batch], best, aligned)
             if self.progress is not None:
                 self.progress(len(batch))
         return results
+
+    def _align(self, src, batch, lines, sources, best: list[Hypothesis], aligned: AlignedLines) -> None:
+        """Each line of ``batch``: its best text and the word alignment read off the cross-attention."""
+        layer = alignment_layer(self.model.config.n_decoder_layers)
+        weights = cross_attention(self.model, src, [h.tokens for h in best], layer)
+        piece = self.tokenizer.id_to_piece
+        for i, line, ids, hypothesis, rows in zip(batch, lines, sources, best, weights):
+            text = self.detokenize(hypothesis)
+            pairs = word_alignment(rows, [piece(t) for t in ids[:-1]], [piece(t) for t in hypothesis.tokens])
+            aligned[i] = (text, clamp_pairs(pairs, len(line.split()), len(text.split())))
 
     def detokenize(self, hypothesis: Hypothesis) -> str:
         """The text of ``hypothesis`` on one line (characters that split lines become spaces)."""
