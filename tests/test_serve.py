@@ -216,7 +216,9 @@ def test_documents_are_translated_sentence_by_sentence_and_rebuilt(tiny_translat
     assert len(long["sentences"]) == 300 and "".join(s for s, _ in long["sentences"]) == many.replace(" ", "")
     aligned = post(url, "/v1/translate", {"text": [document], "alignments": True}).json()["translations"][0]
     words = (len(document.split()), len(aligned["text"].split()))
+    assert aligned["alignment"] and aligned["score"] is None  # a search with alignments gives no score
     assert all(0 <= i < words[0] and 0 <= j < words[1] for i, j in aligned["alignment"])
+    assert {i for i, _ in aligned["alignment"]} <= set(range(5)) and aligned["text"] == translated["text"]
 
 
 def test_a_document_over_the_limits_is_413(tiny_translation_run, live_server) -> None:
@@ -301,11 +303,11 @@ def test_the_sentences_of_documents_arriving_together_share_a_batch(tiny_transla
         with ThreadPoolExecutor(1) as model_thread:
             batcher = Batcher(decode, len, model_thread, max_tokens=1000, max_wait_s=3600.0)
             batcher.recent.append(2)  # two requests came together before: the batch waits for two
-            documents = Documents(TorchBackend(model, tokenizer), batcher, model_thread, None)
+            documents = Documents(TorchBackend(model, tokenizer), {"nbest": batcher}, model_thread, None)
             worker = asyncio.create_task(batcher.run())
             options = DecodeOptions(beam=1)
-            first = documents.translate(["907042\n\n13"], options, "text", False)
-            second = documents.translate(["500"], options, "text", False)
+            first = documents.translate(["907042\n\n13"], options, "text", False, False)
+            second = documents.translate(["500"], options, "text", False, False)
             results = await asyncio.wait_for(asyncio.gather(first, second), timeout=30)
             worker.cancel()
             documents.close()

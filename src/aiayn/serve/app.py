@@ -162,19 +162,21 @@ def create_app(served: Served, limits: Limits, batcher_settings: dict[str, Any],
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
-        task = None
+        tasks, batchers = [], {}
         if served.kind == "translation":
-            batcher = Batcher(_decode(served), _token_counter(served), executor, **batcher_settings)
+            batchers = {
+                kind: Batcher(decode, _token_counter(served), executor, **batcher_settings)
+                for kind, decode in _decoders(served).items()
+            }
             source = (served.info.get("languages") or {}).get("source")
-            app.state.batcher, app.state.documents = (
-                batcher,
-                Documents(served.backend, batcher, executor, source),
-            )
-            task = asyncio.create_task(batcher.run())
+            app.state.documents = Documents(served.backend, batchers, executor, source)
+            tasks = [asyncio.create_task(batcher.run()) for batcher in batchers.values()]
         yield
-        if task is not None:
+        for task in tasks:
             task.cancel()
-            app.state.batcher.close()  # requests still waiting (past the graceful shutdown) get an error
+        for batcher in batchers.values():
+            batcher.close()  # requests still waiting (past the graceful shutdown) get an error
+        if tasks:
             await asyncio.to_thread(app.state.documents.close)
         executor.shutdown(wait=True)
 
@@ -258,7 +260,7 @@ async def translate(body: TranslateRequest, request: Request) -> dict[str, Any]:
     _check_documents(body.text, state.limits)
     options = _options(body, served, nbest=body.nbest, **_sampling(body))
     with state.admission.slot():
-        results = await state.documents.translate(body.text, options, body.format, body.alignments)
+        results = await state.documents.translate(body.text, options, body.format, body.alignments, True)
     translations = [_translation(result, body.alignments) for result in results]
     return {"translations": translations, "engine": served.backend.name}
 
@@ -358,14 +360,13 @@ def _sampling(body: TranslateRequest) -> dict[str, Any]:
 
 
 def _translation(result: DocumentResult, alignments: bool) -> dict[str, Any]:
-    best = {"text": result.text, "score": _finite(result.score)}
-    others = [
-        {"text": text, "score": _finite(score)}
-        for text, score in zip(result.alternatives, result.alternative_scores)
-    ]
+    """A document's answer: its text and score, its n-best list (none for a blank document), its
+    sentence pairs and, when asked, its word alignment."""
+    nbest = [{"text": text, "score": _finite(score)} for score, text in result.nbest]
     translation = {
-        **best,
-        "nbest": [best, *others] if result.sentences else [],  # a blank document: no hypotheses
+        "text": result.text,
+        "score": _finite(result.score),
+        "nbest": nbest if result.sentences else [],
         "sentences": [list(pair) for pair in result.sentences],
     }
     if alignments:
@@ -377,11 +378,9 @@ def _finite(score: float) -> float | None:
     return score if np.isfinite(score) else None
 
 
-def _decode(served: Served):
-    def decode(lines: list[str], options: DecodeOptions):
-        return served.backend.translate_nbest(lines, options)
-
-    return decode
+def _decoders(served: Served) -> dict[str, Any]:
+    """What each batcher runs in the model's thread: a search, and a search with word alignments."""
+    return {"nbest": served.backend.translate_nbest, "aligned": served.backend.translate_aligned}
 
 
 def _token_counter(served: Served):

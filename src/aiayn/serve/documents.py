@@ -1,11 +1,13 @@
 """Documents on the server: :class:`~aiayn.documents.translate.DocumentTranslator` with the sentences
-of every request decoded by the server's :class:`~aiayn.serve.batching.Batcher`.
+of every request decoded by the server's batchers (:class:`~aiayn.serve.batching.Batcher`).
 
 A DocumentTranslator is synchronous: it parses the documents of a call, has all their sentences
-translated by its backend, and rebuilds the documents. Here it runs in a pool of document threads
-(never in the event loop, never in the model's thread) over a :class:`BatchedBackend`, the backend's
-interface whose decoding goes to the batcher in the event loop: the sentences of documents that
-arrive together are decoded in the same token-bounded batches, in the model's one thread. Any other
+translated by its backend in one call, and rebuilds the documents. Here it runs in a pool of
+document threads (never in the event loop, never in the model's thread) over a
+:class:`BatchedBackend`, the backend's interface whose decoding goes to a batcher in the event loop:
+the sentences of documents that arrive together are decoded in the same token-bounded batches, in the
+model's one thread. There are two batchers: one searches (``translate_nbest``, and ``translate``
+through it), one searches and aligns (``translate_aligned``: alignments, HTML, Markdown). Any other
 method the translator calls on the backend runs in the model's thread too (one model, one thread).
 
 The routes (``POST /v1/translate``, the LibreTranslate API's ``POST /translate``) call
@@ -17,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import inspect
 import sys
 from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import Any, Sequence
@@ -24,7 +27,7 @@ from typing import Any, Sequence
 from starlette.exceptions import HTTPException
 
 from aiayn.decode.search import DecodeOptions
-from aiayn.decode.translator import NBest
+from aiayn.decode.translator import AlignedLines, NBest
 from aiayn.documents.translate import DocumentResult, DocumentTranslator
 from aiayn.errors import UserError
 from aiayn.serve.batching import Batcher
@@ -35,24 +38,34 @@ DOCUMENT_THREADS = 128
 
 
 class BatchedBackend:
-    """``backend``'s interface for a DocumentTranslator in a document thread: ``translate_nbest`` and
-    ``translate`` hand the lines to ``batcher`` (on ``loop``) and wait for their results; every other
+    """``backend``'s interface for a DocumentTranslator in a document thread: ``translate_nbest``
+    (``translate`` through it) and ``translate_aligned`` hand the lines to their batcher of
+    ``batchers`` (``"nbest"``, ``"aligned"``; on ``loop``) and wait for the results; every other
     method of the backend runs in ``model_thread``; other attributes (``tokenizer``, ``config``,
     ``name``) are the backend's."""
 
-    def __init__(self, backend, batcher: Batcher, loop: asyncio.AbstractEventLoop, model_thread: Executor):
-        self._backend, self._batcher, self._loop, self._model_thread = backend, batcher, loop, model_thread
+    def __init__(
+        self, backend, batchers: dict[str, Batcher], loop: asyncio.AbstractEventLoop, model_thread: Executor
+    ) -> None:
+        self._backend, self._batchers, self._loop, self._model_thread = backend, batchers, loop, model_thread
+        self.progress = None  # the translator may set it; the batchers report no progress
 
     def translate_nbest(self, lines: Sequence[str], options: DecodeOptions) -> NBest:
-        submitted = asyncio.run_coroutine_threadsafe(self._batcher.submit(list(lines), options), self._loop)
-        return submitted.result()
+        return self._batched("nbest", lines, options)
 
     def translate(self, lines: Sequence[str], options: DecodeOptions) -> list[str]:
         return [hyps[0][1] if hyps else "" for hyps in self.translate_nbest(lines, options)]
 
+    def translate_aligned(self, lines: Sequence[str], options: DecodeOptions) -> AlignedLines:
+        return self._batched("aligned", lines, options)
+
+    def _batched(self, kind: str, lines: Sequence[str], options: DecodeOptions):
+        submit = self._batchers[kind].submit(list(lines), options)
+        return asyncio.run_coroutine_threadsafe(submit, self._loop).result()
+
     def __getattr__(self, name: str) -> Any:
         value = getattr(self._backend, name)
-        if callable(value):
+        if inspect.ismethod(value):
             return functools.partial(self._in_model_thread, value)
         return value
 
@@ -61,17 +74,23 @@ class BatchedBackend:
 
 
 class Documents:
-    """The server's document translator; made in the running event loop, with the batcher."""
+    """The server's document translator; made in the running event loop, with the batchers."""
 
-    def __init__(self, backend, batcher: Batcher, model_thread: Executor, language: str | None) -> None:
+    def __init__(
+        self, backend, batchers: dict[str, Batcher], model_thread: Executor, language: str | None
+    ) -> None:
         self.pool = ThreadPoolExecutor(DOCUMENT_THREADS, thread_name_prefix="aiayn-documents")
-        batched = BatchedBackend(backend, batcher, asyncio.get_running_loop(), model_thread)
+        batched = BatchedBackend(backend, batchers, asyncio.get_running_loop(), model_thread)
         self.translator = DocumentTranslator(batched, language=language, split=True, warn=_warn)
 
     async def translate(
-        self, documents: list[str], options: DecodeOptions, fmt: str, alignments: bool
+        self, documents: list[str], options: DecodeOptions, fmt: str, alignments: bool, scores: bool
     ) -> list[DocumentResult]:
-        run = functools.partial(self.translator.translate, documents, options, fmt=fmt, alignments=alignments)
+        """The documents translated; ``scores``: with the mean scores of their sentences, where the
+        search gives them (not with alignments, HTML or Markdown)."""
+        run = functools.partial(
+            self.translator.translate, documents, options, fmt=fmt, alignments=alignments, scores=scores
+        )
         try:
             return await self.run(run)
         except UserError as err:  # what a user can act on: one line, 422

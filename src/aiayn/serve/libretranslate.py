@@ -67,9 +67,10 @@ async def translate(request: Request) -> dict[str, Any]:
     _check_pair(detected["language"] if detected else source, target, _pair(served), detected)
     if fmt not in FORMATS:
         raise _error(400, f"{fmt} format is not supported")
-    options = DecodeOptions(beam=max(BEAM, alternatives + 1), alpha=ALPHA, nbest=alternatives + 1)
+    nbest = alternatives + 1 if fmt == "text" else 1  # as LibreTranslate: no alternatives for HTML
+    options = DecodeOptions(beam=max(BEAM, nbest), alpha=ALPHA, nbest=nbest)
     with state.admission.slot():
-        results = await state.documents.translate(texts, options, fmt, False)
+        results = await state.documents.translate(texts, options, fmt, False, False)
     answer: dict[str, Any] = {"translatedText": [r.text for r in results]}
     if alternatives:
         answer["alternatives"] = [_unique(r.alternatives, r.text)[:alternatives] for r in results]
