@@ -1,8 +1,10 @@
 """``aiayn serve`` end to end: a real server on a free loopback port, a tiny trained model.
 
-The API's answers equal ``Translator``'s; a sentence's output does not depend on what it is
-batched with; bad requests are one-line 4xx JSON errors that never stop the server; the API key,
-the body limit, and a clean SIGTERM that answers the request in flight.
+The API's answers equal ``Translator``'s; documents are split into sentences, translated whole and
+rebuilt; a sentence's output does not depend on what it is batched with, and the sentences of
+requests that arrive together share batches; bad requests are one-line 4xx JSON errors that never
+stop the server; the API key, the limits (413, 429), and a clean SIGTERM that answers the request in
+flight. The LibreTranslate API is tested in test_serve_libretranslate.py.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ def test_translate_equals_the_translator_and_model_describes_it(tiny_translation
     info = httpx.get(f"{url}/v1/model").json()
     assert info["kind"] == "translation" and info["engine"] == "torch"
     assert info["config"]["n_decoder_layers"] == config.n_decoder_layers == 2
-    assert info["languages"] == {"source": "digits", "target": "words"}
+    assert info["languages"] == {"source": "digits", "target": "words"}  # the run config's
     assert info["vocab_size"] == tokenizer.vocab_size and info["parameters"] > 0
     assert (
         httpx.get(f"{url}/docs").status_code == 200
@@ -60,12 +62,19 @@ def test_a_sentence_gets_the_same_output_whatever_it_is_batched_with(
     url = live_server(tiny_translation_run, "--max-wait-ms", "50")
     alone = {n: post(url, "/v1/translate", {"text": [n]}).json()["translations"][0] for n in NUMBERS}
     groups = [NUMBERS[i : i + 3] for i in range(0, len(NUMBERS), 3)] + [[n] for n in NUMBERS]
-    with concurrent.futures.ThreadPoolExecutor(len(groups)) as pool:  # arrive together: batched
-        answers = list(pool.map(lambda g: post(url, "/v1/translate", {"text": g}), groups))
+    documents = ["\n\n".join(NUMBERS[i : i + 4]) for i in range(0, len(NUMBERS), 4)]  # one entry each
+    requests = [{"text": g} for g in groups] + [{"text": [d]} for d in documents]
+    with concurrent.futures.ThreadPoolExecutor(len(requests)) as pool:  # arrive together: batched
+        answers = list(pool.map(lambda body: post(url, "/v1/translate", body), requests))
     for group, answer in zip(groups, answers):
         for number, translation in zip(group, answer.json()["translations"]):
             assert translation["text"] == alone[number]["text"], number
             assert translation["score"] == pytest.approx(alone[number]["score"], abs=1e-5)
+    for document, answer in zip(documents, answers[len(groups) :]):
+        (translation,) = answer.json()["translations"]
+        numbers = document.split("\n\n")
+        assert translation["sentences"] == [[n, alone[n]["text"]] for n in numbers]
+        assert translation["text"] == "\n\n".join(alone[n]["text"] for n in numbers)
 
 
 BAD_REQUESTS = [
@@ -75,8 +84,10 @@ BAD_REQUESTS = [
     ({"text": "907042"}, "text"),
     ({"text": [907042]}, "text.0"),
     ({"text": []}, "text"),
-    ({"text": ["1" * 3000]}, "text[0]"),
-    ({"text": ["1"] * 300}, "text"),
+    ({"text": ["1" * 100_001]}, "text[0]: at most 100000 characters per document"),
+    ({"text": ["1"] * 300}, "text: at most 256 entries"),
+    ({"text": ["1"], "format": "xml"}, "format: Input should be 'text', 'html' or 'markdown'"),
+    ({"text": ["1"], "alignments": "yes"}, "alignments"),
     ({"text": ["1"], "beam": 0}, "beam"),
     ({"text": ["1"], "beam": -2}, "beam"),
     ({"text": ["1"], "beam": 100}, "beam"),
@@ -148,15 +159,15 @@ def test_sampling_follows_the_translate_commands_rules(tiny_translation_run, liv
 
 
 def test_the_manual_names_every_field_the_api_takes() -> None:
-    """The README's line on POST /v1/translate names exactly the fields of its OpenAPI schema (the
-    /docs page), each of which has a description there."""
+    """The deployment guide's paragraph on POST /v1/translate names exactly the fields of its
+    OpenAPI schema (the /docs page), each of which has a description there."""
     from aiayn.serve.app import Limits, Served, create_app
 
     app = create_app(Served("translation", {}), Limits(), {"max_tokens": 0, "max_wait_s": 0.0})
     schema = app.openapi()["components"]["schemas"]["TranslateRequest"]
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
-    line = next(p for p in readme.split("\n- ") if p.startswith("`POST /v1/translate` takes"))
-    named = set(re.findall(r"`([a-z_]+)`", line.split(";")[0]))
+    guide = (Path(__file__).resolve().parents[1] / "docs" / "deploy.md").read_text(encoding="utf-8")
+    paragraph = next(p for p in guide.split("\n- ") if p.startswith("`POST /v1/translate`:"))
+    named = set(re.findall(r"`([a-z_]+)`", paragraph.split("The answer")[0]))
     assert named == set(schema["properties"]), named ^ set(schema["properties"])
     assert all(field.get("description") for field in schema["properties"].values())
 
@@ -176,6 +187,135 @@ def test_attention_holds_every_layer_and_head_for_the_chosen_translation(
         maps = torch.tensor(found["attention"][kind])  # (layers, H, T_q, T_k)
         assert maps.shape == (layers, 2, queries, keys), kind
         torch.testing.assert_close(maps.sum(-1), torch.ones(layers, 2, queries))  # each row a distribution
+
+
+def test_documents_are_translated_sentence_by_sentence_and_rebuilt(tiny_translation_run, live_server) -> None:
+    """An entry of text is a document: line breaks allowed, split into sentences, each translated as
+    alone, the whitespace between them kept; its score is the mean of theirs and its n-best list the
+    sentences' k-th hypotheses joined; a blank document is a blank translation; a document of 300
+    sentences is one entry; ``alignments`` adds pairs of word indices within both texts' words."""
+    url = live_server(tiny_translation_run)
+    numbers = NUMBERS[:5]
+    alone = post(url, "/v1/translate", {"text": numbers, "nbest": 2}).json()["translations"]
+    document = "  " + "\n\n".join(numbers[:3]) + "\n\n\n" + "\n\n".join(numbers[3:]) + "\n"
+    answer = post(url, "/v1/translate", {"text": [document, "", " \n "], "nbest": 2})
+    assert answer.status_code == 200, answer.text
+    translated, blank, spaces = answer.json()["translations"]
+    texts = [t["text"] for t in alone]
+    assert translated["sentences"] == [[n, t] for n, t in zip(numbers, texts)]
+    assert translated["text"] == "  " + "\n\n".join(texts[:3]) + "\n\n\n" + "\n\n".join(texts[3:]) + "\n"
+    assert translated["score"] == pytest.approx(sum(t["score"] for t in alone) / 5, abs=1e-5)
+    (best, second) = translated["nbest"]
+    assert best == {"text": translated["text"], "score": translated["score"]}
+    assert second["text"].split() == " ".join(t["nbest"][1]["text"] for t in alone).split()
+    assert second["score"] == pytest.approx(sum(t["nbest"][1]["score"] for t in alone) / 5, abs=1e-5)
+    assert blank == {"text": "", "score": 0.0, "nbest": [], "sentences": []} and spaces["nbest"] == []
+    assert "alignment" not in translated
+    many = " ".join(f"{n}." for n in (NUMBERS * 25)[:300])
+    long = post(url, "/v1/translate", {"text": [many], "beam": 1}).json()["translations"][0]
+    assert len(long["sentences"]) == 300 and "".join(s for s, _ in long["sentences"]) == many.replace(" ", "")
+    aligned = post(url, "/v1/translate", {"text": [document], "alignments": True}).json()["translations"][0]
+    words = (len(document.split()), len(aligned["text"].split()))
+    assert aligned["alignment"] and aligned["score"] is None  # a search with alignments gives no score
+    assert all(0 <= i < words[0] and 0 <= j < words[1] for i, j in aligned["alignment"])
+    assert {i for i, _ in aligned["alignment"]} <= set(range(5)) and aligned["text"] == translated["text"]
+
+
+def test_a_document_over_the_limits_is_413(tiny_translation_run, live_server) -> None:
+    url = live_server(tiny_translation_run, "--max-chars", "40", "--max-sentences", "3")
+    over = post(url, "/v1/translate", {"text": ["13. " * 10 + "7."]})
+    assert (
+        over.status_code == 413
+        and over.json()["error"] == "text[0]: at most 40 characters per document, got 42"
+    )
+    many = post(url, "/v1/translate", {"text": ["1", "2", "3", "4"]})
+    assert many.status_code == 413 and many.json()["error"] == "text: at most 3 entries per request, got 4"
+    assert post(url, "/v1/translate", {"text": ["13. " * 9 + "7."]}).status_code == 200
+
+
+class _Held:
+    """A backend whose decoding waits until ``release`` is set (everything else: ``backend``'s)."""
+
+    def __init__(self, backend) -> None:
+        import threading
+
+        self.backend, self.release, self.waiting = backend, threading.Event(), threading.Event()
+
+    def translate_nbest(self, lines, options):
+        self.waiting.set()
+        assert self.release.wait(timeout=30)
+        return self.backend.translate_nbest(lines, options)
+
+    def __getattr__(self, name):
+        return getattr(self.backend, name)
+
+
+def test_requests_beyond_max_queue_get_429_at_once(tiny_translation_run) -> None:
+    """With --max-queue 1, a request while another is being decoded is refused with a 429 and
+    Retry-After, on /v1/translate and LibreTranslate's /translate alike; once the first is answered,
+    the next is served."""
+    from fastapi.testclient import TestClient
+
+    from aiayn.decode.backends import TorchBackend
+    from aiayn.serve.app import Limits, Served, create_app
+
+    model, tokenizer, _ = load(tiny_translation_run)
+    held = _Held(TorchBackend(model, tokenizer))
+    info = {"languages": {"source": "digits", "target": "words"}}
+    app = create_app(
+        Served("translation", info, backend=held), Limits(max_queue=1), {"max_tokens": 0, "max_wait_s": 0}
+    )
+    with TestClient(app) as client, concurrent.futures.ThreadPoolExecutor(1) as pool:
+        first = pool.submit(client.post, "/v1/translate", json={"text": ["907042"]})
+        assert held.waiting.wait(timeout=30)  # the first request is being decoded
+        for route, body in [
+            ("/v1/translate", {"text": ["13"]}),
+            ("/translate", {"q": "13", "source": "digits", "target": "words"}),
+        ]:
+            refused = client.post(route, json=body)
+            assert refused.status_code == 429 and refused.headers["retry-after"] == "1"
+            assert refused.json()["error"].startswith("Slowdown: 1 requests are already waiting")
+        held.release.set()
+        assert first.result(timeout=30).status_code == 200
+        assert client.post("/v1/translate", json={"text": ["13"]}).status_code == 200
+
+
+def test_the_sentences_of_documents_arriving_together_share_a_batch(tiny_translation_run) -> None:
+    """Two requests of documents translated at once: their sentences reach the batcher from the
+    document threads and are decoded in one batch, each document rebuilt from its own."""
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    from aiayn.decode.backends import TorchBackend
+    from aiayn.decode.search import DecodeOptions
+    from aiayn.serve.batching import Batcher
+    from aiayn.serve.documents import Documents
+
+    decoded: list[list[str]] = []
+
+    def decode(lines, options):  # the batcher's decoding, recorded (the model is not run)
+        decoded.append(list(lines))
+        return [[(-1.0, f"<{line}>")] for line in lines]
+
+    model, tokenizer, _ = load(tiny_translation_run)
+
+    async def scenario():
+        with ThreadPoolExecutor(1) as model_thread:
+            batcher = Batcher(decode, len, model_thread, max_tokens=1000, max_wait_s=3600.0)
+            batcher.recent.append(2)  # two requests came together before: the batch waits for two
+            documents = Documents(TorchBackend(model, tokenizer), {"nbest": batcher}, model_thread, None)
+            worker = asyncio.create_task(batcher.run())
+            options = DecodeOptions(beam=1)
+            first = documents.translate(["907042\n\n13"], options, "text", False, False)
+            second = documents.translate(["500"], options, "text", False, False)
+            results = await asyncio.wait_for(asyncio.gather(first, second), timeout=30)
+            worker.cancel()
+            documents.close()
+            return results
+
+    (first,), (second,) = asyncio.run(scenario())
+    assert len(decoded) == 1 and sorted(decoded[0]) == ["13", "500", "907042"]
+    assert first.text == "<907042>\n\n<13>" and second.text == "<500>"
 
 
 def test_the_api_key_guards_the_api_only(tiny_translation_run, live_server) -> None:

@@ -1,7 +1,7 @@
 """The page of ``aiayn serve`` in a real browser: Debian's chromium, headless, driven by Selenium.
 
-A tiny trained model (digits -> words) is served on a free loopback port; the test types a sentence,
-clicks Translate and checks what the page shows against the JSON API. Without chromium or
+A tiny trained model (digits -> words) is served on a free loopback port; the tests type a sentence
+or a small document, click Translate and check what the page shows against the JSON API. Without chromium or
 chromedriver (or Selenium) the tests skip, saying which is missing. Every wait is bounded.
 """
 
@@ -200,6 +200,62 @@ def test_the_page_translates_and_draws_what_the_model_attends_to(
     )
     assert 400 <= status < 500
     assert _visible_error(browser) == refused["error"]
+
+
+DOCUMENT = "907042\n\n13\n\n500"  # three sentences: a blank line always ends one
+
+
+def test_a_document_is_shown_sentence_by_sentence_with_the_attention_of_the_one_clicked(
+    browser, tiny_translation_run, live_server
+):
+    base_url = live_server(tiny_translation_run)
+    browser.get_log("browser")  # what earlier tests left there
+    _open(browser, base_url)
+    assert _translate(browser, DOCUMENT, beam=4, alpha=0.6, nbest=2) == "ready", _visible_error(browser)
+    options = {"beam": 4, "alpha": 0.6}
+    status, expected = _api(base_url, "/v1/translate", {"text": [DOCUMENT], **options, "nbest": 2})
+    assert status == 200
+    translated = expected["translations"][0]
+    assert browser.find_element(By.ID, "translation").get_attribute("textContent") == translated["text"]
+    assert len(translated["sentences"]) == 3
+
+    # one row per sentence: the source beside its translation
+    rows = browser.find_elements(By.CSS_SELECTOR, "#sentences li.pair")
+    shown = [[cell.text for cell in row.find_elements(By.CSS_SELECTOR, ".sentence")] for row in rows]
+    assert shown == translated["sentences"]
+
+    # hovering a translation highlights it and its source, and nothing else; then another pair
+    def active() -> list[tuple[int, str]]:
+        cells = browser.find_elements(By.CSS_SELECTOR, "#sentences .sentence.active")
+        return sorted(
+            (rows.index(c.find_element(By.XPATH, "..")), c.get_attribute("data-side")) for c in cells
+        )
+
+    ActionChains(browser).move_to_element(rows[1].find_element(By.CSS_SELECTOR, ".tgt")).perform()
+    assert _wait(browser, lambda d: active() == [(1, "src"), (1, "tgt")], "the second pair highlighted")
+    ActionChains(browser).move_to_element(rows[2].find_element(By.CSS_SELECTOR, ".src")).perform()
+    assert _wait(browser, lambda d: active() == [(2, "src"), (2, "tgt")], "the third pair highlighted")
+
+    # the attention view: the first sentence's at first, then the one clicked, as /v1/attention's
+    def drawn_source() -> list[str]:
+        return [e.text for e in browser.find_elements(By.CSS_SELECTOR, '#alignment text[data-side="src"]')]
+
+    for index in (0, 2, 1):
+        source = translated["sentences"][index][0]
+        if index:
+            browser.execute_script("document.body.dataset.state = 'submitted'")
+            rows[index].click()
+            _wait(
+                browser,
+                lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-state") == "ready",
+                "attention",
+            )
+        _, found = _api(base_url, "/v1/attention", {"text": source, **options})
+        assert drawn_source() == found["source_pieces"], index
+        assert browser.find_element(By.ID, "attention-sentence").text == source
+        selected = browser.find_elements(By.CSS_SELECTOR, "#sentences li.pair.selected")
+        assert [rows.index(row) for row in selected] == [index]
+    assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []
 
 
 def test_the_api_key_field_is_sent_when_the_server_needs_one(browser, tiny_translation_run, live_server):

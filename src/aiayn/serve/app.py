@@ -3,10 +3,12 @@
 Routes (``/docs`` is FastAPI's page documenting them):
 
 * ``GET /health``; ``GET /v1/model``: kind, engine, config, parameters, languages, vocabulary.
-* Translation runs: ``POST /v1/translate`` (the options and defaults of ``aiayn translate``: beam
-  search or, with ``sample``, sampling with its rules; the requests that arrive together are decoded
-  in one batch, :mod:`aiayn.serve.batching`, a sampling request alone) and ``POST /v1/attention``
-  (one sentence, searched: pieces, translation, every layer's and head's weights).
+* Translation runs: ``POST /v1/translate`` (documents in a ``format``, each split into sentences,
+  translated whole and rebuilt, :mod:`aiayn.serve.documents`; the options and defaults of ``aiayn
+  translate``: beam search or, with ``sample``, sampling with its rules; the sentences of requests
+  that arrive together are decoded in one batch, :mod:`aiayn.serve.batching`, a sampling request's
+  alone) and ``POST /v1/attention`` (one sentence, searched: pieces, translation, every layer's and
+  head's weights); LibreTranslate's API beside them (:mod:`aiayn.serve.libretranslate`).
 * Forecasting runs: ``POST /v1/forecast`` (the last ``input_len`` rows -> the next ``horizon``).
 * ``GET /``: the page (``static/index.html``), its files under ``/static``.
 
@@ -23,7 +25,7 @@ import secrets
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import swagger_ui
@@ -39,22 +41,28 @@ from starlette.exceptions import HTTPException
 
 from aiayn.decode.attention import sentence_attention
 from aiayn.decode.search import DecodeOptions
+from aiayn.documents.translate import FORMATS, DocumentResult
 from aiayn.errors import UserError
 from aiayn.forecast.data import Scaler
+from aiayn.serve import libretranslate
 from aiayn.serve.batching import Batcher
+from aiayn.serve.documents import Admission, Documents
+from aiayn.serve.langid import LanguageIdentifier
 
 STATIC = Path(__file__).resolve().parent / "static"
 MAX_BEAM = 64  # a request's beam (and n-best) at most: a larger one would only tie up the model
+ATTENTION_MAX_CHARS = 2000  # /v1/attention's one sentence: its maps grow with the square of its length
 
 
 @dataclass
 class Limits:
     """What one request may ask for, and who may ask."""
 
-    max_sentences: int = 256
-    max_chars: int = 2000
+    max_sentences: int = 256  # entries of text (documents) per request
+    max_chars: int = 100_000  # characters per document
     max_body_bytes: int = 1_000_000
     api_key: str | None = None
+    max_queue: int = 1024  # translation requests in the server at once; one more gets a 429
 
 
 @dataclass
@@ -86,7 +94,15 @@ class SearchOptions(_Strict):
 
 
 class TranslateRequest(SearchOptions):
-    text: list[str] = Field(description="sentences to translate")
+    text: list[str] = Field(
+        description="documents to translate: each is split into sentences (line breaks and blank lines "
+        "kept), translated whole and rebuilt"
+    )
+    format: Literal[FORMATS] = Field("text", description="text, html or markdown: what each document is")
+    alignments: bool = Field(
+        False,
+        description="text format: add each document's word alignment, [[source word, target word], ...]",
+    )
     nbest: int = Field(
         1, description="hypotheses per sentence, best first (at most beam; with sample, samples)"
     )
@@ -127,6 +143,8 @@ class Hypothesis(BaseModel):
 
 class Translation(Hypothesis):
     nbest: list[Hypothesis]
+    sentences: list[tuple[str, str]]  # (source sentence, its translation), in order
+    alignment: list[tuple[int, int]] | None = None  # with alignments: over text.split() of both sides
 
 
 class TranslateResponse(BaseModel):
@@ -144,13 +162,22 @@ def create_app(served: Served, limits: Limits, batcher_settings: dict[str, Any],
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
-        task = None
+        tasks, batchers = [], {}
         if served.kind == "translation":
-            app.state.batcher = Batcher(_decode(served), _token_counter(served), executor, **batcher_settings)
-            task = asyncio.create_task(app.state.batcher.run())
+            batchers = {
+                kind: Batcher(decode, _token_counter(served), executor, **batcher_settings)
+                for kind, decode in _decoders(served).items()
+            }
+            source = (served.info.get("languages") or {}).get("source")
+            app.state.documents = Documents(served.backend, batchers, executor, source)
+            tasks = [asyncio.create_task(batcher.run()) for batcher in batchers.values()]
         yield
-        if task is not None:
+        for task in tasks:
             task.cancel()
+        for batcher in batchers.values():
+            batcher.close()  # requests still waiting (past the graceful shutdown) get an error
+        if tasks:
+            await asyncio.to_thread(app.state.documents.close)
         executor.shutdown(wait=True)
 
     app = FastAPI(
@@ -161,6 +188,7 @@ def create_app(served: Served, limits: Limits, batcher_settings: dict[str, Any],
         redoc_url=None,
     )
     app.state.served, app.state.limits, app.state.executor = served, limits, executor
+    app.state.admission, app.state.langid = Admission(limits.max_queue), LanguageIdentifier()
     _errors(app)
     _body_limit(app, limits.max_body_bytes)
     if cors:
@@ -197,12 +225,17 @@ def _routes(app: FastAPI, key) -> None:
     app.get("/health", summary="Liveness")(health)
     app.get("/v1/model", summary="The served model", dependencies=[key])(model_info)
     app.post(
-        "/v1/translate", summary="Translate sentences", dependencies=[key], response_model=TranslateResponse
+        "/v1/translate",
+        summary="Translate documents",
+        dependencies=[key],
+        response_model=TranslateResponse,
+        response_model_exclude_unset=True,  # "alignment" only when asked
     )(translate)
     app.post("/v1/attention", summary="What the model attends to for one sentence", dependencies=[key])(
         attention
     )
     app.post("/v1/forecast", summary="Forecast the next horizon steps", dependencies=[key])(forecast)
+    libretranslate.add_routes(app)
     app.get("/", include_in_schema=False)(page)
     if (STATIC / "index.html").is_file():
         app.mount("/static", StaticFiles(directory=STATIC), name="static")
@@ -223,18 +256,18 @@ async def page():
 
 
 async def translate(body: TranslateRequest, request: Request) -> dict[str, Any]:
-    served, limits = _served(request, "translation"), request.app.state.limits
-    _check_text(body.text, limits)
+    served, state = _served(request, "translation"), request.app.state
+    _check_documents(body.text, state.limits)
     options = _options(body, served, nbest=body.nbest, **_sampling(body))
-    results = await request.app.state.batcher.submit(body.text, options)
-    return {"translations": [_translation(nbest) for nbest in results], "engine": served.backend.name}
+    with state.admission.slot():
+        results = await state.documents.translate(body.text, options, body.format, body.alignments, True)
+    translations = [_translation(result, body.alignments) for result in results]
+    return {"translations": translations, "engine": served.backend.name}
 
 
 async def attention(body: AttentionRequest, request: Request) -> dict[str, Any]:
     served = _served(request, "translation")
-    _check_text([body.text], request.app.state.limits)
-    if not body.text.strip():
-        raise _bad(422, "text: must not be blank")
+    _check_sentence(body.text)
     options = _options(body, served, nbest=1)
     run = functools.partial(
         sentence_attention, served.model, served.backend.tokenizer, body.text, options, device=served.device
@@ -278,16 +311,25 @@ def _served(request: Request, kind: str) -> Served:
     return served
 
 
-def _check_text(lines: list[str], limits: Limits) -> None:
-    if not lines:
-        raise _bad(422, "text: must hold at least one sentence")
-    if len(lines) > limits.max_sentences:
-        raise _bad(422, f"text: at most {limits.max_sentences} sentences per request, got {len(lines)}")
-    for i, line in enumerate(lines):
-        if len(line) > limits.max_chars:
-            raise _bad(422, f"text[{i}]: at most {limits.max_chars} characters, got {len(line)}")
-        if "\n" in line or "\r" in line:
-            raise _bad(422, f"text[{i}]: one sentence per entry (no line breaks)")
+def _check_documents(documents: list[str], limits: Limits) -> None:
+    if not documents:
+        raise _bad(422, "text: must hold at least one document")
+    if len(documents) > limits.max_sentences:
+        raise _bad(413, f"text: at most {limits.max_sentences} entries per request, got {len(documents)}")
+    for i, document in enumerate(documents):
+        if len(document) > limits.max_chars:
+            raise _bad(
+                413, f"text[{i}]: at most {limits.max_chars} characters per document, got {len(document)}"
+            )
+
+
+def _check_sentence(text: str) -> None:
+    if not text.strip():
+        raise _bad(422, "text: must not be blank")
+    if len(text) > ATTENTION_MAX_CHARS:
+        raise _bad(422, f"text: at most {ATTENTION_MAX_CHARS} characters (one sentence), got {len(text)}")
+    if "\n" in text or "\r" in text:
+        raise _bad(422, "text: one sentence (no line breaks)")
 
 
 def _options(body: SearchOptions, served: Served, nbest: int, **sampling: Any) -> DecodeOptions:
@@ -317,21 +359,28 @@ def _sampling(body: TranslateRequest) -> dict[str, Any]:
     return {"sample": body.sample, **given}
 
 
-def _translation(nbest: list[tuple[float, str]]) -> dict[str, Any]:
-    hyps = [{"text": text, "score": _finite(score)} for score, text in nbest]
-    best = hyps[0] if hyps else {"text": "", "score": 0.0}  # a blank line: a blank translation
-    return {**best, "nbest": hyps}
+def _translation(result: DocumentResult, alignments: bool) -> dict[str, Any]:
+    """A document's answer: its text and score, its n-best list (none for a blank document), its
+    sentence pairs and, when asked, its word alignment."""
+    nbest = [{"text": text, "score": _finite(score)} for score, text in result.nbest]
+    translation = {
+        "text": result.text,
+        "score": _finite(result.score),
+        "nbest": nbest if result.sentences else [],
+        "sentences": [list(pair) for pair in result.sentences],
+    }
+    if alignments:
+        translation["alignment"] = [list(pair) for pair in result.alignment]
+    return translation
 
 
 def _finite(score: float) -> float | None:
     return score if np.isfinite(score) else None
 
 
-def _decode(served: Served):
-    def decode(lines: list[str], options: DecodeOptions):
-        return served.backend.translate_nbest(lines, options)
-
-    return decode
+def _decoders(served: Served) -> dict[str, Any]:
+    """What each batcher runs in the model's thread: a search, and a search with word alignments."""
+    return {"nbest": served.backend.translate_nbest, "aligned": served.backend.translate_aligned}
 
 
 def _token_counter(served: Served):

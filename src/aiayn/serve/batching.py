@@ -55,6 +55,18 @@ class Batcher:
         self.held: collections.deque[Job] = collections.deque()  # other options: the next batches
         #: requests in each of the last batches: several = concurrent clients, worth a wait
         self.recent: collections.deque[int] = collections.deque([1], maxlen=RECENT_BATCHES)
+        self.taken: list[Job] = []  # the batch being gathered or decoded
+
+    def close(self, reason: str = "the server is shutting down") -> None:
+        """Answer every job not yet answered (taken, held or queued) with an error: after the
+        batcher's task is cancelled, nothing else would, and a caller waiting in another thread
+        (:mod:`aiayn.serve.documents`) would wait forever."""
+        pending = [*self.taken, *self.held]
+        while not self.queue.empty():
+            pending.append(self.queue.get_nowait())
+        for job in pending:
+            if not job.future.done():
+                job.future.set_exception(RuntimeError(reason))
 
     async def submit(self, lines: list[str], options: DecodeOptions) -> NBest:
         """The n-best of each of ``lines``, decoded with whatever else arrives meanwhile."""
@@ -72,6 +84,7 @@ class Batcher:
     async def _next_batch(self) -> list[Job]:
         first = self.held.popleft() if self.held else await self.queue.get()
         batch, tokens = [first], first.tokens
+        self.taken = batch  # appended to below
         if not self.max_tokens or first.options.sample:  # a sample depends on its batch: alone
             return batch
         for job in self._held_joining(first.options, self.max_tokens - tokens):
@@ -124,11 +137,12 @@ class Batcher:
         try:
             results = await loop.run_in_executor(self.executor, self.decode, lines, batch[0].options)
         except Exception as err:  # the jobs' requests answer with it; the batcher goes on
+            self.taken = []
             for job in batch:
                 if not job.future.done():
                     job.future.set_exception(err)
             return
-        start = 0
+        self.taken, start = [], 0
         for job in batch:
             if not job.future.done():  # a client that went away cancelled its future
                 job.future.set_result(results[start : start + len(job.lines)])

@@ -32,7 +32,8 @@ def register(subparsers) -> None:
         "serve",
         help="a JSON API and a web page over a trained model (needs the serve extra)",
         description="Serve a translation or forecasting run: POST /v1/translate, /v1/attention or "
-        "/v1/forecast, GET /v1/model and /health, the web page at /, the API's documentation at /docs.",
+        "/v1/forecast, GET /v1/model and /health, the web page at /, the API's documentation at /docs; "
+        "for a translation run also LibreTranslate's API (POST /translate and /detect, GET /languages).",
     )
     p.add_argument("--checkpoint", required=True, help="checkpoint or run directory")
     p.add_argument(
@@ -58,9 +59,22 @@ def register(subparsers) -> None:
     )
     p.add_argument("--max-wait-ms", type=float, default=10.0, help="how long a batch waits for more requests")
     p.add_argument("--no-batching", action="store_true", help="decode each request alone")
-    p.add_argument("--max-sentences", type=int, default=256, help="sentences per request")
-    p.add_argument("--max-chars", type=int, default=2000, help="characters per sentence")
+    p.add_argument(
+        "--max-sentences", type=int, default=256, help="entries of text per request (each a document)"
+    )
+    p.add_argument("--max-chars", type=int, default=100_000, help="characters per document")
     p.add_argument("--max-body-bytes", type=int, default=1_000_000, help="request body size")
+    p.add_argument(
+        "--max-queue",
+        type=int,
+        default=1024,
+        help="translation requests in the server at once (waiting or decoded); one more gets a 429",
+    )
+    p.add_argument(
+        "--source-lang",
+        help="the model's source language (ISO 639-1, e.g. de; default: the checkpoint's, when it has one)",
+    )
+    p.add_argument("--target-lang", help="the model's target language (default: the checkpoint's)")
     p.set_defaults(func=run_serve)
 
 
@@ -75,7 +89,13 @@ def run_serve(args: argparse.Namespace) -> int:
     api_key = args.api_key or os.environ.get(API_KEY_VARIABLE) or None
     _check_port(args.host, args.port)
     served = load_served(args)
-    limits = Limits(args.max_sentences, args.max_chars, args.max_body_bytes, api_key)
+    limits = Limits(
+        max_sentences=args.max_sentences,
+        max_chars=args.max_chars,
+        max_body_bytes=args.max_body_bytes,
+        api_key=api_key,
+        max_queue=args.max_queue,
+    )
     batching = {
         "max_tokens": 0 if args.no_batching else args.max_batch_tokens,
         "max_wait_s": args.max_wait_ms / 1000,
@@ -124,7 +144,7 @@ def _serve_extra():
 
 
 def _check_numbers(args: argparse.Namespace) -> None:
-    for name in ("max_sentences", "max_chars", "max_body_bytes", "max_batch_tokens", "threads"):
+    for name in ("max_sentences", "max_chars", "max_body_bytes", "max_queue", "max_batch_tokens", "threads"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             raise UserError(f"--{name.replace('_', '-')}: must be >= 1")
     if args.max_wait_ms < 0:
@@ -175,13 +195,14 @@ def _translation_served(loaded, args: argparse.Namespace, device):
             args.checkpoint, args.engine, device=device, ct2_dir=args.ct2_dir, compute_type=args.compute_type
         )
     data = loaded.checkpoint.config.get("run", {}).get("data", {})
+    source, target = args.source_lang or data.get("src_lang"), args.target_lang or data.get("tgt_lang")
     info = {
         "kind": "translation",
         "engine": backend.name,
         "step": loaded.checkpoint.config.get("step"),
         "config": loaded.config.to_dict(),
         "parameters": count_parameters(loaded.model),
-        "languages": {"source": data.get("src_lang"), "target": data.get("tgt_lang")},
+        "languages": {"source": source, "target": target},  # the checkpoint's, or --source/target-lang
         "vocab_size": loaded.tokenizer.vocab_size,
     }
     return Served("translation", info, backend=backend, model=loaded.model, device=device)

@@ -1,10 +1,11 @@
-// The page of `aiayn serve`: translate a sentence, then draw what the model attended to.
+// The page of `aiayn serve`: translate a sentence or a small document, show it sentence by sentence,
+// then draw what the model attended to in the sentence chosen.
 // Plain JavaScript, SVG and canvas; no library and no network beyond this server's own API.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
 const SVG_NS = "http://www.w3.org/2000/svg";
-const state = { model: null, attention: null };
+const state = { model: null, attention: null, options: null, sentences: [] };
 
 // The attention kinds of the API, as plots.ATTENTION_KINDS names them: title, query side, key side.
 const KINDS = {
@@ -102,16 +103,16 @@ async function onSubmit(event) {
   event.preventDefault();
   const text = $("source").value;
   if (!text.trim()) return showError("Type a sentence to translate.");
-  const options = { beam: fieldValue("beam"), alpha: fieldValue("alpha") };
+  state.options = { beam: fieldValue("beam"), alpha: fieldValue("alpha") };
   setBusy(true);
   try {
-    // Both requests run at once; when both fail, the translation's error is the one shown.
-    const [translated, attention] = await settled([
-      api("POST", "/v1/translate", { text: [text], ...options, nbest: fieldValue("nbest") }),
-      api("POST", "/v1/attention", { text, ...options }),
-    ]);
-    showTranslation(translated.translations[0]);
-    showAttention(attention);
+    const translated = await api("POST", "/v1/translate", {
+      text: [text], ...state.options, nbest: fieldValue("nbest"),
+    });
+    const result = translated.translations[0];
+    showTranslation(result);
+    showSentences(result.sentences || []);
+    if (state.sentences.length) await attend(0);
     setBusy(false, "ready");
   } catch (err) {
     showError(err.message);
@@ -119,12 +120,24 @@ async function onSubmit(event) {
   }
 }
 
-// The values of all the promises, or the first failure in their order (not in time).
-async function settled(promises) {
-  const results = await Promise.allSettled(promises);
-  const failed = results.find((r) => r.status === "rejected");
-  if (failed) throw failed.reason;
-  return results.map((r) => r.value);
+// The attention of the document's sentence `index` (its source, searched with the same options).
+async function attend(index) {
+  const [source] = state.sentences[index];
+  for (const pair of $("sentences").children) {
+    pair.classList.toggle("selected", pair.dataset.index === String(index));
+  }
+  $("attention-sentence").textContent = source;
+  showAttention(await api("POST", "/v1/attention", { text: source, ...state.options }));
+}
+
+async function onChooseSentence(index) {
+  setBusy(true);
+  try {
+    await attend(index);
+    setBusy(false, "ready");
+  } catch (err) {
+    showError(err.message, true);
+  }
 }
 
 // body[data-state] is "busy", "ready" or "error": what a reader (or a test) can wait for.
@@ -135,10 +148,11 @@ function setBusy(busy, done) {
   if (busy) $("error").hidden = true;
 }
 
-function showError(message) {
+// The server's one-line error; the results stay when only a sentence's attention failed.
+function showError(message, keepResults = false) {
   $("error").textContent = message;
   $("error").hidden = false;
-  $("results").hidden = true;
+  if (!keepResults) $("results").hidden = true;
   setBusy(false, "error");
 }
 
@@ -146,7 +160,7 @@ function showError(message) {
 
 function showTranslation(result) {
   $("translation").textContent = result.text;
-  $("score").textContent = result.score.toFixed(3);
+  $("score").textContent = formatScore(result.score);
   const list = $("nbest-list");
   list.replaceChildren(...(result.nbest || []).map(nbestItem));
 }
@@ -155,9 +169,47 @@ function nbestItem(hypothesis) {
   const item = document.createElement("li");
   const score = document.createElement("span");
   score.className = "score";
-  score.textContent = hypothesis.score.toFixed(3);
+  score.textContent = formatScore(hypothesis.score);
   item.append(score, " ", hypothesis.text);
   return item;
+}
+
+// A score, or a dash where the engine gives none (null).
+const formatScore = (score) => (typeof score === "number" ? score.toFixed(3) : "—");
+
+// --- sentence by sentence -----------------------------------------------------------------------
+
+// One row per sentence: the source on the left, its translation on the right.
+function showSentences(pairs) {
+  state.sentences = pairs;
+  $("sentences").replaceChildren(...pairs.map(([source, target], index) => {
+    const row = document.createElement("li");
+    row.className = "pair";
+    row.dataset.index = index;
+    row.tabIndex = 0;
+    row.append(sentenceCell(source, "src", index), sentenceCell(target, "tgt", index));
+    row.addEventListener("click", () => onChooseSentence(index));
+    row.addEventListener("keydown", (e) => { if (e.key === "Enter") onChooseSentence(index); });
+    return row;
+  }));
+}
+
+// Hovering a sentence highlights it and its pair (class "active" on both).
+function sentenceCell(text, side, index) {
+  const cell = document.createElement("span");
+  cell.className = `sentence ${side}`;
+  cell.dataset.side = side;
+  cell.textContent = text;
+  cell.addEventListener("mouseenter", () => highlightPair(index, true));
+  cell.addEventListener("mouseleave", () => highlightPair(index, false));
+  return cell;
+}
+
+function highlightPair(index, on) {
+  for (const row of $("sentences").children) {
+    const mine = on && row.dataset.index === String(index);
+    for (const cell of row.children) cell.classList.toggle("active", mine);
+  }
 }
 
 // --- cross-attention as lines between the pieces ---------------------------------------------------
@@ -474,6 +526,9 @@ function start() {
   key.addEventListener("input", () => sessionStorage.setItem("aiayn-api-key", key.value.trim()));
   key.addEventListener("change", loadModel);
   $("translate-form").addEventListener("submit", onSubmit);
+  $("source").addEventListener("keydown", (e) => {
+    if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) $("translate-form").requestSubmit();
+  });
   $("layer").addEventListener("change", drawAlignment);
   $("head").addEventListener("change", drawAlignment);
   $("target-rows").addEventListener("change", () => {

@@ -1,0 +1,296 @@
+"""A LibreTranslate-compatible API beside aiayn's own, so that LibreTranslate's clients (Mastodon,
+Akkoma, Discourse, Weblate, deep-translator, Dialect, ``libretranslatepy``) work unchanged.
+
+Routes, fields and answers as LibreTranslate's (its ``app.py``):
+
+* ``POST /translate``: ``q`` (a string or, in JSON, a list of strings: each a document, translated
+  whole), ``source`` (the model's source language, or ``auto``), ``target``, ``format`` (``text``
+  or ``html``), ``alternatives`` (how many other translations, at most 3), ``api_key``. The answer:
+  ``{"translatedText": ...}`` (a list for a list), with ``alternatives`` when asked and, for
+  ``auto``, ``detectedLanguage: {"confidence", "language"}`` (one per text for a list).
+* ``POST /detect``: ``q`` -> ``[{"confidence", "language"}, ...]``, likeliest first.
+* ``GET /languages``: ``[{"code", "name", "targets"}]``: the model's source language with its target
+  (and the target, with no targets of its own); ``GET /frontend/settings``; ``GET /spec``.
+
+Fields are read as LibreTranslate reads them: from a JSON object body (``Content-Type:
+application/json``), else from the query string and a urlencoded or multipart form (the query string
+first). With ``--api-key``, ``/translate`` and ``/detect`` need the key, as the ``api_key`` field or
+``Authorization: Bearer KEY``. Errors are LibreTranslate's, ``{"error": "..."}``: 400 for a missing
+or bad field or a language pair the model does not serve (naming the pair it serves), 403 for a
+wrong key, 413 beyond the server's limits, 429 when too many requests wait.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from typing import Any
+
+from fastapi import FastAPI, Request
+from starlette.exceptions import HTTPException
+
+import aiayn
+from aiayn.decode.search import DecodeOptions
+from aiayn.errors import UserError
+from aiayn.serve.langid import html_text, language_name
+
+FORMATS = ("text", "html")
+MAX_ALTERNATIVES = 3  # LibreTranslate's default --alternatives-limit
+BEAM, ALPHA = 4, 0.6  # aiayn translate's defaults
+KEY_NEEDED = "Please contact the server operator to obtain an API key"
+
+
+def add_routes(app: FastAPI) -> None:
+    tags = ["LibreTranslate"]
+    app.post("/translate", summary="Translate text (LibreTranslate)", tags=tags, openapi_extra=_BODY)(
+        translate
+    )
+    app.post("/detect", summary="Detect the language of a text (LibreTranslate)", tags=tags)(detect)
+    app.get("/languages", summary="The language pair served (LibreTranslate)", tags=tags)(languages)
+    app.get("/frontend/settings", summary="Settings of a LibreTranslate page", tags=tags)(settings)
+    app.get("/spec", summary="LibreTranslate's API description", tags=tags)(spec)
+
+
+# --- routes ---------------------------------------------------------------------------------------
+
+
+async def translate(request: Request) -> dict[str, Any]:
+    served, state = _served(request), request.app.state
+    params = await _params(request)
+    _check_key(request, params, state.limits.api_key)
+    texts, batch = _texts(params, request)
+    source, target = _required(params, "source"), _required(params, "target")
+    alternatives = _alternatives(params)
+    _check_limits(texts, state.limits)
+    fmt = params.get("format") or "text"
+    detected = await _detect(state, texts, fmt) if source == "auto" else None
+    _check_pair(detected["language"] if detected else source, target, _pair(served), detected)
+    if fmt not in FORMATS:
+        raise _error(400, f"{fmt} format is not supported")
+    nbest = alternatives + 1 if fmt == "text" else 1  # as LibreTranslate: no alternatives for HTML
+    options = DecodeOptions(beam=max(BEAM, nbest), alpha=ALPHA, nbest=nbest)
+    with state.admission.slot():
+        results = await state.documents.translate(texts, options, fmt, False, False)
+    answer: dict[str, Any] = {"translatedText": [r.text for r in results]}
+    if alternatives:
+        answer["alternatives"] = [_unique(r.alternatives, r.text)[:alternatives] for r in results]
+    if detected:
+        answer["detectedLanguage"] = [detected] * len(texts)
+    return answer if batch else {key: value[0] for key, value in answer.items()}
+
+
+async def detect(request: Request) -> list[dict[str, Any]]:
+    _served(request)
+    params = await _params(request)
+    _check_key(request, params, request.app.state.limits.api_key)
+    texts, _ = _texts(params, request)
+    _check_limits(texts, request.app.state.limits)
+    ranked = await _identify(request.app.state, "\n".join(texts), 3)
+    return [{"confidence": confidence, "language": code} for code, confidence in ranked]
+
+
+async def languages(request: Request) -> list[dict[str, Any]]:
+    source, target = _languages(_served(request))
+    if not (source and target):
+        return []
+    return [
+        {"code": source, "name": language_name(source), "targets": [target]},
+        {"code": target, "name": language_name(target), "targets": []},
+    ]
+
+
+async def settings(request: Request) -> dict[str, Any]:
+    source, target = _languages(_served(request))
+    limits = request.app.state.limits
+    return {
+        "charLimit": limits.max_chars,
+        "frontendTimeout": 500,
+        "apiKeys": limits.api_key is not None,
+        "keyRequired": limits.api_key is not None,
+        "suggestions": False,
+        "filesTranslation": False,
+        "supportedFilesFormat": [],
+        "language": {
+            "source": {"code": source or "", "name": language_name(source or "")},
+            "target": {"code": target or "", "name": language_name(target or "")},
+        },
+    }
+
+
+async def spec(request: Request) -> dict[str, Any]:
+    """The description LibreTranslate serves at /spec (clients check its ``info.title``), holding
+    the LibreTranslate routes of this server's OpenAPI description."""
+    openapi = request.app.openapi()
+    paths = {p: ops for p, ops in openapi["paths"].items() if not p.startswith(("/v1/", "/health"))}
+    info = {
+        "title": "LibreTranslate",
+        "version": aiayn.__version__,
+        "description": "aiayn serve's LibreTranslate-compatible API (aiayn's own is at /docs)",
+    }
+    return {"openapi": openapi["openapi"], "info": info, "paths": paths}
+
+
+# --- the request's fields -----------------------------------------------------------------------------
+
+
+async def _params(request: Request) -> dict[str, Any]:
+    """The fields as LibreTranslate reads them: a JSON object body, else the query string and a
+    urlencoded or multipart form (the query string first)."""
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if kind == "application/json" or (kind.startswith("application/") and kind.endswith("+json")):
+        try:
+            body = json.loads(await request.body())
+        except ValueError:  # UnicodeDecodeError included
+            raise _error(400, "Invalid JSON format") from None
+        if not isinstance(body, dict):
+            raise _error(400, "Invalid JSON format")
+        return body
+    form = await request.form() if request.method == "POST" else None
+    fields = {} if form is None else _first((k, v) for k, v in form.multi_items() if isinstance(v, str))
+    return {**fields, **_first(request.query_params.multi_items())}  # the query string first
+
+
+def _first(items) -> dict[str, str]:
+    first: dict[str, str] = {}
+    for name, value in items:
+        first.setdefault(name, value)
+    return first
+
+
+def _texts(params: dict[str, Any], request: Request) -> tuple[list[str], bool]:
+    """``q`` as a list of texts, and whether it was a list."""
+    q = params.get("q")
+    if not q:
+        raise _error(400, "Invalid request: missing q parameter")
+    batch = isinstance(q, list)
+    texts = q if batch else [q]
+    if not all(isinstance(text, str) for text in texts):
+        raise _error(400, "Invalid request: q must be a string or a list of strings")
+    if "json" not in request.headers.get("content-type", ""):  # a form's line breaks: \n only
+        texts = [text.replace("\r\n", "\n").replace("\r", "\n") for text in texts]
+    return texts, batch
+
+
+def _required(params: dict[str, Any], name: str) -> str:
+    value = params.get(name)
+    if not value or not isinstance(value, str):
+        raise _error(400, f"Invalid request: missing {name} parameter")
+    return value
+
+
+def _alternatives(params: dict[str, Any]) -> int:
+    try:
+        count = max(0, int(params.get("alternatives") or 0))
+    except (TypeError, ValueError):
+        raise _error(400, "Invalid request: alternatives parameter is not a number") from None
+    if count > MAX_ALTERNATIVES:
+        raise _error(400, f"Invalid request: alternatives parameter must be <= {MAX_ALTERNATIVES}")
+    return count
+
+
+def _check_limits(texts: list[str], limits) -> None:
+    if len(texts) > limits.max_sentences:
+        raise _error(
+            413, f"Invalid request: request ({len(texts)}) exceeds text limit ({limits.max_sentences})"
+        )
+    for text in texts:
+        if len(text) > limits.max_chars:
+            raise _error(
+                413, f"Invalid request: request ({len(text)}) exceeds character limit ({limits.max_chars})"
+            )
+
+
+def _check_key(request: Request, params: dict[str, Any], api_key: str | None) -> None:
+    """With a server key: the ``api_key`` field or ``Authorization: Bearer KEY`` must hold it."""
+    if api_key is None:
+        return
+    header = request.headers.get("authorization", "")
+    given = params.get("api_key") or (header[7:].strip() if header[:7].lower() == "bearer " else "")
+    if not given:
+        raise _error(400, KEY_NEEDED)
+    if not secrets.compare_digest(str(given).encode(), api_key.encode()):
+        raise _error(403, "Invalid API key")
+
+
+# --- languages ------------------------------------------------------------------------------------
+
+
+def _languages(served) -> tuple[str | None, str | None]:
+    langs = served.info.get("languages") or {}
+    return langs.get("source"), langs.get("target")
+
+
+def _pair(served) -> tuple[str, str]:
+    source, target = _languages(served)
+    if not (source and target):
+        raise _error(
+            400,
+            "Invalid request: this server does not know its model's languages "
+            "(start aiayn serve with --source-lang and --target-lang)",
+        )
+    return source, target
+
+
+def _serves(pair: tuple[str, str]) -> str:
+    (source, target) = pair
+    return f"this server translates {language_name(source)} ({source}) to {language_name(target)} ({target})"
+
+
+def _check_pair(source: str, target: str, pair: tuple[str, str], detected: dict | None) -> None:
+    if source.lower() != pair[0].lower():
+        how = f" (detected, confidence {detected['confidence']})" if detected else ""
+        raise _error(400, f"{source} is not supported{how}: {_serves(pair)}")
+    if target.lower() != pair[1].lower():
+        raise _error(400, f"{target} is not supported as a target language from {source}: {_serves(pair)}")
+
+
+async def _detect(state, texts: list[str], fmt: str) -> dict[str, Any]:
+    """The language of all the texts together (as LibreTranslate detects a list: one language)."""
+    text = "\n".join(html_text(t) if fmt == "html" else t for t in texts)
+    code, confidence = (await _identify(state, text, 1))[0]
+    return {"confidence": confidence, "language": code}
+
+
+async def _identify(state, text: str, top: int) -> list[tuple[str, float]]:
+    try:
+        return await state.documents.run(state.langid.rank, text, top)
+    except UserError as err:  # the identifier is not installed
+        raise _error(400, str(err)) from None
+
+
+def _unique(alternatives: list[str], best: str) -> list[str]:
+    """Alternatives other than the translation, each once, in order (as LibreTranslate's)."""
+    seen = {best, ""}
+    return [a for a in alternatives if not (a in seen or seen.add(a))]
+
+
+def _served(request: Request):
+    served = request.app.state.served
+    if served.kind != "translation":
+        raise _error(
+            404, f"this server runs a {served.kind} model; the LibreTranslate API needs a translation model"
+        )
+    return served
+
+
+def _error(status: int, message: str) -> HTTPException:
+    return HTTPException(status_code=status, detail=message)
+
+
+_FIELDS = {
+    "q": {"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]},
+    "source": {"type": "string", "description": "the model's source language, or auto"},
+    "target": {"type": "string"},
+    "format": {"type": "string", "enum": list(FORMATS), "default": "text"},
+    "alternatives": {"type": "integer", "default": 0, "maximum": MAX_ALTERNATIVES},
+    "api_key": {"type": "string"},
+}
+_SCHEMA = {"type": "object", "properties": _FIELDS, "required": ["q", "source", "target"]}
+_BODY = {
+    "requestBody": {
+        "content": {
+            kind: {"schema": _SCHEMA}
+            for kind in ("application/json", "application/x-www-form-urlencoded", "multipart/form-data")
+        }
+    }
+}
