@@ -46,9 +46,10 @@ from aiayn import TransformerConfig, build_model
 from aiayn.checkpoint import save_checkpoint
 from aiayn.decode.backends import TorchBackend
 from aiayn.decode.search import DecodeOptions
+from aiayn.device import resolve_device
 from aiayn.documents.translate import DocumentTranslator
 from aiayn.loading import load_translation_model, model_languages
-from common import command, machine, versions
+from common import command, gpu, machine, versions
 
 TERMINAL = (".", "!", "?", '"', "…")
 #: de -> en: the source word (as written) and the target words that translate it
@@ -84,8 +85,9 @@ def main() -> None:
         src, ref = src[: args.limit], ref[: args.limit]
     (src, ref), added = with_full_stops(src, ref)
     sizes = paragraph_sizes(len(src), args.seed)
-    model, tokenizer, _ = load_translation_model(args.checkpoint)
-    backend = TorchBackend(model, tokenizer, batch_tokens=args.batch_tokens)
+    device = resolve_device(args.device, "--device")
+    model, tokenizer, _ = load_translation_model(args.checkpoint, device=device)
+    backend = TorchBackend(model, tokenizer, device=device, batch_tokens=args.batch_tokens)
     documents = DocumentTranslator(backend, language=model_languages(args.checkpoint)[0] or "de")
     options = DecodeOptions(beam=args.beam, alpha=args.alpha)
     paragraphs = group(src, sizes)
@@ -94,6 +96,7 @@ def main() -> None:
         "command": command(),
         "versions": versions(sacrebleu=sacrebleu.__version__),
         "machine": machine(),
+        "gpu": gpu(device) if device.type == "cuda" else None,
         "threads": args.threads,
         "checkpoint": str(args.checkpoint),
         "options": {"beam": args.beam, "alpha": args.alpha},
@@ -110,7 +113,7 @@ def main() -> None:
     results["html"] = html_scores(html, outputs["html"], paragraphs, group(ref, sizes))
     if args.layers:
         results["html_by_layer"] = by_layer(backend, documents, html, paragraphs, group(ref, sizes), options)
-    results["memory"] = stream_memory(tokenizer, src, args.sizes)
+    results["memory"] = stream_memory(tokenizer, src, args.sizes) if args.sizes else {}
     report(results)
     if args.results:
         Path(args.results).write_text(json.dumps(results, indent=1, ensure_ascii=False) + "\n")
@@ -124,6 +127,7 @@ def parse_args() -> argparse.Namespace:
     )
     p.add_argument("--split", default="test2016")
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--device", default="cpu", help="cpu, cuda or auto")
     p.add_argument("--beam", type=int, default=4)
     p.add_argument("--alpha", type=float, default=0.6)
     p.add_argument("--batch-tokens", type=int, default=4096)

@@ -26,6 +26,9 @@ class WordTokenizer:
     def encode(self, text: str, target: bool = False) -> list[int]:
         return [1] * len(re.findall(r"[^\W\d_]{1,4}|\d|[^\w\s]", text))
 
+    def encode_batch(self, texts, threads: int = -1, target: bool = False) -> list[list[int]]:
+        return [self.encode(text) for text in texts]
+
 
 class FakeBackend:
     """Translates by upper-casing each word (so every word is aligned to itself), records its calls."""

@@ -138,16 +138,19 @@ class DocumentTranslator:
         return spans
 
     def _stream(self, parsed, options, *, aligned: bool, scores: bool, where) -> list[list[_Sentence]]:
-        """Every document's sentences, translated together: pieces that fit the model, one call."""
+        """Every document's sentences, translated together: pieces that fit the model, one call.
+        (The sentences are counted in one batch; only those too long are split, counted again.)"""
         limit = source_limit(self.backend.config.max_len, options.max_len_a, options.max_len_b)
-        count = self._counter()
+        texts = [[" ".join(text.split()) for text in document.sentences()] for document in parsed]
+        counts = iter(
+            len(ids) for ids in self.backend.tokenizer.encode_batch([t for doc in texts for t in doc])
+        )
         pieces: list[str] = []
         documents: list[list[_Sentence]] = []
-        for d, document in enumerate(parsed):
+        for d, (document, sentences_of) in enumerate(zip(parsed, texts)):
             sentences = []
-            for k, text in enumerate(document.sentences()):
-                text = " ".join(text.split())
-                parts, blind = fit(text, count, limit)
+            for k, text in enumerate(sentences_of):
+                parts, blind = ([text], False) if next(counts) <= limit else fit(text, self._count, limit)
                 if blind:
                     self.warn(
                         f"{self._place(document, d, k, where)}: a sentence of more than {limit} tokens "
@@ -194,9 +197,8 @@ class DocumentTranslator:
         pairs_of = [(source, s.aligned.text) for source, s in zip(parsed.sentences(), sentences)]
         return DocumentResult(text, score, ranked, pairs_of, pairs)
 
-    def _counter(self) -> Callable[[str], int]:
-        encode = self.backend.tokenizer.encode
-        return lambda text: len(encode(text))
+    def _count(self, text: str) -> int:
+        return len(self.backend.tokenizer.encode(text))
 
     @staticmethod
     def _place(document: Parsed, d: int, k: int, where) -> str:
