@@ -3,6 +3,7 @@ changes, with emphasis and links carried by alignment."""
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import pytest
@@ -117,7 +118,7 @@ def test_an_element_left_with_no_word_is_left_out_rather_than_written_as_text() 
 def test_translated_text_is_escaped_where_it_would_become_markup() -> None:
     parsed, _ = parse("A b c.\n")
     assert parsed.rebuild([Aligned("*x* [y] # - a_b |", ())]) == "\\*x\\* \\[y\\] \\# \\- a\\_b \\|\n"
-    assert escape_markdown("1 # 2 -- x") == "1 \\# 2 -- x"
+    assert escape_markdown("1 # 2 -- x-y") == "1 \\# 2 \\-- x-y"
 
 
 def test_a_run_that_cannot_be_matched_with_the_source_stays_as_it_was_with_a_warning() -> None:
@@ -127,3 +128,54 @@ def test_a_run_that_cannot_be_matched_with_the_source_stays_as_it_was_with_a_war
     assert warnings == ["1 Markdown block(s) left untranslated: their text was not found in the source"]
     assert parsed.sentences() == ["Next paragraph."]
     assert translate(parsed, upper) == "- item\n\tcontinued here.\n\nNEXT PARAGRAPH.\n"
+
+
+def test_code_in_emphasis_and_in_links_stays_with_its_markup() -> None:
+    parsed, _ = parse("Use **`--force`** now, see [`parse()`](api.md).\n")
+    assert parsed.sentences() == ["Use now, see ."]
+    assert translate(parsed, upper) == "USE **`--force`** NOW, SEE [`parse()`](api.md).\n"
+    assert translate(parsed, reverse) == "[`parse()`](api.md). see now, Use **`--force`**\n"
+    parsed, _ = parse("A line  \n**`x`** and more.\n")
+    assert translate(parsed, identity) == "A line  \n**`x`** and more.\n"
+    assert translate(parsed, upper) == "A LINE  \n**`x`** AND MORE.\n"
+
+
+PIECES = ["word", "two.", "x_y", "\\*", "&amp;", "`co de`", "<b>", "</b>", "![i](s.png)", "<http://a.b>"]
+PIECES += ["[l](u)", "[r][]", "end.", "**`flag`**", "[`code`](u)", "see ![i](s.png)"]
+
+
+def _inline(rng: random.Random, depth: int = 0) -> str:
+    parts = []
+    for _ in range(rng.randint(1, 6)):
+        if depth < 2 and rng.random() < 0.3:
+            marker = rng.choice(["*", "**", "_", "~~"])
+            parts.append(marker + _inline(rng, depth + 1) + marker)
+        else:
+            parts.append(rng.choice(PIECES))
+    joints = [" ", " ", "  \n", "\n", "\\\n"] if depth == 0 else [" "]
+    return "".join(part + rng.choice(joints) for part in parts[:-1]) + parts[-1]
+
+
+def _document(rng: random.Random) -> str:
+    blocks = {
+        "p": lambda text: text,
+        "h": lambda text: "## " + text.replace("\n", " "),
+        "li": lambda text: "- " + text.replace("\n", "\n  "),
+        "ol": lambda text: "1. " + text.replace("\n", "\n   "),
+        "quote": lambda text: "> " + text.replace("\n", "\n> "),
+        "cell": lambda text: (
+            "| a | b |\n|---|---|\n| " + text.replace("\n", " ").replace("|", "\\|") + " | c |"
+        ),
+    }
+    chosen = [rng.choice(list(blocks.values()))(_inline(rng)) for _ in range(rng.randint(1, 5))]
+    return "\n\n".join(chosen) + "\n\n[r]: http://r\n"
+
+
+def test_random_documents_translated_as_themselves_come_back_byte_for_byte() -> None:
+    rng = random.Random(0)
+    for _ in range(150):
+        document = _document(rng)
+        parsed, warnings = parse(document)
+        assert warnings == [] and translate(parsed, identity) == document, document
+        for translator in (reverse, merge_and_drop, unaligned):
+            translate(parsed, translator)  # no error

@@ -21,6 +21,8 @@ back as a fragment; a document as a document, with its doctype.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import markupever
 from markupever import dom
 
@@ -61,7 +63,7 @@ def parse_html(document: str, split: SplitSentences, warn: Warn) -> Assembled:
         first = errors[0]
         warn(f"malformed HTML recovered as a browser would ({len(errors)} parse errors; the first: {first})")
     walker = _Walker(split)
-    walker.container(tree)
+    walker.container(_read(tree))
     return Assembled(walker.finish())
 
 
@@ -92,34 +94,81 @@ def _is_document(text: str) -> bool:
 # Reading the tree
 
 
-def _name(element: dom.Element) -> str:
-    name = element.name
-    return name.local if name.ns == _HTML else f"{name.ns} {name.local}"
-
-
-def _untranslated(element: dom.Element) -> bool:
-    if _name(element) in UNTRANSLATED or element.name.ns != _HTML:
-        return True
-    attrs = element.attrs
-    if attrs.get("translate", "").strip().lower() == "no":
-        return True
-    return "notranslate" in attrs.get("class", "").split()
-
-
-def _inline(node: dom.Node) -> bool:
-    """Whether ``node`` belongs in a run: text, a comment, or an inline element with only inline
-    content (an untranslated inline element with any content)."""
-    if not isinstance(node, dom.Element):
-        return not isinstance(node, dom.Doctype)
-    name = _name(node)
-    if name in INLINE_VOID:
-        return True
-    if _untranslated(node):
-        return name not in _BLOCK_UNTRANSLATED
-    return name in INLINE and all(_inline(child) for child in node.children())
-
-
+_TEXT, _ELEMENT, _OTHER = 0, 1, 2
 _BLOCK_UNTRANSLATED = frozenset("pre script style template".split())
+
+
+@dataclass(slots=True)
+class _Node:
+    """A node of the parsed tree, read once from the parser's: an element with its start and end
+    tags, text (``content``), or anything else with its markup (``content``)."""
+
+    kind: int
+    content: str = ""
+    name: str = ""  # an element's local name, with its namespace unless HTML
+    end: str = ""
+    children: list[_Node] = field(default_factory=list)
+    untranslated: bool = False
+    inline: bool = True  # belongs in a run: text, a comment, an inline element with inline content
+    raw_text: bool = False  # its text children are written as they are (script, style)
+
+
+def _read(node: dom.Node) -> _Node:
+    if isinstance(node, dom.Text):
+        return _Node(_TEXT, node.content)
+    if isinstance(node, dom.Element):
+        return _read_element(node)
+    if isinstance(node, dom.Comment):
+        return _Node(_OTHER, f"<!--{node.content}-->")
+    if isinstance(node, dom.Doctype):
+        return _Node(_OTHER, _doctype(node), inline=False)
+    if isinstance(node, dom.ProcessingInstruction):
+        return _Node(_OTHER, f"<?{node.target} {node.data}>")
+    return _Node(_OTHER, inline=False, children=_children(node))  # the document
+
+
+def _children(node: dom.Node) -> list[_Node]:
+    children, child = [], node.first_child
+    while child is not None:
+        children.append(_read(child))
+        child = child.next_sibling
+    return children
+
+
+def _read_element(element: dom.Element) -> _Node:
+    qualified = element.name
+    html = qualified.ns == _HTML
+    name = qualified.local if html else f"{qualified.ns} {qualified.local}"
+    attrs = list(element.attrs.items())
+    void = html and name in _VOID
+    read = _Node(_ELEMENT, _start_tag(qualified.local, attrs), name, "" if void else f"</{qualified.local}>")
+    read.untranslated = not html or name in UNTRANSLATED or any(_no_translate(k.local, v) for k, v in attrs)
+    read.raw_text = html and name in _RAW_TEXT
+    read.children = [] if void else _children(element)
+    if name in INLINE_VOID:
+        read.inline = True
+    elif read.untranslated:
+        read.inline = name not in _BLOCK_UNTRANSLATED
+    else:
+        read.inline = name in INLINE and all(child.inline for child in read.children)
+    first = read.children[0] if read.children else None
+    if name in ("pre", "textarea", "listing") and first and first.kind == _TEXT and first.content[:1] == "\n":
+        read.content += "\n"  # the parser drops a newline right after the start tag
+    return read
+
+
+def _start_tag(name: str, attrs: list[tuple[markupever.QualName, str]]) -> str:
+    return f"<{name}" + "".join(f' {_attribute_name(key)}="{_escape_attribute(v)}"' for key, v in attrs) + ">"
+
+
+def _no_translate(name: str, value: str) -> bool:
+    return (name == "translate" and value.strip().lower() == "no") or (
+        name == "class" and "notranslate" in value.split()
+    )
+
+
+def _attribute_name(key: markupever.QualName) -> str:
+    return f"{key.prefix}:{key.local}" if key.prefix else key.local
 
 
 class _Walker:
@@ -131,19 +180,15 @@ class _Walker:
         self.literal: list[str] = []
 
     def finish(self) -> list[str | Run]:
-        self._flush()
-        return self.parts
-
-    def _flush(self) -> None:
         if self.literal:
             self.parts.append("".join(self.literal))
-            self.literal = []
+        return self.parts
 
-    def container(self, node: dom.Node) -> None:
+    def container(self, node: _Node) -> None:
         """The children of ``node``: runs of inline children, and the block children between them."""
-        run: list[dom.Node] = []
-        for child in node.children():
-            if _inline(child):
+        run: list[_Node] = []
+        for child in node.children:
+            if child.inline:
                 run.append(child)
                 continue
             self._run(run)
@@ -151,15 +196,15 @@ class _Walker:
             self._block(child)
         self._run(run)
 
-    def _block(self, node: dom.Node) -> None:
-        if not isinstance(node, dom.Element) or _untranslated(node) or _name(node) in _VOID:
+    def _block(self, node: _Node) -> None:
+        if node.kind != _ELEMENT or node.untranslated or not node.end:
             self.literal.append(serialize(node))
             return
-        self.literal.append(start_tag(node))
+        self.literal.append(node.content)
         self.container(node)
-        self.literal.append(end_tag(node))
+        self.literal.append(node.end)
 
-    def _run(self, nodes: list[dom.Node]) -> None:
+    def _run(self, nodes: list[_Node]) -> None:
         if not nodes:
             return
         builder = InlineBuilder()
@@ -170,24 +215,26 @@ class _Walker:
         if not spans:
             self.literal.extend(serialize(node) for node in nodes)
             return
-        self._flush()
+        if self.literal:
+            self.parts.append("".join(self.literal))
+            self.literal = []
         self.parts.append(Run(inline, spans, escape_text))
 
 
-def _add(builder: InlineBuilder, node: dom.Node) -> None:
-    if isinstance(node, dom.Text):
+def _add(builder: InlineBuilder, node: _Node) -> None:
+    if node.kind == _TEXT:
         builder.text(node.content)
-    elif not isinstance(node, dom.Element):
-        builder.void(serialize(node), separates=False)
-    elif _name(node) in INLINE_VOID:
-        builder.void(serialize(node), separates=_name(node) != "wbr")
-    elif _untranslated(node):
+    elif node.kind != _ELEMENT:
+        builder.void(node.content, separates=False)
+    elif node.name in INLINE_VOID:
+        builder.void(serialize(node), separates=node.name != "wbr")
+    elif node.untranslated:
         builder.void(serialize(node))
     else:
-        builder.open(start_tag(node))
-        for child in node.children():
+        builder.open(node.content)
+        for child in node.children:
             _add(builder, child)
-        builder.close(end_tag(node))
+        builder.close(node.end)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -202,52 +249,21 @@ def _escape_attribute(value: str) -> str:
     return value.replace("&", "&amp;").replace("\xa0", "&nbsp;").replace('"', "&quot;")
 
 
-def start_tag(element: dom.Element) -> str:
-    attrs = "".join(
-        f' {f"{key.prefix}:" if key.prefix else ""}{key.local}="{_escape_attribute(value)}"'
-        for key, value in element.attrs.items()
-    )
-    return f"<{element.name.local}{attrs}>"
-
-
-def end_tag(element: dom.Element) -> str:
-    return "" if element.name.ns == _HTML and element.name.local in _VOID else f"</{element.name.local}>"
-
-
-def serialize(node: dom.Node) -> str:
+def serialize(node: _Node) -> str:
     """``node`` and its content as HTML."""
     out: list[str] = []
     _serialize(node, out, raw=False)
     return "".join(out)
 
 
-def _serialize(node: dom.Node, out: list[str], raw: bool) -> None:
-    if isinstance(node, dom.Text):
+def _serialize(node: _Node, out: list[str], raw: bool) -> None:
+    if node.kind == _TEXT:
         out.append(node.content if raw else escape_text(node.content))
-    elif isinstance(node, dom.Element):
-        _serialize_element(node, out)
-    elif isinstance(node, dom.Comment):
-        out.append(f"<!--{node.content}-->")
-    elif isinstance(node, dom.Doctype):
-        out.append(_doctype(node))
-    elif isinstance(node, dom.ProcessingInstruction):
-        out.append(f"<?{node.target} {node.data}>")
-    else:  # the document
-        for child in node.children():
-            _serialize(child, out, raw=False)
-
-
-def _serialize_element(element: dom.Element, out: list[str]) -> None:
-    out.append(start_tag(element))
-    name = element.name.local if element.name.ns == _HTML else ""
-    if name in _VOID:
         return
-    first = element.first_child
-    if name in ("pre", "textarea", "listing") and isinstance(first, dom.Text) and first.content[:1] == "\n":
-        out.append("\n")  # the parser drops one newline after the start tag
-    for child in element.children():
-        _serialize(child, out, raw=name in _RAW_TEXT)
-    out.append(end_tag(element))
+    out.append(node.content)
+    for child in node.children:
+        _serialize(child, out, node.raw_text)
+    out.append(node.end)
 
 
 def _doctype(doctype: dom.Doctype) -> str:

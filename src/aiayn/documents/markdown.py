@@ -19,18 +19,16 @@ byte as it was. Inside a run:
 from __future__ import annotations
 
 import functools
+import re
 from typing import Callable
 
 from markdown_it import MarkdownIt
-from markdown_it.helpers import parseLinkLabel
 from markdown_it.rules_inline import StateInline, autolink, backtick, image, link
 from markdown_it.token import Token
 from mdit_py_plugins.front_matter import front_matter_plugin
 
 from aiayn.documents.markup import Assembled, InlineBuilder, Run
 from aiayn.documents.types import SplitSentences, Warn
-
-_SPECIAL = frozenset("\\`*_[]<>|~")
 
 
 @functools.cache
@@ -69,6 +67,9 @@ def parse_markdown(document: str, split: SplitSentences, warn: Warn) -> Assemble
     return Assembled(parts)
 
 
+_LINE_BREAK = re.compile("\r\n|\r|\n")
+
+
 class _Lines:
     """Where each line of the document starts and ends (before its line break: \\n, \\r\\n or \\r,
     the breaks markdown-it knows)."""
@@ -76,14 +77,10 @@ class _Lines:
     def __init__(self, text: str) -> None:
         self.text = text
         self.bounds: list[tuple[int, int]] = []
-        start = pos = 0
-        while pos < len(text):
-            if text[pos] in "\r\n":
-                self.bounds.append((start, pos))
-                pos += 2 if text.startswith("\r\n", pos) else 1
-                start = pos
-            else:
-                pos += 1
+        start = 0
+        for match in _LINE_BREAK.finditer(text):
+            self.bounds.append((start, match.start()))
+            start = match.end()
         self.bounds.append((start, len(text)))
 
     def line(self, number: int) -> tuple[int, int, str]:
@@ -236,16 +233,17 @@ class _Reader:
             end = self._rule_end(autolink, pos)
             self.builder.void(self._raw(pos, end))
             return close, end
-        state = StateInline(self.content, _parser(), self.env, [])
-        label = parseLinkLabel(state, pos)
-        end = self._rule_end(link, pos)
-        if label < 0 or not pos < label < end:
-            raise _Unplaced
         self.builder.open(self._raw(pos, pos + 1), empty=False)  # "[][ref]" would be no link
-        if self.add(tokens[k + 1 : close - 1], pos + 1) != label:
-            raise _Unplaced
+        label = self.add(tokens[k + 1 : close - 1], pos + 1)  # the link text ends at its "]"
+        end = self._link_end(pos, label)
         self.builder.close(self._raw(label, end))
         return close, end
+
+    def _link_end(self, start: int, label: int) -> int:
+        """Where the link from ``start`` whose text ends at ``label`` (its "]") ends."""
+        if label >= len(self.content) or self.content[label] != "]":
+            raise _Unplaced
+        return self._rule_end(link, start)
 
     def _rule_end(self, rule: Callable[[StateInline, bool], bool], pos: int) -> int:
         """Where the construct that markdown-it's ``rule`` reads from ``pos`` ends."""
@@ -256,17 +254,11 @@ class _Reader:
         return state.pos
 
 
+#: What translated text must not start: an ASCII character that opens markup anywhere, ``#`` at the
+#: start of a word (a heading), a word of only ``-``, ``+``, ``=`` (a list item, a rule, an underline).
+_MARKUP = re.compile(r"[\\`*_\[\]<>|~]|(?<!\S)#|(?<!\S)[-+=](?=[-+=]*(?:\s|$))")
+
+
 def escape_markdown(text: str) -> str:
-    """Translated text as Markdown text: characters that could start markup are backslash-escaped
-    (``#`` and ``>`` at the start of a word, and words of only ``-``, ``+``, ``=``, which could start
-    a list, a heading or a rule on a line of their own)."""
-    out = []
-    for k, char in enumerate(text):
-        at_start = k == 0 or text[k - 1].isspace()
-        if char in _SPECIAL or (at_start and char in "#>"):
-            out.append("\\")
-        out.append(char)
-    escaped = "".join(out)
-    if text and not text.isspace() and all(c in "-+=" for c in text.strip()):
-        return "\\" + escaped
-    return escaped
+    """Translated text as Markdown text: what could start markup backslash-escaped."""
+    return _MARKUP.sub(r"\\\g<0>", text)

@@ -19,12 +19,18 @@ source words it covered:
   before it; one glued to the following word (``<img>caption``) goes before the target word aligned
   to that word.
 
-Every other element is written exactly once, and the result nests properly. Tags attach to words, not to
-the spaces around them. Words are ``str.split()`` words, cut further where an element starts or ends
-inside one (``H<sub>2</sub>O``): a target word equal to the source word it is aligned to keeps those
-cuts, so tags inside copied words (formulas, names, numbers) stay where they were. Source text that
-comes back unchanged (the whitespace between sentences, copied words) is written with its source
-spelling (an entity, a Markdown escape); other text goes through the format's ``escape``.
+Every other element is written exactly once, and the result nests properly. Tags attach to words,
+not to the spaces around them. Words are ``str.split()`` words, cut further where an element starts
+or ends inside one (``H<sub>2</sub>O``): a target word equal to the source word it is aligned to
+keeps those cuts, so tags inside copied words (formulas, names, numbers) stay where they were. Source
+text that comes back unchanged (the whitespace between sentences, copied words) is written with its
+source spelling (an entity, a Markdown escape); other text goes through the format's ``escape``.
+Between two copied words that were neighbours in the source, with the same elements between them,
+the source's own layout of tags and whitespace is written: a translation that changes nothing gives
+the run back byte for byte.
+
+Zero-width elements take whitespace with them: the model's text has one space where the source had
+``a <br> b`` (the other goes with the ``<br>``), and a space where it had ``a<br>b``.
 """
 
 from __future__ import annotations
@@ -57,6 +63,7 @@ class Element:
     parent: int = -1  # index of the enclosing element in Inline.elements, -1 for none
     glue: str = "none"  # for zero-width elements: one of GLUES
     lead: str = ""  # whitespace written before a zero-width element (taken out of the text)
+    trail: str = ""  # whitespace written after it (taken out of the text)
     empty: bool = True  # written when it is left with no word (False: Markdown's emphasis, "****")
 
 
@@ -71,10 +78,21 @@ class Inline:
     text: str
     elements: tuple[Element, ...] = ()
     chunks: tuple[tuple[int, int, str | None], ...] = ()
+    #: The elements' tags between the words, in document order: ``(position, kind, element, whole)``
+    #: with kind "o" (an element opens), "c" (closes) or "z" (an element with no word: ``whole``, its
+    #: markup and text, ``(is text, string)`` pairs).
+    events: tuple[tuple[int, str, int, tuple], ...] = ()
     _starts: tuple[int, ...] = field(init=False, repr=False, compare=False)
+    _event_positions: tuple[int, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_starts", tuple(s for s, _, _ in self.chunks))
+        object.__setattr__(self, "_event_positions", tuple(e[0] for e in self.events))
+
+    def between(self, start: int, end: int) -> tuple[tuple[int, str, int, tuple], ...]:
+        """The events at positions ``start`` to ``end``, both included."""
+        positions = self._event_positions
+        return self.events[bisect.bisect_left(positions, start) : bisect.bisect_right(positions, end)]
 
     def source(self, start: int, end: int, escape: Callable[[str], str]) -> str:
         """``text[start:end]`` as the source spelled it (text with no spelling of its own: escaped)."""
@@ -130,12 +148,15 @@ class InlineBuilder:
         self._length = 0
         self._elements: list[_Open] = []
         self._stack: list[int] = []
+        # in document order: ("text", start, end), or ("open" | "close" | "void", element, 0)
+        self._log: list[tuple[str, int, int]] = []
 
     def text(self, text: str, raw: str | None = None) -> None:
         """Adds text; ``raw``: how the source spelled it (``None``: unknown, escaped on output)."""
         if text:
             if raw is not None:
                 self._chunks.append((self._length, self._length + len(text), None if raw == text else raw))
+            self._log.append(("text", self._length, self._length + len(text)))
             self._parts.append(text)
             self._length += len(text)
 
@@ -143,15 +164,18 @@ class InlineBuilder:
         parent = self._stack[-1] if self._stack else -1
         self._elements.append(_Open(self._length, markup, parent=parent, empty=empty))
         self._stack.append(len(self._elements) - 1)
+        self._log.append(("open", len(self._elements) - 1, 0))
 
     def close(self, markup: str) -> None:
-        element = self._elements[self._stack.pop()]
-        element.end, element.close = self._length, markup
+        index = self._stack.pop()
+        self._elements[index].end, self._elements[index].close = self._length, markup
+        self._log.append(("close", index, 0))
 
     def void(self, markup: str, separates: bool = True) -> None:
         parent = self._stack[-1] if self._stack else -1
         void = _Open(self._length, markup, end=self._length, parent=parent, separates=separates)
         self._elements.append(void)
+        self._log.append(("void", len(self._elements) - 1, 0))
 
     def build(self) -> Inline:
         """The Inline; elements still open are closed at the end with no closing markup."""
@@ -161,54 +185,100 @@ class InlineBuilder:
         glues, edits = _zero_width(raw_text, self._elements)
         text, shift = _apply(raw_text, edits)
         elements = tuple(_element(e, glues.get(i), shift) for i, e in enumerate(self._elements))
-        return Inline(text, elements, _shift_chunks(self._chunks, raw_text, edits, shift))
+        chunks = _shift_chunks(self._chunks, raw_text, edits, shift)
+        return Inline(text, elements, chunks, self._events(raw_text, shift))
+
+    def _events(self, text: str, shift: Callable[[int, bool], int]) -> tuple:
+        """The elements' tags between the words (see :attr:`Inline.events`), over the edited text.
+        An element with no word inside is one event, with its whole markup."""
+        out: list[tuple] = []
+        whole: list[tuple[bool, str]] = []  # the markup and text of an element with no word, so far
+        inside = -1
+        for kind, index, end in self._log:
+            if inside < 0 and kind == "text":
+                continue
+            element = self._elements[index] if kind != "text" else None
+            if inside < 0 and kind != "void" and text[element.start : element.end].strip():
+                position = shift(element.start if kind == "open" else element.end)
+                out.append((position, kind[0], index, ()))
+                continue
+            if inside < 0:
+                inside, whole = index, []
+            if kind == "text":
+                whole.append((True, text[index:end]))
+            else:
+                whole.append((False, element.close if kind == "close" else element.markup))
+            if index == inside and kind in ("close", "void"):
+                out.append((shift(element.start), "z", index, tuple(whole)))
+                inside = -1
+        return tuple(out)
 
 
-def _element(e: _Open, glue: tuple[str, str] | None, shift: Callable[[int, bool], int]) -> Element:
-    kind, lead = glue or ("none", "")
-    if e.start == e.end:  # zero-width: before a space put in for it
-        return Element(shift(e.start), shift(e.start), e.markup, e.close, e.parent, kind, lead, e.empty)
-    return Element(shift(e.start, True), shift(e.end), e.markup, e.close, e.parent, kind, lead, e.empty)
+def _element(e: _Open, glue: tuple[str, str, str] | None, shift: Callable[[int, bool], int]) -> Element:
+    """The element over the edited text: its tags before a space put in at their place."""
+    kind, lead, trail = glue or ("none", "", "")
+    return Element(shift(e.start), shift(e.end), e.markup, e.close, e.parent, kind, lead, trail, e.empty)
 
 
-def _zero_width(text: str, elements: list[_Open]) -> tuple[dict[int, tuple[str, str]], list]:
-    """The glue of each zero-width element, and the edits of the text that go with them.
+def _zero_width(text: str, elements: list[_Open]) -> tuple[dict[int, tuple[str, str, str]], list]:
+    """The glue of each zero-width element and its whitespace (lead, trail), and the edits of the
+    text that go with them.
 
-    Elements at one position are one group. With whitespace on both sides, the whitespace before
-    goes out of the text and into the first element's ``lead``; glued on both sides, a space goes
-    into the text (so that the model sees two words) unless no element of the group separates.
+    Elements at one position are one group. Glued on both sides, a space goes into the text (so that
+    the model sees two words) unless no element of the group separates. With whitespace on both
+    sides, one of the two goes out of the text and into the group: the whitespace before it (its
+    first element's ``lead``), or where that is not its own (another element's tag is between, or a
+    group before took it), the whitespace after it (its last element's ``trail``).
     """
     groups: dict[int, list[int]] = {}
     for i, e in enumerate(elements):
         if e.start == e.end:
             groups.setdefault(e.start, []).append(i)
-    glues: dict[int, tuple[str, str]] = {}
+    bounds = sorted({p for e in elements if e.start < e.end for p in (e.start, e.end)})
+    opening = {e.start for e in elements if e.start < e.end}
+    closing = {e.end for e in elements if e.start < e.end}
+    positions = sorted(groups)
+    glues: dict[int, tuple[str, str, str]] = {}
     edits: list[tuple[int, int, str]] = []  # (start, end, replacement) over the text, in order
-    floor = 0  # the whitespace before a group is its own back to the group before it
-    for pos, members in sorted(groups.items()):
-        separates = any(elements[i].separates for i in members)
-        kind, lead, edit = _glue(text, pos, separates, floor)
-        floor = pos
+    taken = 0  # the text before this is not a later group's
+    for k, pos in enumerate(positions):
+        below, above = bisect.bisect_left(bounds, pos), bisect.bisect_right(bounds, pos)
+        floor = pos if pos in opening else max(bounds[below - 1] if below else 0, taken)
+        ceiling = len(text) if k + 1 == len(positions) else positions[k + 1]
+        if above < len(bounds):
+            ceiling = min(ceiling, bounds[above])
+        if pos in closing:
+            ceiling = pos
+        separates = any(elements[i].separates for i in groups[pos])
+        kind, lead, trail, edit = _glue(text, pos, separates, floor, ceiling)
         if edit is not None:
             edits.append(edit)
-        for k, i in enumerate(members):
-            glues[i] = (kind, lead if k == 0 else "")
+            taken = max(taken, edit[1])
+        members = groups[pos]
+        outer = [i for i in members if elements[i].parent not in members]  # not inside another member
+        for i in members:
+            glues[i] = (kind, lead if i == outer[0] else "", trail if i == outer[-1] else "")
     return glues, edits
 
 
-def _glue(text: str, pos: int, separates: bool, floor: int) -> tuple[str, str, tuple[int, int, str] | None]:
+def _glue(text: str, pos: int, separates: bool, floor: int, ceiling: int) -> tuple:
+    """(glue, lead, trail, edit) of a group at ``pos``; its whitespace is within [floor, ceiling)."""
     before = pos > 0 and not text[pos - 1].isspace()
     after = pos < len(text) and not text[pos].isspace()
     if before and after:
-        return ("both", "", (pos, pos, " ")) if separates else ("inside", "", None)
+        return ("both", "", "", (pos, pos, " ")) if separates else ("inside", "", "", None)
     if before:
-        return "left", "", None
+        return "left", "", "", None
     if after:
-        return "right", "", None
-    start = pos
+        return "right", "", "", None
+    start, end = pos, pos
     while start > floor and text[start - 1].isspace():
         start -= 1
-    return "none", text[start:pos], ((start, pos, "") if start < pos else None)
+    if start < pos:
+        return "none", text[start:pos], "", (start, pos, "")
+    while end < ceiling and text[end].isspace():
+        end += 1
+    return "none", "", text[pos:end], ((pos, end, "") if end > pos else None)
 
 
 def _apply(text: str, edits: list[tuple[int, int, str]]) -> tuple[str, Callable[[int, bool], int]]:
@@ -219,6 +289,8 @@ def _apply(text: str, edits: list[tuple[int, int, str]]) -> tuple[str, Callable[
         out += [text[last:start], new]
         last = end
     out.append(text[last:])
+    if not edits:
+        return text, lambda pos, right=False: pos
 
     def shift(pos: int, right: bool = False) -> int:
         delta = 0
@@ -291,11 +363,22 @@ class _Source:
         cuts = sorted({p for e in self.inline.elements for p in (e.start, e.end)})
         for index, (start, end, _) in enumerate(self.segments):
             first = len(self.words)
-            for match in _WORD.finditer(self.inline.text, start, end):
-                self._add_word(match.start(), match.end(), index, cuts)
+            words = [m.span() for m in _WORD.finditer(self.inline.text, start, end)]
+            if _cut_inside(words, cuts[bisect.bisect_right(cuts, start) : bisect.bisect_left(cuts, end)]):
+                for word_start, word_end in words:
+                    self._add_word(word_start, word_end, index, cuts)
+            else:  # a piece per word
+                self._add_whole_words(words, index)
             self.segment_words.append(range(first, len(self.words)))
         self.starts = [s for s, _, _ in self.pieces]
         self.ends = [e for _, e, _ in self.pieces]
+
+    def _add_whole_words(self, words: list[tuple[int, int]], segment: int) -> None:
+        first_word, first_piece = len(self.words), len(self.pieces)
+        self.pieces += [(start, end, first_word + k) for k, (start, end) in enumerate(words)]
+        self.piece_segment += [segment] * len(words)
+        self.word_pieces += [range(first_piece + k, first_piece + k + 1) for k in range(len(words))]
+        self.words += [(start, end, segment) for start, end in words]
 
     def _add_word(self, start: int, end: int, segment: int, cuts: list[int]) -> None:
         inner = cuts[bisect.bisect_right(cuts, start) : bisect.bisect_left(cuts, end)]
@@ -307,9 +390,15 @@ class _Source:
         self.word_pieces.append(range(first, len(self.pieces)))
         self.words.append((start, end, segment))
 
-    def word_text(self, word: int) -> str:
-        start, end, _ = self.words[word]
-        return self.inline.text[start:end]
+
+def _cut_inside(words: list[tuple[int, int]], cuts: list[int]) -> bool:
+    """Whether one of the (sorted) ``cuts`` falls inside one of the (sorted) ``words``."""
+    starts = [start for start, _ in words]
+    for cut in cuts:
+        k = bisect.bisect_right(starts, cut) - 1
+        if k >= 0 and words[k][0] < cut < words[k][1]:
+            return True
+    return False
 
 
 def _segments(spans: Sequence[tuple[int, int]], length: int) -> list[tuple[int, int, int]]:
@@ -338,7 +427,7 @@ class _Target:
         self.pieces: list[tuple[int, int]] = []
         self.copy_of: list[int] = []  # the source piece a target piece copies, or -1
         self.segment_end: list[int] = []  # the first target piece after each segment's
-        self.low: list[int] = [-1] * len(self.source.pieces)
+        self.low: list[int] = [-1] * len(self.source.pieces)  # -1: no aligned target piece
         self.high: list[int] = [-1] * len(self.source.pieces)
         self._length = 0
         for index, segment in enumerate(self.source.segments):
@@ -363,15 +452,38 @@ class _Target:
         self.segment_end.append(len(self.pieces))
 
     def _add_words(self, text: str, words: list[tuple[int, int]], pairs: list[tuple[int, int]]) -> None:
-        copies: dict[int, int] = {}  # target word -> the source word it copies
+        source = self.source
+        copies = self._copies(text, words, pairs)
+        if copies:
+            targets = [self._add_word(start, end, copies.get(j, -1)) for j, (start, end) in enumerate(words)]
+        else:
+            first = len(self.pieces)
+            self.pieces += [(self._length + start, self._length + end) for start, end in words]
+            self.copy_of += [-1] * len(words)
+            targets = [range(first + j, first + j + 1) for j in range(len(words))]
         for i, j in pairs:
-            if j not in copies and self.source.word_text(i) == text[words[j][0] : words[j][1]]:
-                copies[j] = i
-        first = len(self.pieces)
-        word_pieces = [self._add_word(start, end, copies.get(j, -1)) for j, (start, end) in enumerate(words)]
+            target = targets[j]
+            if copies and copies.get(j, -1) == i:  # piece to piece
+                for piece, other in zip(source.word_pieces[i], target):
+                    self._link(piece, other, other)
+                continue
+            for piece in source.word_pieces[i]:
+                self._link(piece, target[0], target[-1])
+
+    def _copies(
+        self, text: str, words: list[tuple[int, int]], pairs: list[tuple[int, int]]
+    ) -> dict[int, int]:
+        """Target word -> the source word aligned to it that it copies (written with the source's
+        spelling, its tags inside it, and the source's layout between it and a copied neighbour)."""
+        source = self.source
+        copies: dict[int, int] = {}
+        source_text = source.inline.text
         for i, j in pairs:
-            self._align(i, word_pieces[j], copies.get(j, -1) == i)
-        assert first + sum(len(r) for r in word_pieces) == len(self.pieces)
+            (source_start, source_end, _), (start, end) = source.words[i], words[j]
+            if source_end - source_start == end - start and j not in copies:
+                if source_text[source_start:source_end] == text[start:end]:
+                    copies[j] = i
+        return copies
 
     def _add_word(self, start: int, end: int, copy: int) -> range:
         first = len(self.pieces)
@@ -386,15 +498,6 @@ class _Target:
             self.pieces.append((offset + lo, offset + hi))
             self.copy_of.append(piece)
         return range(first, len(self.pieces))
-
-    def _align(self, word: int, target: range, copied: bool) -> None:
-        source = self.source.word_pieces[word]
-        if copied:  # piece to piece
-            for piece, other in zip(source, target):
-                self._link(piece, other, other)
-            return
-        for piece in source:
-            self._link(piece, target[0], target[-1])
 
     def _link(self, piece: int, low: int, high: int) -> None:
         if self.low[piece] < 0:
@@ -507,72 +610,98 @@ def _free(span: tuple[int, int], taken: list[tuple[int, int]]) -> tuple[int, int
 
 
 class _Writer:
-    """Writes the target pieces, the whitespace between them and the elements' markup."""
+    """Writes the target text with the elements' markup at the gaps between pieces."""
 
     def __init__(self, source: _Source, target: _Target, layout: _Layout, escape: Callable[[str], str]):
         self.source, self.target, self.layout, self.escape = source, target, layout, escape
         self.inline = source.inline
+        self.copy_starts = [start for start, _, _ in target.copies]
+        self.copied = [index for index, copy in enumerate(target.copy_of) if copy >= 0]  # pieces
 
     def write(self) -> str:
-        tokens: list = []
-        self._walk(-1, 0, len(self.target.pieces) - 1, tokens)
+        """The text up to each gap with markup, that gap, and so on; the rest of the text."""
+        gaps: dict[int, list[tuple]] = {}
+        self._walk(-1, 0, len(self.target.pieces) - 1, gaps)
         out: list[str] = []
-        gap, pending = 0, []
-        for token in tokens:
-            if isinstance(token, int):
-                self._flush(gap, pending, out)
-                out.append(self._piece(token))
-                gap, pending = token + 1, []
-            else:
-                pending.append(token)
-        self._flush(gap, pending, out)
+        pos = 0
+        for gap in sorted(gaps):
+            start, end = self._bounds(gap)
+            out.append(self._spell(pos, start))
+            self._flush(gap, gaps[gap], out)
+            pos = end
+        out.append(self._spell(pos, len(self.target.text)))
         return "".join(out)
 
-    def _walk(self, parent: int, low: int, high: int, tokens: list) -> None:
-        """Tokens for pieces ``low..high`` of ``parent``: a piece's index, or (side, markup)."""
+    def _walk(self, parent: int, low: int, high: int, gaps: dict[int, list[tuple]]) -> None:
+        """The markup of ``parent``'s content (pieces ``low..high``) at its gaps: (side, markup).
+        Its items at a child's first gap go before the child, those at the gap after it after it."""
         items = self.layout.items.get(parent, {})
-        children = iter(self.layout.children.get(parent, ()))
-        child = next(children, None)
-        self._items(items.get(low, ()), low, tokens)
-        piece = low
-        while piece <= high:
-            if child is not None and self.layout.range[child][0] == piece:
-                start, end = self.layout.range[child]
-                tokens.append((_RIGHT, self.layout.elements[child].open))
-                self._walk(child, start, end, tokens)
-                tokens.append((_LEFT, self.layout.elements[child].close))
-                piece, child = end + 1, next(children, None)
-            else:
-                tokens.append(piece)
-                piece += 1
-            self._items(items.get(piece, ()), piece, tokens)
+        at = sorted(items)
+        k = 0
+        for child in self.layout.children.get(parent, ()):
+            start, end = self.layout.range[child]
+            while k < len(at) and at[k] <= start:
+                self._items(items[at[k]], at[k], gaps)
+                k += 1
+            gaps.setdefault(start, []).append((_RIGHT, self.layout.elements[child].open, "o", child))
+            self._walk(child, start, end, gaps)
+            gaps.setdefault(end + 1, []).append((_LEFT, self.layout.elements[child].close, "c", child))
+        for gap in at[k:]:
+            self._items(items[gap], gap, gaps)
 
-    def _items(self, indices: Sequence[int], gap: int, tokens: list) -> None:
+    def _items(self, indices: Sequence[int], gap: int, gaps: dict[int, list[tuple]]) -> None:
+        """Items at a gap: elements with no word, or zero-width, each on the side of the gap's
+        whitespace it was on, with the whitespace it took out of the text."""
         for index in indices:
             element = self.layout.elements[index]
-            side, lead = _LEFT, element.lead
+            side, lead, trail = _LEFT, element.lead, element.trail
             if element.start == element.end:
                 side = {"right": _RIGHT, "both": _BETWEEN}.get(element.glue, _LEFT)
-                if element.glue == "none" and not lead and gap > 0:
-                    lead = " "  # it stood apart at the start of the text; it stands apart here too
-            tokens.append((side, lead + self._markup(index)))
+                if element.glue == "none":
+                    side, lead, trail = self._apart(gap, lead, trail)
+            gaps.setdefault(gap, []).append((side, lead + self._markup(index) + trail, "z", index))
+
+    def _apart(self, gap: int, lead: str, trail: str) -> tuple[int, str, str]:
+        """Side and whitespace of an element that stood apart from the words on both sides: with the
+        whitespace it took before it, on the left of the gap's own; with the one after it, on the
+        right; a space on a side with a word and no whitespace."""
+        start, end = self._bounds(gap)
+        words_after = gap < len(self.target.pieces)
+        if trail:
+            if not words_after and start == end:
+                return _LEFT, " " if gap > 0 else "", ""
+            return _RIGHT, "", trail
+        lead = lead or (" " if gap > 0 else "")
+        return _LEFT, lead, " " if words_after and start == end else ""
 
     def _markup(self, index: int) -> str:
-        """An element written with no words: its markup around its children's."""
+        """An element written with no words: its markup around its children's (a Markdown element
+        that means nothing empty goes if it has no children either)."""
         element = self.layout.elements[index]
         children = self.layout.inner.get(index, ())
-        inner = "".join(self.layout.elements[c].lead + self._markup(c) for c in children)
-        return element.open + inner + element.close if element.empty else inner
+        inner = "".join(
+            self.layout.elements[c].lead + self._markup(c) + self.layout.elements[c].trail for c in children
+        )
+        return element.open + inner + element.close if element.empty or inner else inner
 
-    def _flush(self, gap: int, items: list[tuple[int, str]], out: list[str]) -> None:
-        """The items at a gap and its whitespace: after the items written on the left of it (closing
-        tags, elements glued to the word before), before the others; an element that stood for a
+    def _flush(self, gap: int, items: list[tuple], out: list[str]) -> None:
+        """The items at a gap and its whitespace. Where the gap is a gap of the source (its words on
+        both sides copied) with the same elements in the same order, it is written as the source
+        had it; else the whitespace goes after the items written on the left of it (closing tags,
+        elements glued to the word before), before the others, and an element that stood for a
         space between two glued words takes the place of a single space."""
-        plain, spelled = self._space(gap)
-        interior = 0 < gap < len(self.target.pieces)
+        start, end = self._bounds(gap)
+        plain = self.target.text[start:end]
+        source = self._source_gap(gap, plain)
+        if source is not None:
+            events = self.inline.between(*source)
+            if [(kind, i) for _, kind, i, _ in events] == [(k, i) for _, _, k, i in items]:
+                self._replay(source, events, out)
+                return
+        spelled = self._spell(start, end)
         placed = False
-        for side, markup in items:
-            if side == _BETWEEN and interior and plain == " " and not placed:
+        for side, markup, _, _ in items:
+            if side == _BETWEEN and 0 < gap < len(self.target.pieces) and plain == " " and not placed:
                 placed, spelled = True, ""
             elif side == _RIGHT and not placed:
                 out.append(spelled)
@@ -580,6 +709,63 @@ class _Writer:
             out.append(markup)
         if not placed:
             out.append(spelled)
+
+    def _source_gap(self, gap: int, plain: str) -> tuple[int, int] | None:
+        """The source positions between the source pieces that the pieces around ``gap`` copy, if
+        they were neighbours there with the same text between them."""
+        copy_of, pieces, last = self.target.copy_of, self.source.pieces, len(self.target.pieces)
+        left = copy_of[gap - 1] if gap > 0 else -1
+        right = copy_of[gap] if gap < last else len(pieces)
+        if (gap > 0 and left < 0) or (gap < last and right < 0) or right != left + 1:
+            return None
+        start = pieces[left][1] if left >= 0 else 0
+        end = pieces[right][0] if right < len(pieces) else len(self.inline.text)
+        return (start, end) if self.inline.text[start:end] == plain else None
+
+    def _replay(self, source: tuple[int, int], events: tuple, out: list[str]) -> None:
+        """The source's layout between two words: its tags, and its whitespace between them (that
+        of the text, and that taken out of it with a zero-width element; not a space put in)."""
+        position = source[0]
+        for at, kind, index, whole in events:
+            out.append(self.inline.source(position, at, self.escape) if position < at else "")
+            element = self.layout.elements[index]
+            if kind != "z":
+                out.append(element.open if kind == "o" else element.close)
+                position = max(position, at)
+                continue
+            markup = "".join(self.escape(t) if is_text else t for is_text, t in whole) or self._markup(index)
+            out.append(element.lead + markup + element.trail)
+            after = element.end if element.start < element.end else at + (element.glue == "both")
+            position = max(position, after)  # past the text it holds, or the space put in for it
+        end = source[1]
+        out.append(self.inline.source(position, end, self.escape) if position < end else "")
+
+    def _bounds(self, gap: int) -> tuple[int, int]:
+        """The target text between pieces ``gap - 1`` and ``gap``."""
+        pieces = self.target.pieces
+        start = pieces[gap - 1][1] if gap > 0 else 0
+        return start, pieces[gap][0] if gap < len(pieces) else len(self.target.text)
+
+    def _spell(self, start: int, end: int) -> str:
+        """``target.text[start:end]`` (whole pieces and gaps) as written: escaped, except the pieces
+        copied from the source and the whitespace around them, written with the source's spelling."""
+        text = self.target.text
+        if start >= end or not self.inline.chunks:
+            return self.escape(text[start:end])
+        pieces = self.target.pieces
+        out, pos = [], start
+        first = bisect.bisect_left(self.copied, bisect.bisect_left(pieces, (start, start)))
+        for index in self.copied[first:]:
+            piece_start, piece_end = pieces[index]
+            if piece_start >= end:
+                break
+            space = max(pieces[index - 1][1] if index > 0 else 0, pos)
+            out += [self.escape(text[pos:space]), self._space(index, space, piece_start), self._piece(index)]
+            after = pieces[index + 1][0] if index + 1 < len(pieces) else len(text)
+            pos = min(after, end)
+            out.append(self._space(index + 1 if after <= end else -1, piece_end, pos))
+        out.append(self.escape(text[pos:end]))
+        return "".join(out)
 
     def _piece(self, index: int) -> str:
         start, end = self.target.pieces[index]
@@ -589,23 +775,24 @@ class _Writer:
             return self.inline.source(source_start, source_end, self.escape)
         return self.escape(self.target.text[start:end])
 
-    def _space(self, gap: int) -> tuple[str, str]:
-        """The target text between pieces ``gap - 1`` and ``gap``, plain and as written."""
-        pieces = self.target.pieces
-        start = pieces[gap - 1][1] if gap > 0 else 0
-        end = pieces[gap][0] if gap < len(pieces) else len(self.target.text)
+    def _space(self, gap: int, start: int, end: int) -> str:
+        """Whitespace ``[start, end)`` before piece ``gap`` (-1: unknown), as written: the source's
+        spelling where it is copied from the text between sentences, or between two copied words
+        that were neighbours in the source; else escaped."""
+        if start >= end:
+            return ""
         plain = self.target.text[start:end]
-        for copy_start, copy_end, source_start in self.target.copies:
-            if copy_start <= start and end <= copy_end:
-                offset = source_start - copy_start
-                return plain, self.inline.source(start + offset, end + offset, self.escape)
-        if 0 < gap < len(pieces):
+        k = bisect.bisect_right(self.copy_starts, start) - 1
+        if k >= 0 and end <= self.target.copies[k][1]:
+            offset = self.target.copies[k][2] - self.copy_starts[k]
+            return self.inline.source(start + offset, end + offset, self.escape)
+        if 0 < gap < len(self.target.pieces):
             left, right = self.target.copy_of[gap - 1], self.target.copy_of[gap]
             if left >= 0 and right == left + 1:
                 source_start, source_end = self.source.pieces[left][1], self.source.pieces[right][0]
                 if self.inline.text[source_start:source_end] == plain:
-                    return plain, self.inline.source(source_start, source_end, self.escape)
-        return plain, self.escape(plain)
+                    return self.inline.source(source_start, source_end, self.escape)
+        return self.escape(plain)
 
 
 # ---------------------------------------------------------------------------------------------
