@@ -151,7 +151,24 @@ def test_an_element_across_two_sentences_spans_both_translations() -> None:
 
 def test_whitespace_between_sentences_and_around_the_run_is_kept() -> None:
     inline = build("\n  One. ", B, "Two", _B, ".\n\n  Three.\n")
-    assert write(inline, upper) == "\n  ONE. <b>TWO.</b>\n\n  THREE.\n"
+    assert write(inline, upper) == "\n  ONE. <b>TWO</b>.\n\n  THREE.\n"
+
+
+def test_punctuation_outside_an_element_stays_outside_in_a_translated_word() -> None:
+    """The source's "." after the element goes after the target word's letters, not inside the tag;
+    punctuation inside the element stays inside."""
+    outside = build("Eine ", B, "grüne Wiese", _B, ".")
+    assert write(outside, lambda text: Aligned("A green field.", ((0, 0), (1, 1), (2, 2)))) == (
+        "A <b>green field</b>."
+    )
+    inside = build("Eine ", B, "grüne Wiese.", _B)
+    assert write(inside, lambda text: Aligned("A green field.", ((0, 0), (1, 1), (2, 2)))) == (
+        "A <b>green field.</b>"
+    )
+    before = build("Er rief ", B, "„", _B, "Hallo!“")
+    assert write(before, lambda text: Aligned('He called "Hello!"', ((0, 0), (1, 1), (2, 2)))) == (
+        "He called <b>&quot;</b>Hello!&quot;"
+    )
 
 
 def test_a_run_and_a_document_check_their_counts() -> None:

@@ -17,7 +17,9 @@ source words it covered:
 - a zero-width element (``<br>``, ``<img>``, or an untranslated element such as ``<code>`` whose whole
   markup is carried as one zero-width element) goes after the target word aligned to the source word
   before it; one glued to the following word (``<img>caption``) goes before the target word aligned
-  to that word.
+  to that word (a full stop or comma after it glues nothing: ``<code>x</code>.``);
+- a translated word's punctuation is apart from its letters: the source's ``<a>Wiese</a>.`` gives
+  ``<a>field</a>.``, its ``<a>Wiese.</a>`` gives ``<a>field.</a>``.
 
 Every other element is written exactly once, and the result nests properly. Tags attach to words,
 not to the spaces around them. Words are ``str.split()`` words, cut further where an element starts
@@ -50,6 +52,8 @@ _WORD = re.compile(r"\S+")  # str.split()'s words: re's \s is str.isspace()
 #: stands for it in the text), "inside" within a word (``<wbr>``).
 GLUES = ("left", "right", "none", "both", "inside")
 _LEFT, _RIGHT, _BETWEEN = 0, 1, 2  # which side of the whitespace at a gap an item is written on
+CLOSING = frozenset(".,;:!?)]}…»”’")  # punctuation that ends a clause, glued to the word before it
+_LEAD, _CORE, _TRAIL = 0, 1, 2  # a translated word's punctuation before its letters, they, after them
 
 
 @dataclass(frozen=True)
@@ -262,9 +266,11 @@ def _zero_width(text: str, elements: list[_Open]) -> tuple[dict[int, tuple[str, 
 
 
 def _glue(text: str, pos: int, separates: bool, floor: int, ceiling: int) -> tuple:
-    """(glue, lead, trail, edit) of a group at ``pos``; its whitespace is within [floor, ceiling)."""
+    """(glue, lead, trail, edit) of a group at ``pos``; its whitespace is within [floor, ceiling).
+    Punctuation that closes a clause after it (``<code>x</code>.``) glues nothing: the word it would
+    follow in the translation is the model's."""
     before = pos > 0 and not text[pos - 1].isspace()
-    after = pos < len(text) and not text[pos].isspace()
+    after = pos < len(text) and not text[pos].isspace() and text[pos] not in CLOSING
     if before and after:
         return ("both", "", "", (pos, pos, " ")) if separates else ("inside", "", "", None)
     if before:
@@ -401,6 +407,20 @@ def _cut_inside(words: list[tuple[int, int]], cuts: list[int]) -> bool:
     return False
 
 
+def _edges(text: str, start: int, end: int) -> list[tuple[int, int, int]]:
+    """``text[start:end]`` (a word) as its leading punctuation, letters and trailing punctuation:
+    ``(start, end, kind)`` of each part there is (one part for a word of letters or of punctuation)."""
+    low, high = start, end
+    while low < high and not text[low].isalnum():
+        low += 1
+    while high > low and not text[high - 1].isalnum():
+        high -= 1
+    if low == high:
+        return [(start, end, _CORE)]
+    parts = [(start, low, _LEAD), (low, high, _CORE), (high, end, _TRAIL)]
+    return [(lo, hi, kind) for lo, hi, kind in parts if lo < hi]
+
+
 def _segments(spans: Sequence[tuple[int, int]], length: int) -> list[tuple[int, int, int]]:
     out, pos = [], 0
     for k, (start, end) in enumerate(spans):
@@ -426,6 +446,7 @@ class _Target:
         self.copies: list[tuple[int, int, int]] = []  # (target start, target end, source start)
         self.pieces: list[tuple[int, int]] = []
         self.copy_of: list[int] = []  # the source piece a target piece copies, or -1
+        self.kind: list[int] = []  # what a target piece holds of its word: _LEAD, _CORE or _TRAIL
         self.segment_end: list[int] = []  # the first target piece after each segment's
         self.low: list[int] = [-1] * len(self.source.pieces)  # -1: no aligned target piece
         self.high: list[int] = [-1] * len(self.source.pieces)
@@ -454,21 +475,34 @@ class _Target:
     def _add_words(self, text: str, words: list[tuple[int, int]], pairs: list[tuple[int, int]]) -> None:
         source = self.source
         copies = self._copies(text, words, pairs)
-        if copies:
-            targets = [self._add_word(start, end, copies.get(j, -1)) for j, (start, end) in enumerate(words)]
-        else:
-            first = len(self.pieces)
-            self.pieces += [(self._length + start, self._length + end) for start, end in words]
-            self.copy_of += [-1] * len(words)
-            targets = [range(first + j, first + j + 1) for j in range(len(words))]
+        targets = [self._add_word(text, lo, hi, copies.get(j, -1)) for j, (lo, hi) in enumerate(words)]
         for i, j in pairs:
             target = targets[j]
-            if copies and copies.get(j, -1) == i:  # piece to piece
-                for piece, other in zip(source.word_pieces[i], target):
+            if copies.get(j, -1) == i:  # piece to piece
+                for piece in source.word_pieces[i]:
+                    other = target[piece - source.word_pieces[i][0]]
                     self._link(piece, other, other)
                 continue
             for piece in source.word_pieces[i]:
-                self._link(piece, target[0], target[-1])
+                self._link(piece, *self._match(piece, source.word_pieces[i], target))
+
+    def _match(self, piece: int, word: range, target: range) -> tuple[int, int]:
+        """The target pieces a source piece of ``word`` is aligned to, in the target word ``target``:
+        punctuation to punctuation, letters to letters (``<a>Wiese</a>.`` -> ``<a>field</a>.``);
+        the whole word where one side has no such part."""
+        if len(target) == 1:
+            return target[0], target[0]
+        start, end, _ = self.source.pieces[piece]
+        text = self.source.inline.text[start:end]
+        kinds = {self.kind[t]: t for t in target}
+        if not any(ch.isalnum() for ch in text):  # punctuation alone, cut off its word by an element
+            side = _TRAIL if piece == word[-1] else _LEAD if piece == word[0] else None
+            found = kinds.get(side)
+            return (found, found) if found is not None else (target[0], target[-1])
+        low = kinds.get(_LEAD) if not text[0].isalnum() else None
+        high = kinds.get(_TRAIL) if not text[-1].isalnum() else None
+        core = kinds[_CORE]
+        return (core if low is None else low), (core if high is None else high)
 
     def _copies(
         self, text: str, words: list[tuple[int, int]], pairs: list[tuple[int, int]]
@@ -485,18 +519,23 @@ class _Target:
                     copies[j] = i
         return copies
 
-    def _add_word(self, start: int, end: int, copy: int) -> range:
+    def _add_word(self, text: str, start: int, end: int, copy: int) -> range:
+        """The target pieces of a word: a copy's are its source word's; another word's are its
+        letters and, apart from them, the punctuation before and after them."""
         first = len(self.pieces)
         if copy < 0:
-            self.pieces.append((self._length + start, self._length + end))
-            self.copy_of.append(-1)
-            return range(first, first + 1)
+            for lo, hi, kind in _edges(text, start, end):
+                self.pieces.append((self._length + lo, self._length + hi))
+                self.copy_of.append(-1)
+                self.kind.append(kind)
+            return range(first, len(self.pieces))
         source_start = self.source.words[copy][0]
         for piece in self.source.word_pieces[copy]:
             lo, hi, _ = self.source.pieces[piece]
             offset = self._length + start - source_start
             self.pieces.append((offset + lo, offset + hi))
             self.copy_of.append(piece)
+            self.kind.append(_CORE)
         return range(first, len(self.pieces))
 
     def _link(self, piece: int, low: int, high: int) -> None:
@@ -672,7 +711,8 @@ class _Writer:
                 return _LEFT, " " if gap > 0 else "", ""
             return _RIGHT, "", trail
         lead = lead or (" " if gap > 0 else "")
-        return _LEFT, lead, " " if words_after and start == end else ""
+        closing = words_after and self.target.text[start:end + 1][-1:] in CLOSING
+        return _LEFT, lead, " " if words_after and start == end and not closing else ""
 
     def _markup(self, index: int) -> str:
         """An element written with no words: its markup around its children's (a Markdown element
