@@ -711,7 +711,7 @@ class _Writer:
                 return _LEFT, " " if gap > 0 else "", ""
             return _RIGHT, "", trail
         lead = lead or (" " if gap > 0 else "")
-        closing = words_after and self.target.text[start:end + 1][-1:] in CLOSING
+        closing = words_after and self.target.text[start : end + 1][-1:] in CLOSING
         return _LEFT, lead, " " if words_after and start == end and not closing else ""
 
     def _markup(self, index: int) -> str:
