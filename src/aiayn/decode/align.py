@@ -4,7 +4,8 @@ averaged). The layer is the last: on a Multi30k de->en model (3 decoder layers) 
 best of the three (``benchmarks/documents.py --layers``; the record is in ``benchmarks/README.md``).
 
 After the search, the source and its translation go through the model once more (teacher-forced,
-``return_attention=True``). Target piece ``t`` is aligned by the cross-attention row of the step that
+the decoder with ``need_weights=True``, no generator: the logits over the vocabulary would cost as
+much as the rest). Target piece ``t`` is aligned by the cross-attention row of the step that
 *predicted* it (the decoder reading the piece before it), as CTranslate2's ``return_attention``
 gives it, so that both engines align alike. Pieces are merged into words as SentencePiece marks
 them: a piece starting with ``▁`` starts a word. A target word's rows are summed, as are a source
@@ -19,6 +20,8 @@ from typing import Sequence
 
 import torch
 from torch import Tensor
+
+from aiayn.model.masks import padding_mask
 
 WORD_START = "\u2581"  # SentencePiece's "▁": the piece starts a new word
 Pairs = tuple[tuple[int, int], ...]
@@ -66,6 +69,8 @@ def cross_attention(model, src: Tensor, outputs: Sequence[Sequence[int]], layer:
     for row, tokens in enumerate(outputs):
         ids = [config.bos_id, *tokens][:length]
         tgt[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
-    _, maps = model(src, tgt.to(src.device), return_attention=True)
-    mean = maps["cross"][layer].float().mean(dim=1).cpu()  # (B, T, S)
+    src_mask = padding_mask(src, config.pad_id)
+    memory = model.encode(src, src_mask)  # the fused path: only the decoder's weights are read
+    model.decode(tgt.to(src.device), memory, src_mask, need_weights=True)  # no generator: no logits
+    mean = model.attention_maps()["cross"][layer].float().mean(dim=1).cpu()  # (B, T, S)
     return [mean[row, : min(len(tokens), length)] for row, tokens in enumerate(outputs)]
