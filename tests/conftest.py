@@ -267,42 +267,58 @@ def _wait_until_up(url: str, process: subprocess.Popen, seconds: float = 60.0) -
     raise AssertionError(f"aiayn serve did not answer {url}/health within {seconds} s")
 
 
-@pytest.fixture()
-def live_server():
-    """``live_server(run_dir, *flags) -> base URL`` of a real ``aiayn serve`` subprocess on
-    127.0.0.1 and a free port; stopped (SIGTERM, then SIGKILL after 10 s) after the test."""
-    started: list[subprocess.Popen] = []
+class _Servers:
+    """Starts real ``aiayn serve`` subprocesses on 127.0.0.1 and free ports; stops them all
+    (SIGTERM, then SIGKILL after 10 s) in :meth:`stop`. ``shared``: one server per run directory
+    and flags, started at the first call and reused by the next (for tests that leave it as it was)."""
 
-    def start(run_dir: Path, *flags: str) -> str:
+    def __init__(self, shared: bool) -> None:
+        self.shared, self.started, self.urls = shared, [], {}
+
+    def __call__(self, run_dir: Path, *flags: str) -> str:
+        key = (str(run_dir), flags)
+        if self.shared and key in self.urls:
+            return self.urls[key]
         port = free_port()
-        command = [
-            sys.executable,
-            "-m",
-            "aiayn",
-            "serve",
-            "--checkpoint",
-            str(run_dir),
-            "--port",
-            str(port),
-            "--device",
-            "cpu",
-            *flags,
-        ]
-        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        started.append(process)
+        command = [sys.executable, "-m", "aiayn", "serve", "--checkpoint", str(run_dir), "--port", str(port)]
+        process = subprocess.Popen(
+            [*command, "--device", "cpu", *flags],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.started.append(process)
         url = f"http://127.0.0.1:{port}"
         _wait_until_up(url, process)
-        start.process = process
+        self.process, self.urls[key] = process, url
         return url
 
-    yield start
-    for process in started:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+    def stop(self) -> None:
+        for process in self.started:
+            process.terminate()
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+@pytest.fixture()
+def live_server():
+    """``live_server(run_dir, *flags) -> base URL`` of a real ``aiayn serve`` subprocess of this test
+    alone (``live_server.process``: the last one started); stopped after the test."""
+    servers = _Servers(shared=False)
+    yield servers
+    servers.stop()
+
+
+@pytest.fixture(scope="module")
+def shared_server():
+    """As :func:`live_server`, but one server per run directory and flags for the whole module: for
+    tests that neither stop the server nor depend on what other requests it has answered."""
+    servers = _Servers(shared=True)
+    yield servers
+    servers.stop()
 
 
 # --- training: a tiny model on the digits->words task (the test_train_*.py files) ---------------

@@ -392,12 +392,18 @@ def test_pytorch_model_bin_imports_like_safetensors(marian_dir, imported, tmp_pa
     assert all(torch.equal(old[k], new[k]) for k in old)
 
 
-def test_an_imported_model_decodes_alike_with_ctranslate2(imported, tmp_path) -> None:
+@pytest.fixture(scope="module")
+def imported_engines(imported, tmp_path_factory):
+    """The imported model's torch and CTranslate2 backends (one export for the module's tests)."""
     from aiayn.decode.backends import load_backend
 
+    ct2_dir = tmp_path_factory.mktemp("imported") / "ct2"
+    return load_backend(imported, "torch"), load_backend(imported, "ctranslate2", ct2_dir=ct2_dir)
+
+
+def test_an_imported_model_decodes_alike_with_ctranslate2(imported_engines) -> None:
     texts = sentences(SOURCE_WORDS, 200, 41) + UNSEEN
-    torch_backend = load_backend(imported, "torch")
-    ct2_backend = load_backend(imported, "ctranslate2", ct2_dir=tmp_path / "ct2")
+    torch_backend, ct2_backend = imported_engines
     greedy = DecodeOptions(beam=1, max_len_a=0.0, max_len_b=MAX_OUT)
     ours = torch_backend.translate(texts, greedy)
     assert ours == ct2_backend.translate(texts, greedy) and len(set(ours)) > 100
@@ -414,19 +420,20 @@ def test_an_imported_model_decodes_alike_with_ctranslate2(imported, tmp_path) ->
     assert len(ended) > 150 and [ours[i] for i in ended] == [theirs[i] for i in ended]
 
 
-def test_an_imported_model_aligns_and_translates_documents_on_both_engines(imported, tmp_path) -> None:
+def test_an_imported_model_aligns_and_translates_documents_on_both_engines(
+    imported, imported_engines
+) -> None:
     """Its source language comes from the import (opus-mt's tokenizer_config.json); alignments are
     read as for a native model, alike on both engines; HTML keeps its tags."""
-    from aiayn.decode.backends import load_backend
     from aiayn.documents.translate import DocumentTranslator
     from aiayn.loading import model_languages
 
     assert model_languages(imported) == ("de", "en")
     texts = sentences(SOURCE_WORDS, 40, 43)
     greedy = DecodeOptions(beam=1, max_len_a=0.0, max_len_b=MAX_OUT)
-    torch_backend = load_backend(imported, "torch")
+    torch_backend, ct2_backend = imported_engines
     ours = torch_backend.translate_aligned(texts, greedy)
-    theirs = load_backend(imported, "ctranslate2", ct2_dir=tmp_path / "ct2").translate_aligned(texts, greedy)
+    theirs = ct2_backend.translate_aligned(texts, greedy)
     assert ours == theirs and sum(len(pairs) for _, pairs in ours) > len(texts)
     html = "<p>" + " ".join(f"<b>{text}</b>" for text in texts[:3]) + "</p>"
     documents = DocumentTranslator(torch_backend, language="de", warn=lambda message: None)

@@ -35,8 +35,8 @@ def post(url: str, route: str, body, **kwargs) -> httpx.Response:
     return httpx.post(f"{url}{route}", content=content, headers=headers, timeout=60.0, **kwargs)
 
 
-def test_translate_equals_the_translator_and_model_describes_it(tiny_translation_run, live_server) -> None:
-    url = live_server(tiny_translation_run)
+def test_translate_equals_the_translator_and_model_describes_it(tiny_translation_run, shared_server) -> None:
+    url = shared_server(tiny_translation_run)
     answer = post(url, "/v1/translate", {"text": NUMBERS, "beam": 4, "alpha": 0.6, "nbest": 2})
     assert answer.status_code == 200, answer.text
     model, tokenizer, config = load(tiny_translation_run)
@@ -57,9 +57,9 @@ def test_translate_equals_the_translator_and_model_describes_it(tiny_translation
 
 
 def test_a_sentence_gets_the_same_output_whatever_it_is_batched_with(
-    tiny_translation_run, live_server
+    tiny_translation_run, shared_server
 ) -> None:
-    url = live_server(tiny_translation_run, "--max-wait-ms", "50")
+    url = shared_server(tiny_translation_run, "--max-wait-ms", "50")
     alone = {n: post(url, "/v1/translate", {"text": [n]}).json()["translations"][0] for n in NUMBERS}
     groups = [NUMBERS[i : i + 3] for i in range(0, len(NUMBERS), 3)] + [[n] for n in NUMBERS]
     documents = ["\n\n".join(NUMBERS[i : i + 4]) for i in range(0, len(NUMBERS), 4)]  # one entry each
@@ -109,9 +109,9 @@ BAD_REQUESTS = [
 
 
 def test_hundreds_of_bad_requests_get_one_line_4xx_and_the_server_lives(
-    tiny_translation_run, live_server
+    tiny_translation_run, shared_server
 ) -> None:
-    url = live_server(tiny_translation_run)
+    url = shared_server(tiny_translation_run)
     deadline = time.time() + 60
     for _ in range(12):  # 12 x 25 = 300 requests, bounded in time too
         for body, field in BAD_REQUESTS:
@@ -127,12 +127,12 @@ def test_hundreds_of_bad_requests_get_one_line_4xx_and_the_server_lives(
     assert good.status_code == 200 and good.json()["translations"][0]["text"]
 
 
-def test_sampling_follows_the_translate_commands_rules(tiny_translation_run, live_server) -> None:
+def test_sampling_follows_the_translate_commands_rules(tiny_translation_run, shared_server) -> None:
     """``sample`` with a seed gives what ``aiayn translate --sample --seed`` gives for the same text,
     the same on every request and whatever arrives beside it (a sampling request is decoded alone);
     another seed, other samples; a sampling field without ``sample`` and /v1/attention's ``sample``
     are refused."""
-    url = live_server(tiny_translation_run, "--max-wait-ms", "50")
+    url = shared_server(tiny_translation_run, "--max-wait-ms", "50")
     texts = NUMBERS[:4]
     body = {"text": texts, "sample": True, "seed": 7, "temperature": 1.5, "top_k": 20, "nbest": 3}
     model, tokenizer, _ = load(tiny_translation_run)
@@ -173,9 +173,9 @@ def test_the_manual_names_every_field_the_api_takes() -> None:
 
 
 def test_attention_holds_every_layer_and_head_for_the_chosen_translation(
-    tiny_translation_run, live_server
+    tiny_translation_run, shared_server
 ) -> None:
-    url = live_server(tiny_translation_run)
+    url = shared_server(tiny_translation_run)
     found = post(url, "/v1/attention", {"text": "907042", "beam": 4}).json()
     translated = post(url, "/v1/translate", {"text": ["907042"], "beam": 4}).json()["translations"][0]
     assert found["translation"] == translated["text"]
@@ -189,12 +189,14 @@ def test_attention_holds_every_layer_and_head_for_the_chosen_translation(
         torch.testing.assert_close(maps.sum(-1), torch.ones(layers, 2, queries))  # each row a distribution
 
 
-def test_documents_are_translated_sentence_by_sentence_and_rebuilt(tiny_translation_run, live_server) -> None:
+def test_documents_are_translated_sentence_by_sentence_and_rebuilt(
+    tiny_translation_run, shared_server
+) -> None:
     """An entry of text is a document: line breaks allowed, split into sentences, each translated as
     alone, the whitespace between them kept; its score is the mean of theirs and its n-best list the
     sentences' k-th hypotheses joined; a blank document is a blank translation; a document of 300
     sentences is one entry; ``alignments`` adds pairs of word indices within both texts' words."""
-    url = live_server(tiny_translation_run)
+    url = shared_server(tiny_translation_run)
     numbers = NUMBERS[:5]
     alone = post(url, "/v1/translate", {"text": numbers, "nbest": 2}).json()["translations"]
     document = "  " + "\n\n".join(numbers[:3]) + "\n\n\n" + "\n\n".join(numbers[3:]) + "\n"

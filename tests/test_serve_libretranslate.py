@@ -33,8 +33,8 @@ def v1(url: str, texts: list[str], **options) -> list[dict]:
     return answer.json()["translations"]
 
 
-def test_libretranslatepy_translates_detects_and_lists_languages(tiny_translation_run, live_server) -> None:
-    url = live_server(tiny_translation_run, *PAIR)
+def test_libretranslatepy_translates_detects_and_lists_languages(tiny_translation_run, shared_server) -> None:
+    url = shared_server(tiny_translation_run, *PAIR)
     lt = libretranslatepy.LibreTranslateAPI(url)
     assert lt.translate("907042", "de", "en", timeout=60) == v1(url, ["907042"])[0]["text"]
     detected = lt.detect(GERMAN[0], timeout=60)
@@ -50,10 +50,10 @@ def test_libretranslatepy_translates_detects_and_lists_languages(tiny_translatio
     assert json.load(refused.value) == {"error": f"fr is not supported: {SERVES}"}
 
 
-def test_a_mastodon_shaped_json_client(tiny_translation_run, live_server) -> None:
+def test_a_mastodon_shaped_json_client(tiny_translation_run, shared_server) -> None:
     """Mastodon posts JSON with a list of HTML texts, source auto and api_key null, reads
     translatedText[i] and detectedLanguage[i].language, and builds its language map from /languages."""
-    url = live_server(tiny_translation_run, *PAIR)
+    url = shared_server(tiny_translation_run, *PAIR)
     headers = {"Content-Type": "application/json"}
     texts = [f"<p>{GERMAN[0]}</p>", f"<p>{GERMAN[1]} <b>907042</b></p>"]
     body = {"q": texts, "source": "auto", "target": "en", "format": "html", "api_key": None}
@@ -73,11 +73,11 @@ def test_a_mastodon_shaped_json_client(tiny_translation_run, live_server) -> Non
     assert refused.json()["error"].endswith(SERVES)
 
 
-def test_fields_from_json_form_multipart_and_query_string_alike(tiny_translation_run, live_server) -> None:
+def test_fields_from_json_form_multipart_and_query_string_alike(tiny_translation_run, shared_server) -> None:
     """The same request as JSON, as a urlencoded form, as a multipart form and in the query string
     gets the same answer; alternatives come best first after the translation, none equal to it; the
     query string wins over the form, as in LibreTranslate (Flask's request.values)."""
-    url = live_server(tiny_translation_run, *PAIR)
+    url = shared_server(tiny_translation_run, *PAIR)
     fields = {"q": "907042", "source": "de", "target": "en", "alternatives": "2"}
     answers = [
         httpx.post(f"{url}/translate", json={**fields, "alternatives": 2}, timeout=60),
@@ -98,8 +98,8 @@ def test_fields_from_json_form_multipart_and_query_string_alike(tiny_translation
     assert lines["translatedText"] == v1(url, ["907042\n\n13"])[0]["text"]  # a form's \r\n read as \n
 
 
-def test_the_key_as_field_or_bearer_header(tiny_translation_run, live_server) -> None:
-    url = live_server(tiny_translation_run, *PAIR, "--api-key", "s3cret")
+def test_the_key_as_field_or_bearer_header(tiny_translation_run, shared_server) -> None:
+    url = shared_server(tiny_translation_run, *PAIR, "--api-key", "s3cret")
     lt = libretranslatepy.LibreTranslateAPI(url, api_key="s3cret")
     assert lt.translate("907042", "de", "en", timeout=60) == v1_with_key(url)
     fields = {"q": "907042", "source": "de", "target": "en"}
@@ -147,9 +147,9 @@ BAD = [  # (body or (content, content-type), status, the error's start)
 
 
 def test_bad_requests_get_libretranslates_errors_and_the_server_lives(
-    tiny_translation_run, live_server
+    tiny_translation_run, shared_server
 ) -> None:
-    url = live_server(tiny_translation_run, *PAIR)
+    url = shared_server(tiny_translation_run, *PAIR)
     deadline = time.time() + 60
     for _ in range(5):  # 5 x 18 requests, bounded in time too
         for body, status, start in BAD:
@@ -169,10 +169,10 @@ def test_bad_requests_get_libretranslates_errors_and_the_server_lives(
     assert good.status_code == 200 and good.json()["translatedText"]
 
 
-def test_settings_and_spec_say_what_clients_read(tiny_translation_run, live_server) -> None:
+def test_settings_and_spec_say_what_clients_read(tiny_translation_run, shared_server) -> None:
     """Dialect checks /spec's info.title and reads /frontend/settings' charLimit and key flags;
     /v1/model shows the languages named by the flags."""
-    url = live_server(tiny_translation_run, *PAIR, "--max-chars", "5000")
+    url = shared_server(tiny_translation_run, *PAIR, "--max-chars", "5000")
     spec = httpx.get(f"{url}/spec").json()
     assert spec["info"]["title"] == "LibreTranslate"
     assert {"/translate", "/detect", "/languages"} <= set(spec["paths"]) and "/v1/translate" not in spec[
