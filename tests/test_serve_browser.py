@@ -36,6 +36,8 @@ CHROMIUM_FLAGS = [
     "--window-size=1280,1000",
 ]
 WAIT_S = 20  # the longest any one wait may take
+# on one worker: one chromium, and the tests share its servers (each start costs seconds)
+pytestmark = pytest.mark.xdist_group("browser")
 SENTENCE = "907042"
 # The RGBA of a canvas's centre pixel (arguments[0]: the canvas).
 CENTRE_PIXEL = (
@@ -124,9 +126,9 @@ def _visible_error(browser) -> str:
 
 
 def test_the_page_translates_and_draws_what_the_model_attends_to(
-    browser, tiny_translation_run, live_server, tmp_path
+    browser, tiny_translation_run, shared_server, tmp_path
 ):
-    base_url = live_server(tiny_translation_run)
+    base_url = shared_server(tiny_translation_run)
     _open(browser, base_url)
     assert _translate(browser, SENTENCE, beam=4, alpha=0.6, nbest=3) == "ready", _visible_error(browser)
 
@@ -206,9 +208,9 @@ DOCUMENT = "907042\n\n13\n\n500"  # three sentences: a blank line always ends on
 
 
 def test_a_document_is_shown_sentence_by_sentence_with_the_attention_of_the_one_clicked(
-    browser, tiny_translation_run, live_server
+    browser, tiny_translation_run, shared_server
 ):
-    base_url = live_server(tiny_translation_run)
+    base_url = shared_server(tiny_translation_run)
     browser.get_log("browser")  # what earlier tests left there
     _open(browser, base_url)
     assert _translate(browser, DOCUMENT, beam=4, alpha=0.6, nbest=2) == "ready", _visible_error(browser)
@@ -273,10 +275,10 @@ def test_the_api_key_field_is_sent_when_the_server_needs_one(browser, tiny_trans
     assert browser.execute_script("return sessionStorage.getItem('aiayn-api-key')") == "s3cret"
 
 
-def test_the_api_page_renders_offline(browser, tiny_translation_run, live_server):
+def test_the_api_page_renders_offline(browser, tiny_translation_run, shared_server):
     """FastAPI's /docs with Swagger UI from the installed package: every endpoint listed, nothing
     fetched from another host (the browser here has no network beyond loopback)."""
-    base_url = live_server(tiny_translation_run)
+    base_url = shared_server(tiny_translation_run)
     browser.get(base_url + "/docs")
     _wait(browser, lambda d: len(d.find_elements(By.CSS_SELECTOR, ".opblock")) >= 5, "the API's operations")
     paths = {e.text for e in browser.find_elements(By.CSS_SELECTOR, ".opblock-summary-path")}
