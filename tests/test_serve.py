@@ -20,6 +20,8 @@ import pytest
 import torch
 
 httpx = pytest.importorskip("httpx")
+# one client for the module: CLIENT.post() makes a new one per call, ~60 ms (its SSL context) each
+CLIENT = httpx.Client(timeout=60.0)
 pytest.importorskip("fastapi")
 
 from aiayn.cli import main  # noqa: E402
@@ -32,7 +34,7 @@ NUMBERS = ["907042", "13", "500", "2024", "77", "100001", "48", "9", "31337", "6
 def post(url: str, route: str, body, **kwargs) -> httpx.Response:
     content = body if isinstance(body, bytes) else json.dumps(body).encode()
     headers = {"content-type": "application/json", **kwargs.pop("headers", {})}
-    return httpx.post(f"{url}{route}", content=content, headers=headers, timeout=60.0, **kwargs)
+    return CLIENT.post(f"{url}{route}", content=content, headers=headers, timeout=60.0, **kwargs)
 
 
 def test_translate_equals_the_translator_and_model_describes_it(tiny_translation_run, shared_server) -> None:
@@ -45,14 +47,14 @@ def test_translate_equals_the_translator_and_model_describes_it(tiny_translation
     assert [[h["text"] for h in t["nbest"]] for t in got] == [[text for _, text in e] for e in expected]
     for t, e in zip(got, expected):
         assert t["text"] == e[0][1] and t["score"] == pytest.approx(e[0][0], abs=1e-5)
-    info = httpx.get(f"{url}/v1/model").json()
+    info = CLIENT.get(f"{url}/v1/model").json()
     assert info["kind"] == "translation" and info["engine"] == "torch"
     assert info["config"]["n_decoder_layers"] == config.n_decoder_layers == 2
     assert info["languages"] == {"source": "digits", "target": "words"}  # the run config's
     assert info["vocab_size"] == tokenizer.vocab_size and info["parameters"] > 0
     assert (
-        httpx.get(f"{url}/docs").status_code == 200
-        and "/v1/translate" in httpx.get(f"{url}/openapi.json").text
+        CLIENT.get(f"{url}/docs").status_code == 200
+        and "/v1/translate" in CLIENT.get(f"{url}/openapi.json").text
     )
 
 
@@ -327,7 +329,7 @@ def test_the_api_key_guards_the_api_only(tiny_translation_run, live_server) -> N
     assert wrong.status_code == 401 and "API key" in wrong.json()["error"]
     right = post(url, "/v1/translate", {"text": ["1"]}, headers={"authorization": "Bearer s3cret"})
     assert right.status_code == 200
-    assert httpx.get(f"{url}/health").status_code == 200 and httpx.get(f"{url}/").status_code == 200
+    assert CLIENT.get(f"{url}/health").status_code == 200 and CLIENT.get(f"{url}/").status_code == 200
 
 
 def test_a_body_over_the_limit_is_413(tiny_translation_run, live_server) -> None:
@@ -341,11 +343,11 @@ def test_a_body_over_the_limit_is_413(tiny_translation_run, live_server) -> None
             yield b"1" * 50
         yield b'"]}'
 
-    chunked = httpx.post(
+    chunked = CLIENT.post(
         f"{url}/v1/translate", content=chunks(), headers={"content-type": "application/json"}
     )
     assert chunked.status_code == 413 and chunked.json()["error"].startswith("body")
-    small = httpx.post(
+    small = CLIENT.post(
         f"{url}/v1/translate",
         content=iter([b'{"text": ', b'["907042"]}']),
         headers={"content-type": "application/json"},
@@ -403,7 +405,7 @@ def test_a_forecasting_run_answers_forecast_as_aiayn_forecast_predict(
     train = ["forecast", "train", "--config", str(tmp_path / "run.yaml"), "--data", str(csv)]
     assert main([*train, "--out", str(tmp_path / "run"), "--threads", "1"]) == 0
     url = live_server(tmp_path / "run")
-    info = httpx.get(f"{url}/v1/model").json()
+    info = CLIENT.get(f"{url}/v1/model").json()
     assert info["kind"] == "forecast" and info["input_len"] == 32 and info["horizon"] == 16
     rows = [[float(v) for v in line.split(",")[1:]] for line in csv.read_text().splitlines()[-32:]]
     answer = post(url, "/v1/forecast", {"rows": rows})

@@ -17,6 +17,8 @@ import urllib.error
 import pytest
 
 httpx = pytest.importorskip("httpx")
+# one client for the module: CLIENT.post() makes a new one per call, ~60 ms (its SSL context) each
+CLIENT = httpx.Client(timeout=60.0)
 pytest.importorskip("fastapi")
 libretranslatepy = pytest.importorskip("libretranslatepy")
 pytest.importorskip("py3langid")
@@ -31,7 +33,7 @@ SERVES = "this server translates German (de) to English (en)"
 
 
 def v1(url: str, texts: list[str], **options) -> list[dict]:
-    answer = httpx.post(f"{url}/v1/translate", json={"text": texts, **options}, timeout=60)
+    answer = CLIENT.post(f"{url}/v1/translate", json={"text": texts, **options}, timeout=60)
     assert answer.status_code == 200, answer.text
     return answer.json()["translations"]
 
@@ -60,17 +62,17 @@ def test_a_mastodon_shaped_json_client(tiny_translation_run, shared_server) -> N
     headers = {"Content-Type": "application/json"}
     texts = [f"<p>{GERMAN[0]}</p>", f"<p>{GERMAN[1]} <b>907042</b></p>"]
     body = {"q": texts, "source": "auto", "target": "en", "format": "html", "api_key": None}
-    answer = httpx.post(f"{url}/translate", content=json.dumps(body), headers=headers, timeout=60)
+    answer = CLIENT.post(f"{url}/translate", content=json.dumps(body), headers=headers, timeout=60)
     assert answer.status_code == 200, answer.text
     data = answer.json()
     assert data["translatedText"] == [t["text"] for t in v1(url, texts, format="html")]
     assert [d["language"] for d in data["detectedLanguage"]] == ["de", "de"]
     assert all(50 < d["confidence"] <= 100 for d in data["detectedLanguage"])
-    languages = httpx.get(f"{url}/languages", headers=headers, timeout=60).json()
+    languages = CLIENT.get(f"{url}/languages", headers=headers, timeout=60).json()
     mapped = {lang["code"]: [t for t in lang["targets"] if t != lang["code"]] for lang in languages}
     assert mapped == {"de": ["en"], "en": []}
     french = {**body, "q": [FRENCH]}
-    refused = httpx.post(f"{url}/translate", content=json.dumps(french), headers=headers, timeout=60)
+    refused = CLIENT.post(f"{url}/translate", content=json.dumps(french), headers=headers, timeout=60)
     assert refused.status_code == 400
     assert refused.json()["error"].startswith("fr is not supported (detected, confidence")
     assert refused.json()["error"].endswith(SERVES)
@@ -83,10 +85,10 @@ def test_fields_from_json_form_multipart_and_query_string_alike(tiny_translation
     url = shared_server(tiny_translation_run, *SERVED)
     fields = {"q": "907042", "source": "de", "target": "en", "alternatives": "2"}
     answers = [
-        httpx.post(f"{url}/translate", json={**fields, "alternatives": 2}, timeout=60),
-        httpx.post(f"{url}/translate", data=fields, timeout=60),
-        httpx.post(f"{url}/translate", files={k: (None, v) for k, v in fields.items()}, timeout=60),
-        httpx.post(f"{url}/translate", params=fields, timeout=60),
+        CLIENT.post(f"{url}/translate", json={**fields, "alternatives": 2}, timeout=60),
+        CLIENT.post(f"{url}/translate", data=fields, timeout=60),
+        CLIENT.post(f"{url}/translate", files={k: (None, v) for k, v in fields.items()}, timeout=60),
+        CLIENT.post(f"{url}/translate", params=fields, timeout=60),
     ]
     assert [a.status_code for a in answers] == [200] * 4, [a.text for a in answers]
     assert all(a.json() == answers[0].json() for a in answers)
@@ -95,9 +97,9 @@ def test_fields_from_json_form_multipart_and_query_string_alike(tiny_translation
         "translatedText": expected["text"],
         "alternatives": [h["text"] for h in expected["nbest"][1:] if h["text"] != expected["text"]],
     }
-    overridden = httpx.post(f"{url}/translate", params={"source": "fr"}, data=fields, timeout=60)
+    overridden = CLIENT.post(f"{url}/translate", params={"source": "fr"}, data=fields, timeout=60)
     assert overridden.status_code == 400 and overridden.json()["error"].startswith("fr is not supported")
-    lines = httpx.post(f"{url}/translate", data={**fields, "q": "907042\r\n\r\n13"}, timeout=60).json()
+    lines = CLIENT.post(f"{url}/translate", data={**fields, "q": "907042\r\n\r\n13"}, timeout=60).json()
     assert lines["translatedText"] == v1(url, ["907042\n\n13"])[0]["text"]  # a form's \r\n read as \n
 
 
@@ -106,22 +108,22 @@ def test_the_key_as_field_or_bearer_header(tiny_translation_run, shared_server) 
     lt = libretranslatepy.LibreTranslateAPI(url, api_key="s3cret")
     assert lt.translate("907042", "de", "en", timeout=60) == v1_with_key(url)
     fields = {"q": "907042", "source": "de", "target": "en"}
-    bearer = httpx.post(f"{url}/translate", json=fields, headers={"Authorization": "Bearer s3cret"})
+    bearer = CLIENT.post(f"{url}/translate", json=fields, headers={"Authorization": "Bearer s3cret"})
     assert bearer.status_code == 200 and bearer.json()["translatedText"] == v1_with_key(url)
     for wrong in ({"api_key": "nope"}, {}):
         for route in ("/translate", "/detect"):
-            answer = httpx.post(f"{url}{route}", json={**fields, **wrong}, timeout=60)
+            answer = CLIENT.post(f"{url}{route}", json={**fields, **wrong}, timeout=60)
             expected = (403, "Invalid API key") if wrong else (400, "Please contact the server operator")
             assert answer.status_code == expected[0] and answer.json()["error"].startswith(expected[1])
-    header = httpx.post(f"{url}/translate", json=fields, headers={"Authorization": "Bearer nope"})
+    header = CLIENT.post(f"{url}/translate", json=fields, headers={"Authorization": "Bearer nope"})
     assert header.status_code == 403
-    assert httpx.get(f"{url}/languages").status_code == 200
-    settings = httpx.get(f"{url}/frontend/settings").json()
+    assert CLIENT.get(f"{url}/languages").status_code == 200
+    settings = CLIENT.get(f"{url}/frontend/settings").json()
     assert settings["keyRequired"] is True and settings["apiKeys"] is True
 
 
 def v1_with_key(url: str) -> str:
-    answer = httpx.post(
+    answer = CLIENT.post(
         f"{url}/v1/translate", json={"text": ["907042"]}, headers={"Authorization": "Bearer s3cret"}
     )
     return answer.json()["translations"][0]["text"]
@@ -158,17 +160,17 @@ def test_bad_requests_get_libretranslates_errors_and_the_server_lives(
         for body, status, start in BAD:
             if isinstance(body, tuple):
                 content, kind = body
-                answer = httpx.post(f"{url}/translate", content=content, headers={"Content-Type": kind})
+                answer = CLIENT.post(f"{url}/translate", content=content, headers={"Content-Type": kind})
             else:
-                answer = httpx.post(f"{url}/translate", json=body, timeout=60)
+                answer = CLIENT.post(f"{url}/translate", json=body, timeout=60)
             assert answer.status_code == status, (body if len(str(body)) < 200 else start, answer.text)
             error = answer.json()["error"]
             assert "\n" not in error and error.startswith(start), error
         assert time.time() < deadline, "the bad requests took too long"
-    assert httpx.post(f"{url}/detect", data={}).json() == {"error": "Invalid request: missing q parameter"}
-    big = httpx.post(f"{url}/translate", data={"q": "1" * 1_000_001, "source": "de", "target": "en"})
+    assert CLIENT.post(f"{url}/detect", data={}).json() == {"error": "Invalid request: missing q parameter"}
+    big = CLIENT.post(f"{url}/translate", data={"q": "1" * 1_000_001, "source": "de", "target": "en"})
     assert big.status_code == 413 and big.json()["error"].startswith("body: larger than the limit")
-    good = httpx.post(f"{url}/translate", data={"q": "907042", "source": "de", "target": "en"})
+    good = CLIENT.post(f"{url}/translate", data={"q": "907042", "source": "de", "target": "en"})
     assert good.status_code == 200 and good.json()["translatedText"]
 
 
@@ -176,15 +178,15 @@ def test_settings_and_spec_say_what_clients_read(tiny_translation_run, shared_se
     """Dialect checks /spec's info.title and reads /frontend/settings' charLimit and key flags;
     /v1/model shows the languages named by the flags."""
     url = shared_server(tiny_translation_run, *SERVED)
-    spec = httpx.get(f"{url}/spec").json()
+    spec = CLIENT.get(f"{url}/spec").json()
     assert spec["info"]["title"] == "LibreTranslate"
     assert {"/translate", "/detect", "/languages"} <= set(spec["paths"]) and "/v1/translate" not in spec[
         "paths"
     ]
-    settings = httpx.get(f"{url}/frontend/settings").json()
+    settings = CLIENT.get(f"{url}/frontend/settings").json()
     assert settings["charLimit"] == 5000 and settings["keyRequired"] is False
     assert settings["language"] == {
         "source": {"code": "de", "name": "German"},
         "target": {"code": "en", "name": "English"},
     }
-    assert httpx.get(f"{url}/v1/model").json()["languages"] == {"source": "de", "target": "en"}
+    assert CLIENT.get(f"{url}/v1/model").json()["languages"] == {"source": "de", "target": "en"}
