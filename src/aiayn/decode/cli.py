@@ -36,7 +36,7 @@ from aiayn.decode.backends import check_backend, check_ct2_options, load_backend
 from aiayn.decode.search import DecodeOptions
 from aiayn.decode.translator import LINE_BREAKS
 from aiayn.device import resolve_device
-from aiayn.documents.translate import FORMATS, DocumentTranslator
+from aiayn.documents.types import FORMATS
 from aiayn.errors import UserError, naming_flags
 from aiayn.io import output_lines, read_lines, stdin_blocks
 from aiayn.loading import model_languages
@@ -247,8 +247,11 @@ def _check_document_flags(args) -> None:
         raise UserError("--alignments: for the best translation only; not with --nbest")
 
 
-def _documents(args, load) -> DocumentTranslator:
+def _documents(args, load):
     """The backend (loaded now) behind a document translator for the checkpoint's source language."""
+    # here: the formats' parsers (markupever, markdown-it) would slow every `aiayn` start-up
+    from aiayn.documents.translate import DocumentTranslator
+
     language = args.source_lang or model_languages(args.checkpoint)[0]
     return DocumentTranslator(load(), language=language, split=not args.no_split)
 
@@ -305,7 +308,7 @@ def _block_end(lines: list[str], size: int) -> int | None:
 
 
 def _translate_lines(
-    documents: DocumentTranslator,
+    documents,
     options: DecodeOptions,
     lines: list[str],
     first: int,

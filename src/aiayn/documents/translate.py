@@ -25,10 +25,9 @@ from aiayn.documents.html import parse_html
 from aiayn.documents.markdown import parse_markdown
 from aiayn.documents.segment import Segmenter, segmenter_for
 from aiayn.documents.text import TextDocument, parse_text
-from aiayn.documents.types import Aligned, Parsed, Warn
+from aiayn.documents.types import FORMATS, Aligned, Parsed, Warn
 from aiayn.errors import UserError
 
-FORMATS = ("text", "html", "markdown")
 Pairs = tuple[tuple[int, int], ...]
 
 

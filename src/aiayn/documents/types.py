@@ -33,6 +33,8 @@ SplitSentences = Callable[[str], list[tuple[int, int]]]
 #: Translations of sentences, one :class:`Aligned` per sentence, in order.
 TranslateSentences = Callable[[Sequence[str]], list[Aligned]]
 Warn = Callable[[str], None]
+#: The document formats (``aiayn translate --format``, the API's ``format``)
+FORMATS = ("text", "html", "markdown")
 
 
 class Parsed(Protocol):
