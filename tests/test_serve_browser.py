@@ -36,8 +36,6 @@ CHROMIUM_FLAGS = [
     "--window-size=1280,1000",
 ]
 WAIT_S = 20  # the longest any one wait may take
-# on one worker: one chromium, and the tests share its servers (each start costs seconds)
-pytestmark = pytest.mark.xdist_group("browser")
 SENTENCE = "907042"
 # The RGBA of a canvas's centre pixel (arguments[0]: the canvas).
 CENTRE_PIXEL = (

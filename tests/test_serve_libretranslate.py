@@ -25,8 +25,6 @@ pytest.importorskip("py3langid")
 
 PAIR = ("--source-lang", "de", "--target-lang", "en")
 SERVED = (*PAIR, "--max-chars", "5000")  # the server most tests share (a small limit, to test it cheaply)
-# on one worker: the tests share its servers (each start costs seconds)
-pytestmark = pytest.mark.xdist_group("libretranslate")
 GERMAN = ["Ein Mann fährt mit dem Fahrrad über die Straße.", "Zwei Hunde spielen im Park."]
 FRENCH = "Un homme fait du vélo dans la rue."
 SERVES = "this server translates German (de) to English (en)"
