@@ -126,17 +126,22 @@ class Translator:
                 results[i] = [(h.score, self.detokenize(h)) for h in hyps]
             if aligned is not None:
                 best = [hyps[0] for hyps in hypotheses]
-                self._align(src, batch, [lines[i] for i in batch], [sources[i] for i in batch], best, aligned)
+                texts = [results[i][0][1] for i in batch]
+                self._align(
+                    src, batch, [lines[i] for i in batch], [sources[i] for i in batch], best, texts, aligned
+                )
             if self.progress is not None:
                 self.progress(len(batch))
         return results
 
-    def _align(self, src, batch, lines, sources, best: list[Hypothesis], aligned: AlignedLines) -> None:
-        """Each line of ``batch``: its best text and the word alignment read off the cross-attention."""
+    def _align(
+        self, src, batch, lines, sources, best: list[Hypothesis], texts, aligned: AlignedLines
+    ) -> None:
+        """Each line of ``batch``: its best text (``texts``) and the word alignment read off the
+        cross-attention."""
         weights = cross_attention(self.model, src, [h.tokens for h in best], self.align_layer)
         piece = self.tokenizer.id_to_piece
-        for i, line, ids, hypothesis, rows in zip(batch, lines, sources, best, weights):
-            text = self.detokenize(hypothesis)
+        for i, line, ids, hypothesis, text, rows in zip(batch, lines, sources, best, texts, weights):
             pairs = word_alignment(rows, [piece(t) for t in ids[:-1]], [piece(t) for t in hypothesis.tokens])
             aligned[i] = (text, clamp_pairs(pairs, len(line.split()), len(text.split())))
 
