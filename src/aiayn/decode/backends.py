@@ -276,24 +276,26 @@ class CTranslate2Backend:
         ]
 
     def translate_nbest(self, lines: Sequence[str], options: DecodeOptions) -> NBest:
-        found = self._translate(lines, options, attention=False)
+        found, _ = self._translate(lines, options, attention=False)
         return [[(score, text) for score, text, _, _ in hypotheses] for hypotheses in found]
 
     def translate_aligned(self, lines: Sequence[str], options: DecodeOptions) -> AlignedLines:
         """The best translation of each line with its word alignment, read off the attention
         CTranslate2 returns (the export's last layer, heads averaged: as the torch backend's)."""
-        found = self._translate(lines, replace(options, nbest=1), attention=True)
+        found, sources = self._translate(lines, replace(options, nbest=1), attention=True)
         aligned: AlignedLines = [("", ()) for _ in lines]
         for i, (line, hypotheses) in enumerate(zip(lines, found)):
             if hypotheses:
                 _, text, pieces, weights = hypotheses[0]
-                source = self.encode_source(line)
-                pairs = word_alignment(torch.tensor(weights), source, pieces) if weights else ()
+                pairs = word_alignment(torch.tensor(weights), sources[i], pieces) if weights else ()
                 aligned[i] = (text, clamp_pairs(pairs, len(line.split()), len(text.split())))
         return aligned
 
-    def _translate(self, lines: Sequence[str], options: DecodeOptions, attention: bool) -> list[list]:
-        """Per line its n-best ``(score, text, pieces, attention rows or None)``, best first."""
+    def _translate(
+        self, lines: Sequence[str], options: DecodeOptions, attention: bool
+    ) -> tuple[list[list], dict[int, list[str]]]:
+        """Per line its n-best ``(score, text, pieces, attention rows or None)``, best first; and
+        each non-blank line's source pieces."""
         check_ct2_options(options)
         translator = self._translator_for(options)
         results: list[list] = [[] for _ in lines]
@@ -307,7 +309,7 @@ class CTranslate2Backend:
                 results[i] = hypotheses
             if self.progress is not None:
                 self.progress(len(batch))
-        return results
+        return results, sources
 
     def encode_source(self, text: str, line_number: int | None = None) -> list[str]:
         """The source's pieces (CTranslate2 appends EOS), truncated as the torch backend does."""

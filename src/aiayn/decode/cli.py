@@ -36,7 +36,7 @@ from aiayn.decode.backends import check_backend, check_ct2_options, load_backend
 from aiayn.decode.search import DecodeOptions
 from aiayn.decode.translator import LINE_BREAKS
 from aiayn.device import resolve_device
-from aiayn.documents.types import FORMATS
+from aiayn.documents.types import FORMATS, moses
 from aiayn.errors import UserError, naming_flags
 from aiayn.io import output_lines, read_lines, stdin_blocks
 from aiayn.loading import model_languages
@@ -220,9 +220,8 @@ def run_translate(args) -> int:
         elif args.format == "text":
             for block in _paragraph_blocks(_input_blocks(args), args.buffer_size):
                 write(documents.translate(["\n".join(block)], options)[0].text.split("\n"))
-        elif (
-            args.input is None and not args.sample
-        ):  # stream; sampling reads all first: its batches stay fixed
+        # stdin is streamed; sampling reads all first: its batches stay fixed
+        elif args.input is None and not args.sample:
             for first, lines in _numbered(stdin_blocks(args.buffer_size)):
                 write(_translate_lines(documents, options, lines, first, args.alignments, progress=False))
         else:
@@ -340,7 +339,7 @@ def _aligned_line(result, line: str) -> str:
     """``translation ||| i-j ...`` (Marian's layout); a blank line for a blank input line."""
     if not line.strip():
         return ""
-    return f"{_one_line(result.text)} ||| {' '.join(f'{i}-{j}' for i, j in result.alignment)}"
+    return f"{_one_line(result.text)} ||| {moses(result.alignment)}"
 
 
 def _one_line(text: str) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from aiayn.documents.types import Aligned, SplitSentences
+from aiayn.documents.types import Aligned, SplitSentences, joined_alignment
 
 
 @dataclass
@@ -30,21 +30,16 @@ class TextDocument:
     def alignment(self, translations: Sequence[Aligned]) -> tuple[tuple[int, int], ...]:
         """The sentences' alignments over the whole document's words: ``str.split()`` of the
         document and of :meth:`rebuild`'s text (the gaps hold no words)."""
-        pairs, source, target = [], 0, 0
-        for sentence, translation in zip(self.sentences(), translations):
-            pairs.extend((source + i, target + j) for i, j in translation.alignment)
-            source, target = source + len(sentence.split()), target + len(translation.text.split())
-        return tuple(pairs)
+        return joined_alignment(self.sentences(), translations)
 
     def line_of(self, k: int) -> int:
         """The line (from 1) on which sentence ``k`` starts."""
         return self.parts[0].count("\n") + 1 + "".join(self.parts[1 : 2 * k + 1]).count("\n")
 
 
-def parse_text(document: str, split: SplitSentences | None) -> TextDocument:
-    """``document`` cut into gaps and sentences by ``split`` (None: the whole text, stripped, is one
-    sentence)."""
-    spans = split(document) if split is not None else _whole(document)
+def parse_text(document: str, split: SplitSentences) -> TextDocument:
+    """``document`` cut into gaps and sentences by ``split``."""
+    spans = split(document)
     parts, starts, end = [], [], 0
     for start, stop in spans:
         parts += [document[end:start], document[start:stop]]
@@ -54,9 +49,10 @@ def parse_text(document: str, split: SplitSentences | None) -> TextDocument:
     return TextDocument(parts, starts)
 
 
-def _whole(document: str) -> list[tuple[int, int]]:
-    stripped = document.strip()
+def whole(text: str) -> list[tuple[int, int]]:
+    """The whole text, stripped, as one sentence (a :data:`SplitSentences` that splits nothing)."""
+    stripped = text.strip()
     if not stripped:
         return []
-    start = len(document) - len(document.lstrip())
+    start = len(text) - len(text.lstrip())
     return [(start, start + len(stripped))]

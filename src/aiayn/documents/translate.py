@@ -24,8 +24,8 @@ from aiayn.documents.fit import fit, source_limit
 from aiayn.documents.html import parse_html
 from aiayn.documents.markdown import parse_markdown
 from aiayn.documents.segment import Segmenter, segmenter_for
-from aiayn.documents.text import TextDocument, parse_text
-from aiayn.documents.types import FORMATS, Aligned, Parsed, Warn
+from aiayn.documents.text import TextDocument, parse_text, whole
+from aiayn.documents.types import FORMATS, Aligned, Parsed, Warn, joined_alignment
 from aiayn.errors import UserError
 
 Pairs = tuple[tuple[int, int], ...]
@@ -119,13 +119,13 @@ class DocumentTranslator:
 
     def parse(self, document: str, fmt: str) -> Parsed:
         """``document`` parsed as ``fmt`` into the sentences to translate."""
-        split = self._spans if self.split else None
+        split = self._spans if self.split else whole
         if fmt == "text":
             return parse_text(document, split)
         if fmt == "html":
-            return parse_html(document, split or _one_sentence, self.warn)
+            return parse_html(document, split, self.warn)
         if fmt == "markdown":
-            return parse_markdown(document, split or _one_sentence, self.warn)
+            return parse_markdown(document, split, self.warn)
         raise UserError(f"format: unknown format {fmt!r}; valid: {', '.join(FORMATS)}")
 
     # --- internals ---------------------------------------------------------------------------------
@@ -209,22 +209,10 @@ def _mean(values: list[float]) -> float:
     return sum(values) / len(values) if values else 0.0
 
 
-def _one_sentence(text: str) -> list[tuple[int, int]]:
-    """The whole text, stripped, as one sentence (splitting turned off)."""
-    stripped = text.strip()
-    start = len(text) - len(text.lstrip())
-    return [(start, start + len(stripped))] if stripped else []
-
-
 def _join_aligned(pieces: list[str], found: list[tuple[str, Pairs]]) -> Aligned:
     """The pieces' translations joined by spaces, their alignments shifted to the joined words."""
-    texts, pairs, source, target = [], [], 0, 0
-    for piece, (text, alignment) in zip(pieces, found):
-        pairs.extend((source + i, target + j) for i, j in alignment)
-        source, target = source + len(piece.split()), target + len(text.split())
-        if text:
-            texts.append(text)
-    return Aligned(" ".join(texts), tuple(pairs))
+    translations = [Aligned(text, alignment) for text, alignment in found]
+    return Aligned(" ".join(t.text for t in translations if t.text), joined_alignment(pieces, translations))
 
 
 def _join_nbest(found: list[list[tuple[float, str]]], nbest: int) -> list[tuple[float, str]]:
@@ -235,6 +223,5 @@ def _join_nbest(found: list[list[tuple[float, str]]], nbest: int) -> list[tuple[
     out = []
     for k in range(max(1, min(nbest, max(len(f) for f in found)))):
         chosen = [f[min(k, len(f) - 1)] for f in found if f]
-        score = sum(s for s, _ in chosen) / len(chosen) if chosen else 0.0
-        out.append((score, " ".join(text for _, text in chosen if text)))
+        out.append((_mean([s for s, _ in chosen]), " ".join(text for _, text in chosen if text)))
     return out

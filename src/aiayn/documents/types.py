@@ -22,9 +22,20 @@ class Aligned:
     text: str
     alignment: tuple[tuple[int, int], ...] = field(default=())
 
-    def moses(self) -> str:
-        """The alignment in Moses' format: ``0-0 1-2 ...``."""
-        return " ".join(f"{i}-{j}" for i, j in self.alignment)
+
+def moses(pairs: Sequence[tuple[int, int]]) -> str:
+    """An alignment in Moses' format: ``0-0 1-2 ...``."""
+    return " ".join(f"{i}-{j}" for i, j in pairs)
+
+
+def joined_alignment(sources: Sequence[str], translations: Sequence[Aligned]) -> tuple[tuple[int, int], ...]:
+    """The alignment of ``sources`` and of their ``translations``, each joined with whitespace: every
+    pair shifted by the words of the texts before it."""
+    pairs, source, target = [], 0, 0
+    for text, translation in zip(sources, translations):
+        pairs.extend((source + i, target + j) for i, j in translation.alignment)
+        source, target = source + len(text.split()), target + len(translation.text.split())
+    return tuple(pairs)
 
 
 #: The sentence spans of a text: ``(start, end)`` offsets, stripped, in order (see

@@ -41,7 +41,8 @@ from starlette.exceptions import HTTPException
 
 from aiayn.decode.attention import sentence_attention
 from aiayn.decode.search import DecodeOptions
-from aiayn.documents.translate import FORMATS, DocumentResult
+from aiayn.documents.translate import DocumentResult
+from aiayn.documents.types import FORMATS
 from aiayn.errors import UserError
 from aiayn.forecast.data import Scaler
 from aiayn.serve import libretranslate
