@@ -20,6 +20,11 @@ Conventions, the same in every search:
   do not change it).
 * **Maximum length**: sentence i may generate at most ``max_lens[i]`` tokens before its EOS; at
   that step EOS is forced. PAD and BOS are never generated.
+* **Prefixes** (``prefixes[i]``, target ids): sentence i's first tokens are forced to them (their
+  log-probabilities count in its score, as CTranslate2's ``target_prefix``'s do) and the search goes
+  on from there; a prefix fits its maximum length (the caller's duty, :func:`generate` widens it).
+* **Token log-probabilities**: each hypothesis carries those of its tokens (EOS last), the
+  per-token confidence; their sum is its ``log_prob``.
 * **Ties** are broken deterministically: the lower (beam, token) index wins, as ``argmax`` does.
 * Sentences never interact: each has its own beam, maximum length and stopping rule, and a
   finished sentence is dropped from the batch. So, up to float rounding in the model's batched
@@ -45,12 +50,14 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Callable, Protocol, Sequence
 
 import torch
 from torch import Tensor
 
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID
+from aiayn.decode import constraints as lexical
+from aiayn.decode.constraints import Constraints, State, Terms
 from aiayn.decode.step import FAST_PATHS, ModelStep, SearchPaths, max_output_lengths, source_lengths
 from aiayn.errors import UserError
 
@@ -67,11 +74,20 @@ class StepFunction(Protocol):
 
 @dataclass(frozen=True)
 class Hypothesis:
-    """One output: ``tokens`` without BOS/EOS, ``score`` = ``log_prob / lp(len(tokens) + 1)``."""
+    """One output: ``tokens`` without BOS/EOS, ``score`` = ``log_prob / lp(len(tokens) + 1)``;
+    ``token_log_probs``: each token's log-probability, EOS last (empty when not scored); ``met``:
+    the constraint occurrences it meets (constrained search; ranks before the score)."""
 
     tokens: list[int]
     score: float
     log_prob: float
+    token_log_probs: tuple[float, ...] = ()
+    met: int = 0
+
+    @property
+    def rank(self) -> tuple[int, float]:
+        """What orders hypotheses: the constraints met, then the score."""
+        return self.met, self.score
 
 
 @dataclass(frozen=True)
@@ -86,8 +102,11 @@ def length_penalty(length: int, alpha: float) -> float:
     return ((5.0 + length) / 6.0) ** alpha
 
 
-def _hypothesis(tokens: list[int], log_prob: float, alpha: float) -> Hypothesis:
-    return Hypothesis(tokens, log_prob / length_penalty(len(tokens) + 1, alpha), log_prob)
+def _hypothesis(
+    tokens: list[int], log_prob: float, alpha: float, token_log_probs: Sequence[float] = (), met: int = 0
+) -> Hypothesis:
+    score = log_prob / length_penalty(len(tokens) + 1, alpha)
+    return Hypothesis(tokens, score, log_prob, tuple(token_log_probs), met)
 
 
 # --- shared helpers -------------------------------------------------------------------------------
@@ -158,19 +177,40 @@ def stable_topk(x: Tensor, k: int, *, two_stage: bool = True) -> tuple[Tensor, T
     return values, index
 
 
-def _restrict(log_probs: Tensor, forced_eos: Tensor, ids: SpecialIds) -> Tensor:
-    """In place: never PAD or BOS; rows where ``forced_eos`` ``(N,)`` is True may only end (EOS).
+def _restrict(log_probs: Tensor, forced: Tensor, ids: SpecialIds) -> Tensor:
+    """In place: never PAD or BOS; a row whose ``forced`` ``(N,)`` token is not -1 may only produce
+    that token (EOS at its maximum length, a prefix's next token).
 
     The searches own the step function's output (a new tensor each call), so no copy is made; the
     entries changed are never chosen, so the log-probability of a chosen token is unchanged.
     """
     log_probs[:, [ids.pad, ids.bos]] = NEG_INF  # (N, V)
-    rows = forced_eos.nonzero()[:, 0]
+    rows = (forced >= 0).nonzero()[:, 0]
     if rows.numel():
-        eos = log_probs[rows, ids.eos]
+        tokens = forced[rows]
+        kept = log_probs[rows, tokens]
         log_probs[rows] = NEG_INF
-        log_probs[rows, ids.eos] = eos
+        log_probs[rows, tokens] = kept
     return log_probs
+
+
+def _forced(
+    t: int,
+    sentences: list[int],
+    max_lens: list[int],
+    prefixes: Sequence[Sequence[int]] | None,
+    eos: int,
+    device,
+) -> Tensor:
+    """``(n,)`` the token each sentence must produce at step ``t`` (its EOS at its maximum length, its
+    prefix's ``t``-th token), -1 where the search chooses."""
+
+    def one(s: int) -> int:
+        if t >= max_lens[s]:
+            return eos
+        return prefixes[s][t] if prefixes is not None and t < len(prefixes[s]) else -1
+
+    return torch.tensor([one(s) for s in sentences], dtype=torch.long, device=device)
 
 
 def _check_lengths(batch_size: int, max_lens: list[int]) -> None:
@@ -191,6 +231,7 @@ def greedy_search(
     ids: SpecialIds = SpecialIds(),
     scores: bool = True,
     paths: SearchPaths = FAST_PATHS,
+    prefixes: Sequence[Sequence[int]] | None = None,
 ) -> list[list[Hypothesis]]:
     """The most probable next token at each step (argmax; ties: the lowest id). One hypothesis per row.
 
@@ -202,7 +243,9 @@ def greedy_search(
     """
     logits = not getattr(step, "log_probs", True)
     choose = functools.partial(first_argmax, two_stage=paths.two_stage)
-    return _single_path(step, max_lens, choose, alpha=alpha, ids=ids, normalise=logits, scores=scores)
+    return _single_path(
+        step, max_lens, choose, alpha=alpha, ids=ids, normalise=logits, scores=scores, prefixes=prefixes
+    )
 
 
 def sample_search(
@@ -216,6 +259,7 @@ def sample_search(
     top_p: float = 1.0,
     seed: int | None = None,
     ids: SpecialIds = SpecialIds(),
+    prefixes: Sequence[Sequence[int]] | None = None,
 ) -> list[list[Hypothesis]]:
     """``nbest`` samples per sentence from softmax(log_probs / temperature), optionally restricted
     to the ``top_k`` tokens (0 = all) and to the smallest set with probability >= ``top_p``
@@ -236,7 +280,9 @@ def sample_search(
 
     rows = torch.arange(len(max_lens), device=_device_of(step))
     step.reorder(rows.repeat_interleave(nbest))  # nbest copies of each row
-    flat = _single_path(step, [n for n in max_lens for _ in range(nbest)], choose, alpha=alpha, ids=ids)
+    repeated = [p for p in prefixes for _ in range(nbest)] if prefixes is not None else None
+    lens = [n for n in max_lens for _ in range(nbest)]
+    flat = _single_path(step, lens, choose, alpha=alpha, ids=ids, prefixes=repeated)
     groups = [[h[0] for h in flat[i * nbest : (i + 1) * nbest]] for i in range(len(max_lens))]
     return [sorted(g, key=lambda h: -h.score) for g in groups]
 
@@ -277,6 +323,7 @@ def _single_path(
     ids: SpecialIds,
     normalise: bool = False,
     scores: bool = True,
+    prefixes: Sequence[Sequence[int]] | None = None,
 ) -> list[list[Hypothesis]]:
     """Extend each row by ``choose`` until EOS or its maximum length; finished rows leave the batch.
 
@@ -286,27 +333,34 @@ def _single_path(
     device = _device_of(step)
     active = list(range(len(max_lens)))
     prefix = torch.full((len(active), 1), ids.bos, dtype=torch.long, device=device)  # (n, t)
-    log_prob = torch.full((len(active),), 0.0 if scores else float("nan"), dtype=torch.float64, device=device)
+    token_lps = torch.zeros((len(active), 0), dtype=torch.float64, device=device)  # (n, t)
     results: list[list[Hypothesis]] = [[] for _ in active]
     t = 0
     while active:
-        forced = torch.tensor([t >= max_lens[i] for i in active], device=device)  # (n,)
+        forced = _forced(t, active, max_lens, prefixes, ids.eos, device)  # (n,)
         outputs = step(prefix)  # (n, V) log-probs, or logits when ``normalise``
         log_probs = outputs.log_softmax(dim=-1) if normalise and scores else outputs  # before _restrict
         token = choose(_restrict(outputs, forced, ids))  # (n,)
         if scores:
-            log_prob = log_prob + log_probs.gather(-1, token[:, None])[:, 0].double()
+            token_lps = torch.cat([token_lps, log_probs.gather(-1, token[:, None]).double()], dim=1)
         done = (token == ids.eos).tolist()
         for row, i in enumerate(active):
             if done[row]:
-                results[i] = [_hypothesis(prefix[row, 1:].tolist(), float(log_prob[row]), alpha)]
+                results[i] = [_path_hypothesis(prefix[row, 1:].tolist(), token_lps[row], scores, alpha)]
         keep = torch.tensor([r for r, d in enumerate(done) if not d], dtype=torch.long, device=device)
         active = [i for i, d in zip(active, done) if not d]
         if active:
             step.reorder(keep)
         prefix = torch.cat([prefix, token[:, None]], dim=1)[keep]
-        log_prob, t = log_prob[keep], t + 1
+        token_lps, t = token_lps[keep], t + 1
     return results
+
+
+def _path_hypothesis(tokens: list[int], token_lps: Tensor, scores: bool, alpha: float) -> Hypothesis:
+    if not scores:
+        return _hypothesis(tokens, math.nan, alpha)
+    values = token_lps.tolist()
+    return _hypothesis(tokens, sum(values), alpha, values)
 
 
 def _need_log_probs(step: StepFunction, search: str) -> None:
@@ -331,21 +385,27 @@ def beam_search(
     nbest: int = 1,
     ids: SpecialIds = SpecialIds(),
     paths: SearchPaths = FAST_PATHS,
+    prefixes: Sequence[Sequence[int]] | None = None,
+    constraints: Constraints | None = None,
 ) -> list[list[Hypothesis]]:
     """Beam search (stopping rule in the module docstring). Returns ``nbest`` hypotheses per row,
-    best score first. ``step`` holds one row per sentence on entry; it is expanded to ``beam`` rows.
+    best first. ``step`` holds one row per sentence on entry; it is expanded to ``beam`` rows.
 
     ``paths.shortlist``: score only each row's best ``2 * beam`` tokens (exact, see
     ``_Beams.advance``); False scores all ``beam * V`` candidates. ``paths.two_stage``: see
-    :func:`stable_topk`.
+    :func:`stable_topk`. ``constraints``: the lexically constrained search of
+    :mod:`aiayn.decode.constraints` (hypotheses ranked by the constraints they meet, then score).
     """
     if not 1 <= nbest <= beam:
         raise ValueError(f"nbest ({nbest}) must be between 1 and beam ({beam})")
     _need_log_probs(step, "beam search")
-    state = _Beams(step, max_lens, beam=beam, alpha=alpha, ids=ids, paths=paths)
+    kind = _Beams if constraints is None else _ConstrainedBeams
+    state = kind(step, max_lens, beam=beam, alpha=alpha, ids=ids, paths=paths, prefixes=prefixes)
+    if constraints is not None:
+        state.constrain(constraints)
     while state.active:
         state.advance()
-    return [sorted(f, key=lambda h: -h.score)[:nbest] for f in state.finished]
+    return [sorted(f, key=lambda h: (-h.met, -h.score))[:nbest] for f in state.finished]
 
 
 class _Beams:
@@ -360,26 +420,35 @@ class _Beams:
         alpha: float,
         ids: SpecialIds,
         paths: SearchPaths,
+        prefixes: Sequence[Sequence[int]] | None = None,
     ) -> None:
         self.step, self.max_lens, self.beam, self.alpha, self.ids = step, max_lens, beam, alpha, ids
-        self.paths = paths
+        self.paths, self.prefixes = paths, prefixes
         device = _device_of(step)
         n = len(max_lens)
         self.active = list(range(n))  # sentence ids still searching
         self.finished: list[list[Hypothesis]] = [[] for _ in range(n)]
         self.prefix = torch.full((n * beam, 1), ids.bos, dtype=torch.long, device=device)  # (n*K, t)
+        self.token_lps = torch.zeros((n * beam, 0), dtype=torch.float64, device=device)  # (n*K, t)
         self.cum = torch.full((n, beam), NEG_INF, dtype=torch.float64, device=device)  # (n, K)
         self.cum[:, 0] = 0.0  # one live hypothesis (BOS) at the start
         self.t = 0  # tokens generated so far (BOS not counted)
         # The step holds one row per sentence until the first step is scored (t = 0): all K beams
         # start as the same BOS, so the first step runs once per sentence, not K times.
 
+    def _log_probs(self) -> tuple[Tensor, Tensor, int]:
+        """This step's restricted log-probs ``(n * rows, V)``, the forced tokens ``(n,)``, and the
+        rows per sentence (1 at the first step)."""
+        K = self.beam
+        forced = _forced(self.t, self.active, self.max_lens, self.prefixes, self.ids.eos, self.prefix.device)
+        rows = 1 if self.t == 0 else K
+        log_probs = _restrict(self.step(self.prefix[:: K // rows]), forced.repeat_interleave(rows), self.ids)
+        return log_probs, forced, rows
+
     def advance(self) -> None:
         """One step: expand, finish EOS candidates, choose the next beams, drop finished sentences."""
-        K, device = self.beam, self.prefix.device
-        forced = torch.tensor([self.t >= self.max_lens[s] for s in self.active], device=device)  # (n,)
-        rows = 1 if self.t == 0 else K  # step rows per sentence
-        log_probs = _restrict(self.step(self.prefix[:: K // rows]), forced.repeat_interleave(rows), self.ids)
+        K = self.beam
+        log_probs, forced, rows = self._log_probs()
         # A sentence's best 2K candidates are among the best 2K tokens of each of its K rows (ties
         # included: both selections prefer the lower beam, then the lower token id), so only those
         # K * 2K candidates per sentence are scored, not K * V.
@@ -388,30 +457,42 @@ class _Beams:
         row_scores, row_tokens = stable_topk(log_probs, per_row, two_stage=two_stage)  # (n*rows, per_row)
         if rows == 1:  # beams 1..K-1 are copies of beam 0 with log-prob -inf
             row_scores, row_tokens = row_scores.repeat_interleave(K, 0), row_tokens.repeat_interleave(K, 0)
-        cand = (self.cum.reshape(-1, 1) + row_scores.double()).reshape(len(self.active), K * per_row)
+        n = len(self.active)
+        step_lps = row_scores.double().reshape(n, K * per_row)
+        cand = (self.cum.reshape(-1, 1) + row_scores.double()).reshape(n, K * per_row)
         scores, flat = stable_topk(cand, 2 * K, two_stage=two_stage)  # (n, 2K)
         origin = flat // per_row  # beam index of each candidate
-        token = row_tokens.reshape(len(self.active), K * per_row).gather(-1, flat)  # (n, 2K)
+        token = row_tokens.reshape(n, K * per_row).gather(-1, flat)  # (n, 2K)
+        step_lps = step_lps.gather(-1, flat)
         is_eos = (token == self.ids.eos) & torch.isfinite(scores)  # (n, 2K)
-        self._finish(scores, origin, is_eos)
+        self._finish(scores, origin, is_eos, step_lps)
         live = torch.sort(is_eos.int(), dim=-1, stable=True).indices[:, :K]  # first K non-EOS, (n, K)
         new_cum = scores.gather(-1, live).masked_fill(is_eos.gather(-1, live), NEG_INF)  # (n, K)
-        self._select(origin.gather(-1, live), token.gather(-1, live), new_cum, forced)
+        chosen = (origin.gather(-1, live), token.gather(-1, live), step_lps.gather(-1, live))
+        self._select(*chosen, new_cum, forced == self.ids.eos)
 
-    def _finish(self, scores: Tensor, origin: Tensor, is_eos: Tensor) -> None:
-        """EOS among the first ``beam`` candidates ends a hypothesis; the best ``beam`` are kept."""
+    def _finish(self, scores: Tensor, origin: Tensor, is_eos: Tensor, step_lps: Tensor, met=None) -> None:
+        """EOS among the first ``beam`` candidates ends a hypothesis; the best ``beam`` are kept.
+        ``met`` ``(n, candidates)``: the constraints each meets."""
         hits = is_eos[:, : self.beam].nonzero()  # (hits, 2): (row, candidate), row-major order
         if not hits.numel():
             return
         rows, cands = hits[:, 0], hits[:, 1]
-        prefixes = self.prefix[rows * self.beam + origin[rows, cands], 1:].tolist()
-        for row, tokens, score in zip(rows.tolist(), prefixes, scores[rows, cands].tolist()):
-            self._keep(self.finished[self.active[row]], _hypothesis(tokens, score, self.alpha))
+        old = rows * self.beam + origin[rows, cands]
+        prefixes, lps = self.prefix[old, 1:].tolist(), self.token_lps[old].tolist()
+        eos_lps = step_lps[rows, cands].tolist()
+        counts = met[rows, cands].tolist() if met is not None else [0] * len(eos_lps)
+        for row, tokens, score, lp, eos_lp, k in zip(
+            rows.tolist(), prefixes, scores[rows, cands].tolist(), lps, eos_lps, counts
+        ):
+            self._keep(
+                self.finished[self.active[row]], _hypothesis(tokens, score, self.alpha, [*lp, eos_lp], k)
+            )
 
     def _keep(self, finished: list[Hypothesis], hypothesis: Hypothesis) -> None:
         if len(finished) == self.beam:
-            worst = min(finished, key=lambda h: h.score)
-            if hypothesis.score <= worst.score:
+            worst = min(finished, key=lambda h: h.rank)
+            if hypothesis.rank <= worst.rank:
                 return
             finished.remove(worst)
         finished.append(hypothesis)
@@ -425,18 +506,71 @@ class _Beams:
         bound = best_live / length_penalty(self.t + 2, self.alpha)  # if it ended next step
         return bound <= min(h.score for h in finished)
 
-    def _select(self, origin: Tensor, token: Tensor, cum: Tensor, forced: Tensor) -> None:
-        """Keep the unfinished sentences; their rows become the chosen (origin, token) pairs."""
+    def _select(self, origin: Tensor, token: Tensor, step_lps: Tensor, cum: Tensor, ended: Tensor) -> Tensor:
+        """Keep the unfinished sentences (``ended``: forced to end); their rows become the chosen
+        (origin, token) pairs. Returns the indices of the sentences kept."""
         K, first = self.beam, self.t == 0
         best_live = cum.max(dim=-1).values.tolist()  # (n,) one transfer, not one per sentence
-        done = [f or self._settled(s, b) for s, f, b in zip(self.active, forced.tolist(), best_live)]
+        done = [f or self._settled(s, b) for s, f, b in zip(self.active, ended.tolist(), best_live)]
         keep = torch.tensor([r for r, d in enumerate(done) if not d], dtype=torch.long, device=origin.device)
         rows = (keep[:, None] * K + origin[keep]).reshape(-1)  # (n'*K,) rows of the old prefix
         self.prefix = torch.cat([self.prefix[rows], token[keep].reshape(-1, 1)], dim=1)  # (n'*K, t+1)
+        self.token_lps = torch.cat([self.token_lps[rows], step_lps[keep].reshape(-1, 1)], dim=1)
         self.cum, self.t = cum[keep], self.t + 1
         self.active = [s for s, d in zip(self.active, done) if not d]
         if self.active:
             self.step.reorder(rows // K if first else rows)  # after the first step: row s*K+b was row s
+        return keep
+
+
+class _ConstrainedBeams(_Beams):
+    """Beam search with lexical constraints: dynamic beam allocation (:mod:`aiayn.decode.constraints`)."""
+
+    def constrain(self, constraints: Constraints) -> None:
+        self.constraints = constraints  # one row per active sentence
+        rows, terms = len(self.active) * self.beam, constraints.terms.size(1)
+        self.state = State.start(rows, terms, self.prefix.device)  # one row per beam
+
+    def advance(self) -> None:
+        """One step: the beams' best tokens and the tokens that advance their constraints, in banks."""
+        K, n = self.beam, len(self.active)
+        log_probs, forced, rows = self._log_probs()
+        if rows == 1:
+            log_probs = log_probs.repeat_interleave(K, 0)  # (n*K, V)
+        c = self.constraints.rows(torch.arange(n, device=log_probs.device).repeat_interleave(K))
+        lexical.restrict(c, self.state, log_probs, forced.repeat_interleave(K) < 0, self.ids.eos)
+        tokens, step_lps = self._candidates(c, log_probs)  # (n*K, M)
+        m = tokens.size(1)
+        after = lexical.advance(c, self.state, tokens)  # n*K*M rows
+        per_candidate = c.rows(torch.arange(n * K, device=tokens.device).repeat_interleave(m))
+        cand = (self.cum.reshape(-1, 1) + step_lps).reshape(n, K * m)
+        order = cand.argsort(dim=-1, descending=True, stable=True)  # (n, K*m) ties: lower beam, token
+        scores, token = cand.gather(-1, order), tokens.reshape(n, -1).gather(-1, order)
+        step_lps, origin = step_lps.reshape(n, -1).gather(-1, order), order // m
+        met = lexical.met(per_candidate, after).reshape(n, -1).gather(-1, order)
+        is_eos = (token == self.ids.eos) & torch.isfinite(scores)
+        self._finish(scores, origin, is_eos, step_lps, met)
+        banks = lexical.bank(per_candidate, after).reshape(n, -1).gather(-1, order)
+        valid = ~is_eos & torch.isfinite(scores)
+        live = lexical.stripes(banks, valid, self.constraints.banks).argsort(dim=-1, stable=True)[:, :K]
+        new_cum = scores.gather(-1, live).masked_fill(~valid.gather(-1, live), NEG_INF)
+        chosen = (origin.gather(-1, live), token.gather(-1, live), step_lps.gather(-1, live))
+        state = after.select(
+            (torch.arange(n, device=order.device)[:, None] * K * m + order.gather(-1, live)).reshape(-1)
+        )
+        keep = self._select(*chosen, new_cum, forced == self.ids.eos)
+        self.state = state.select((keep[:, None] * K + torch.arange(K, device=keep.device)).reshape(-1))
+        self.constraints = self.constraints.rows(keep)
+
+    def _candidates(self, c: Constraints, log_probs: Tensor) -> tuple[Tensor, Tensor]:
+        """Each row's ``2 * beam`` best tokens and the tokens that advance its constraints (given once:
+        a repeat gets -inf), with their log-probs ``(N, M)`` float64."""
+        top_scores, top_tokens = stable_topk(log_probs, min(2 * self.beam, log_probs.size(-1)))
+        extra = lexical.candidates(c, self.state)  # (N, 2C), -1: none
+        repeated = (extra[:, :, None] == top_tokens[:, None, :]).any(dim=-1) | (extra < 0)
+        extra_scores = log_probs.gather(1, extra.clamp(min=0)).masked_fill(repeated, NEG_INF)
+        tokens = torch.cat([top_tokens, extra.clamp(min=0)], dim=1)
+        return tokens, torch.cat([top_scores, extra_scores], dim=1).double()
 
 
 # --- options and the model entry point -----------------------------------------------------------
@@ -455,7 +589,9 @@ class DecodeOptions:
     ``scores=False``: the caller needs no scores (``Translator.translate``), so a search that does
     not need them to choose (greedy) skips them; its hypotheses' ``score``/``log_prob`` are NaN.
     ``paths``: the exact speed-ups (:class:`SearchPaths`, module docstring); a switch set to False
-    gives its reference path, the same output.
+    gives its reference path, the same output. ``glossary``: ``(source term, target term)`` pairs
+    whose target terms a translation must contain where the source term occurs
+    (:mod:`aiayn.decode.glossary`; beam search only).
     """
 
     beam: int = 4
@@ -471,6 +607,7 @@ class DecodeOptions:
     seed: int | None = None
     scores: bool = True
     paths: SearchPaths = FAST_PATHS
+    glossary: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         checks = [
@@ -488,23 +625,43 @@ class DecodeOptions:
                 self.sample or self.nbest <= self.beam,
                 f"({self.nbest}) must not exceed beam ({self.beam})",
             ),
+            ("glossary", not (self.glossary and self.sample), "constrains a search, not sampling"),
         ]
         for name, ok, message in checks:
             if not ok:
                 raise UserError(f"{name}: {message}")
 
 
-def generate(model, src: Tensor, options: DecodeOptions = DecodeOptions()) -> list[list[Hypothesis]]:
+@dataclass(frozen=True)
+class Controls:
+    """Per-sentence controls of a batch: ``prefixes`` (the target ids each output starts with),
+    ``terms`` (each sentence's constraints, :mod:`aiayn.decode.constraints`; searched with beam
+    search, at the options' beam) and ``continues`` (``(V,)`` bool, the pieces that continue a word:
+    none may follow a term)."""
+
+    prefixes: Sequence[Sequence[int]] | None = None
+    terms: Sequence[Terms] | None = None
+    continues: Tensor | None = None
+
+
+def generate(
+    model, src: Tensor, options: DecodeOptions = DecodeOptions(), controls: Controls = Controls()
+) -> list[list[Hypothesis]]:
     """Decode a padded source batch ``src`` ``(B, S)`` with ``model`` (put it in eval mode first).
 
-    Returns, per sentence, ``options.nbest`` hypotheses (one for greedy search), best first.
+    Returns, per sentence, ``options.nbest`` hypotheses (one for greedy search), best first. A
+    sentence's maximum length is at least its prefix's (within the model's ``max_len``).
     """
     config = model.config
     ids = SpecialIds(config.bos_id, config.eos_id, config.pad_id)
     max_lens = max_output_lengths(
         source_lengths(src, config.pad_id), options.max_len_a, options.max_len_b, config.max_len
     )
-    greedy = options.beam == 1 and not options.sample
+    prefixes = controls.prefixes
+    if prefixes is not None:
+        max_lens = [min(max(n, len(p)), config.max_len - 1) for n, p in zip(max_lens, prefixes)]
+    constrained = controls.terms is not None and any(controls.terms)
+    greedy = options.beam == 1 and not options.sample and not constrained
     with torch.inference_mode():
         # greedy: argmax of the logits
         step = ModelStep(model, src, use_cache=options.use_cache, log_probs=not greedy, paths=options.paths)
@@ -519,11 +676,19 @@ def generate(model, src: Tensor, options: DecodeOptions = DecodeOptions()) -> li
                 top_p=options.top_p,
                 seed=options.seed,
                 ids=ids,
+                prefixes=prefixes,
             )
         if greedy:
             return greedy_search(
-                step, max_lens, alpha=options.alpha, ids=ids, scores=options.scores, paths=options.paths
+                step,
+                max_lens,
+                alpha=options.alpha,
+                ids=ids,
+                scores=options.scores,
+                paths=options.paths,
+                prefixes=prefixes,
             )
+        constraints = Constraints(controls.terms, controls.continues, src.device) if constrained else None
         return beam_search(
             step,
             max_lens,
@@ -532,4 +697,6 @@ def generate(model, src: Tensor, options: DecodeOptions = DecodeOptions()) -> li
             nbest=options.nbest,
             ids=ids,
             paths=options.paths,
+            prefixes=prefixes,
+            constraints=constraints,
         )

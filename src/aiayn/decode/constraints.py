@@ -1,0 +1,182 @@
+"""Lexical constraints for beam search: target token sequences (a glossary's terms) that a translation
+must contain, each exactly as often as it is asked for.
+
+The search is Post & Vilar's (2018) *dynamic beam allocation* in Hu et al.'s (2019) vectorized form:
+at each step a hypothesis is extended not only by its best tokens but also by the token that
+continues a constraint it has begun and the first token of each constraint it has not met; the
+candidates are put in *banks* by how many constraint tokens they have produced (met terms count
+whole, a term under way by its tokens so far), and the beam is filled from the banks in turn (the
+best of each bank, the fullest bank first, then the second best of each, ...), so that hypotheses
+that have met more constraints survive beside better-scored ones that have met fewer.
+
+What a hypothesis has met is read off its tokens as it grows, with each term's automaton (the
+Knuth-Morris-Pratt one: the longest end of the output that begins the term), in tensors for every
+row and term at once:
+
+* EOS is allowed only once every term is met (except at the maximum length, where EOS is forced and
+  the finished hypotheses are ranked by the terms they meet, then by score);
+* a term met as often as asked cannot be completed once more ("exactly once" for a term asked once);
+* right after a term, a piece that would continue its last word is not allowed (``continues``: the
+  pieces that do not start a word), so the term stays a whole word.
+
+Sentences never interact (each row reads its own sentence's terms), so the search stays
+batch-invariant.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Sequence
+
+import torch
+from torch import Tensor
+
+NEG_INF = float("-inf")
+Terms = Sequence[Sequence[int]]  # one sentence's constraints: token sequences, repeats allowed
+
+
+def total_tokens(terms: Terms) -> int:
+    """How many tokens the constraints need (a repeated term counts each time)."""
+    return sum(len(term) for term in terms)
+
+
+def beam_for(beam: int, terms: Terms) -> int:
+    """The beam a sentence with ``terms`` is searched with: one bank per constraint token and one
+    for none, so at least ``total_tokens + 1`` (Post & Vilar's allocation needs that room)."""
+    return max(beam, total_tokens(terms) + 1) if terms else beam
+
+
+def _borders(term: Sequence[int], width: int) -> list[list[bool]]:
+    """``[p][k - 1]``: after matching ``p`` tokens of ``term``, may a match of ``k`` tokens end at
+    the next token (``term[:k-1]`` ends ``term[:p]``)? The automaton's transitions, minus the token."""
+    term = list(term)
+    return [
+        [k - 1 <= p and k <= len(term) and term[: k - 1] == term[p - k + 1 : p] for k in range(1, width + 1)]
+        for p in range(width)
+    ]
+
+
+class Constraints:
+    """The constraints of a batch's sentences as tensors: ``terms`` ``(n, C, L)`` (distinct terms,
+    -1 padded), ``lengths`` ``(n, C)`` (0: no term), ``need`` ``(n, C)`` (how often each is asked),
+    ``borders`` ``(n, C, L, L)``. ``continues`` ``(V,)`` bool: the pieces that continue a word."""
+
+    def __init__(self, per_sentence: Sequence[Terms], continues: Tensor | None, device) -> None:
+        counted = [Counter(tuple(t) for t in terms if t) for terms in per_sentence]
+        n, c = len(counted), max((len(c) for c in counted), default=0) or 1
+        width = max((len(t) for terms in counted for t in terms), default=0) or 1
+        self.terms = torch.full((n, c, width), -1, dtype=torch.long)
+        self.need = torch.zeros((n, c), dtype=torch.long)
+        self.borders = torch.zeros((n, c, width, width), dtype=torch.bool)
+        for s, terms in enumerate(counted):
+            for j, (term, count) in enumerate(terms.items()):
+                self.terms[s, j, : len(term)] = torch.tensor(term)
+                self.need[s, j] = count
+                self.borders[s, j] = torch.tensor(_borders(term, width))
+        self.lengths = (self.terms >= 0).sum(dim=-1)  # (n, C)
+        self.terms, self.need, self.lengths = (
+            self.terms.to(device),
+            self.need.to(device),
+            self.lengths.to(device),
+        )
+        self.borders = self.borders.to(device)
+        self.banks = int((self.need * self.lengths).sum(dim=-1).max()) + 1 if n else 1
+        self.continues = continues.to(device) if continues is not None else None
+
+    def rows(self, sentences: Tensor) -> "Constraints":
+        """The constraints of the given sentence indices (a view for the rows that remain)."""
+        out = object.__new__(Constraints)
+        out.terms, out.need, out.lengths = (
+            self.terms[sentences],
+            self.need[sentences],
+            self.lengths[sentences],
+        )
+        out.borders, out.banks, out.continues = self.borders[sentences], self.banks, self.continues
+        return out
+
+
+class State:
+    """What each of N hypotheses has met: ``count`` ``(N, C)`` completed occurrences of each term,
+    ``partial`` ``(N, C)`` tokens of each matched so far, ``ended`` ``(N,)`` a term ended at the
+    last token."""
+
+    def __init__(self, count: Tensor, partial: Tensor, ended: Tensor) -> None:
+        self.count, self.partial, self.ended = count, partial, ended
+
+    @classmethod
+    def start(cls, rows: int, terms: int, device) -> "State":
+        zeros = torch.zeros((rows, terms), dtype=torch.long, device=device)
+        return cls(zeros, zeros.clone(), torch.zeros(rows, dtype=torch.bool, device=device))
+
+    def select(self, rows: Tensor) -> "State":
+        return State(self.count[rows], self.partial[rows], self.ended[rows])
+
+
+def advance(c: Constraints, state: State, tokens: Tensor) -> State:
+    """The state after each row of ``state`` (N rows, ``c`` holding one sentence per row) produces
+    each of ``tokens`` ``(N, M)``: a state of ``N * M`` rows, row-major."""
+    n, m = tokens.shape
+    match = c.terms[:, None] == tokens[:, :, None, None]  # (N, M, C, L) term position k-1 is the token
+    index = state.partial[:, :, None, None].expand(-1, -1, 1, c.borders.size(-1))
+    allowed = c.borders.gather(2, index)[:, :, 0]  # (N, C, L) matches that may end at the next token
+    ok = match & allowed[:, None]  # (N, M, C, L)
+    steps = torch.arange(1, ok.size(-1) + 1, device=tokens.device)
+    partial = (ok * steps).amax(dim=-1)  # (N, M, C) the longest match ending here
+    done = (partial == c.lengths[:, None]) & (c.lengths[:, None] > 0)  # a term completed
+    count = state.count[:, None] + done.long()
+    partial = partial.masked_fill(done, 0)
+    return State(count.reshape(n * m, -1), partial.reshape(n * m, -1), done.any(dim=-1).reshape(-1))
+
+
+def met(c: Constraints, state: State) -> Tensor:
+    """``(N,)`` the constraint occurrences met (a term asked twice and met once: 1)."""
+    return torch.minimum(state.count, c.need).sum(dim=-1)
+
+
+def bank(c: Constraints, state: State) -> Tensor:
+    """``(N,)`` constraint tokens produced: met terms whole, plus the longest one under way."""
+    done = (torch.minimum(state.count, c.need) * c.lengths).sum(dim=-1)
+    under_way = state.partial.masked_fill(state.count >= c.need, 0).amax(dim=-1)
+    return done + under_way
+
+
+def unmet(c: Constraints, state: State) -> Tensor:
+    """``(N,)`` some term is not met as often as asked."""
+    return (state.count < c.need).any(dim=-1)
+
+
+def restrict(c: Constraints, state: State, log_probs: Tensor, free: Tensor, eos: int) -> Tensor:
+    """In place, on the rows where ``free`` ``(N,)`` (not forced to a token): no EOS while a term is
+    unmet, no completing a term met as often as asked, no piece continuing a term's last word."""
+    rows = free & unmet(c, state)
+    log_probs[rows, eos] = NEG_INF
+    last = c.terms.gather(2, (c.lengths - 1).clamp(min=0)[:, :, None])[:, :, 0]  # (N, C)
+    full = (state.count >= c.need) & (state.partial == c.lengths - 1) & (c.lengths > 0) & free[:, None]
+    row, term = full.nonzero(as_tuple=True)
+    log_probs[row, last[row, term]] = NEG_INF
+    if c.continues is not None:
+        ended = (free & state.ended).nonzero()[:, 0]
+        if ended.numel():
+            log_probs[ended[:, None], c.continues.nonzero()[:, 0][None]] = NEG_INF
+    return log_probs
+
+
+def candidates(c: Constraints, state: State) -> Tensor:
+    """``(N, 2C)`` the tokens that advance each row's unmet terms (the next token of each, and each
+    one's first), -1 where none; a token repeated in a row is given once."""
+    open_ = (state.count < c.need) & (c.lengths > 0)  # (N, C)
+    following = c.terms.gather(2, state.partial[:, :, None])[:, :, 0]
+    tokens = torch.cat([following, c.terms[:, :, 0]], dim=1).masked_fill(~open_.repeat(1, 2), -1)
+    same = tokens[:, :, None] == tokens[:, None, :]  # (N, 2C, 2C)
+    earlier = torch.ones_like(same[0]).tril(-1)
+    return tokens.masked_fill((same & earlier).any(dim=-1), -1)
+
+
+def stripes(banks: Tensor, valid: Tensor, n_banks: int) -> Tensor:
+    """The order in which a sentence's candidates ``(n, M)`` (already sorted by score) fill the beam:
+    a key per candidate, smaller first, the best of each bank (fullest first), then the second best
+    of each, ...; invalid candidates last."""
+    one_hot = torch.nn.functional.one_hot(banks.clamp(0, n_banks - 1), n_banks) * valid[..., None]
+    rank = (one_hot.cumsum(dim=1) - one_hot).gather(2, banks.clamp(0, n_banks - 1)[..., None])[..., 0]
+    key = rank * n_banks + (n_banks - 1 - banks)
+    return key.masked_fill(~valid, torch.iinfo(torch.long).max)

@@ -1,0 +1,198 @@
+"""Prefixes, per-token log-probabilities and lexically constrained beam search, on a fake model of
+fixed probabilities (as tests/test_search.py) and on a small real model."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from aiayn import TransformerConfig, build_model
+from aiayn.decode import DecodeOptions, beam_search, generate, greedy_search, sample_search
+from aiayn.decode.constraints import Constraints, _borders, beam_for
+from aiayn.decode.search import Controls
+from aiayn.model.masks import padding_mask
+
+PAD, UNK, BOS, EOS, A, B, C, D = range(8)
+
+
+def dist(**p: float) -> list[float]:
+    """A distribution over [pad, unk, bos, eos, a, b, c, d]; unnamed tokens share what is left."""
+    names = ["pad", "unk", "bos", "eos", "a", "b", "c", "d"]
+    rest = (1.0 - sum(p.values())) / (len(names) - len(p))
+    return [p.get(name, rest) for name in names]
+
+
+class Step:
+    """Fixed next-token probabilities, the same for every sentence: ``table[prefix]`` (prefix: the
+    tokens after BOS), ``default`` for others; checks that rows are reordered as the search says."""
+
+    vocab_size = 8
+
+    def __init__(self, table: dict[tuple, list[float]], rows: int, default: list[float] | None = None):
+        self.table, self.default = table, default or dist(eos=0.9)
+        self.seen: list[tuple] = [() for _ in range(rows)]
+
+    def __call__(self, prefix: torch.Tensor) -> torch.Tensor:
+        out = []
+        for row in range(prefix.size(0)):
+            tokens = tuple(prefix[row].tolist())
+            assert tokens[:-1] == self.seen[row]
+            self.seen[row] = tokens
+            out.append(torch.tensor(self.table.get(tokens[1:], self.default), dtype=torch.float64).log())
+        return torch.stack(out).float()
+
+    def reorder(self, new_order: torch.Tensor) -> None:
+        self.seen = [self.seen[i] for i in new_order.tolist()]
+
+
+# The model prefers "a a" (then EOS); "b" and "c" are unlikely everywhere.
+TABLE = {
+    (): dist(a=0.7, b=0.05, c=0.05, d=0.1, eos=0.05),
+    (A,): dist(a=0.6, b=0.05, c=0.05, eos=0.2),
+    (A, A): dist(eos=0.8, b=0.05, c=0.05),
+}
+
+
+def constraints(terms, continues=None) -> Constraints:
+    return Constraints(terms, continues, torch.device("cpu"))
+
+
+def test_token_log_probs_sum_to_the_log_prob_in_every_search() -> None:
+    for search in (
+        lambda: greedy_search(Step(TABLE, 1), [6], alpha=0.6),
+        lambda: beam_search(Step(TABLE, 1), [6], beam=3, alpha=0.6),
+        lambda: sample_search(Step(TABLE, 1), [6], alpha=0.6, seed=3),
+    ):
+        [[h]] = search()
+        assert len(h.token_log_probs) == len(h.tokens) + 1  # EOS last
+        assert sum(h.token_log_probs) == pytest.approx(h.log_prob, abs=1e-9)
+    [[best]] = greedy_search(Step(TABLE, 1), [6])
+    assert best.tokens == [A, A]
+    assert best.token_log_probs == pytest.approx([math.log(0.7), math.log(0.6), math.log(0.8)], abs=1e-6)
+
+
+@pytest.mark.parametrize("search", ["greedy", "beam", "sample"])
+def test_a_prefix_is_kept_and_the_search_goes_on_from_it(search) -> None:
+    run = {
+        "greedy": lambda step, **kw: greedy_search(step, [6], **kw),
+        "beam": lambda step, **kw: beam_search(step, [6], beam=3, **kw),
+        "sample": lambda step, **kw: sample_search(step, [6], seed=1, **kw),
+    }[search]
+    [[free]] = run(Step(TABLE, 1))
+    assert free.tokens[:1] != [D]
+    table = {**TABLE, (D,): dist(b=0.3, eos=0.5), (D, B): dist(c=0.9)}
+    [[h]] = run(Step(table, 1), prefixes=[[D, B]])
+    assert h.tokens[:2] == [D, B] and len(h.tokens) > 2  # kept, then continued
+    if search != "sample":
+        assert h.tokens == [D, B, C]
+    # the prefix's own log-probabilities count, as CTranslate2's target_prefix's do
+    assert h.token_log_probs[:2] == pytest.approx([math.log(0.1), math.log(0.3)], abs=1e-6)
+
+
+def test_without_constraints_a_term_is_absent_with_them_present_exactly_once() -> None:
+    [[plain]] = beam_search(Step(TABLE, 1), [6], beam=3, alpha=0.0)
+    assert plain.tokens == [A, A]
+    [[held]] = beam_search(Step(TABLE, 1), [6], beam=3, alpha=0.0, constraints=constraints([[[B, C]]]))
+    assert _count(held.tokens, [B, C]) == 1 and held.met == 1
+    # asked twice: twice
+    [[twice]] = beam_search(
+        Step(TABLE, 1), [8], beam=beam_for(3, [[C], [C]]), alpha=0.0, constraints=constraints([[[C], [C]]])
+    )
+    assert twice.tokens.count(C) == 2 and twice.met == 2
+
+
+def test_a_term_met_as_often_as_asked_is_not_completed_again() -> None:
+    likes_c = {(): dist(c=0.9), (C,): dist(c=0.9), (C, C): dist(c=0.9)}  # "c c c ..." unconstrained
+    [[h]] = beam_search(
+        Step(likes_c, 1, dist(c=0.5, eos=0.4)), [5], beam=2, alpha=0.0, constraints=constraints([[[C]]])
+    )
+    assert h.tokens.count(C) == 1
+
+
+def test_no_piece_continues_the_last_word_of_a_term() -> None:
+    continues = torch.zeros(8, dtype=torch.bool)
+    continues[D] = True  # "d" continues a word (no word-start mark)
+    after_b = {(): dist(a=0.9), (A,): dist(eos=0.9), (B,): dist(d=0.9), (A, B): dist(d=0.9)}
+    [[loose]] = beam_search(Step(after_b, 1), [4], beam=3, alpha=0.0, constraints=constraints([[[B]]]))
+    [[whole]] = beam_search(
+        Step(after_b, 1), [4], beam=3, alpha=0.0, constraints=constraints([[[B]]], continues)
+    )
+    assert D in loose.tokens[loose.tokens.index(B) + 1 :][:1]  # the model's "b d"
+    assert whole.tokens[whole.tokens.index(B) + 1 : whole.tokens.index(B) + 2] != [D]
+
+
+def test_terms_that_do_not_fit_end_at_the_maximum_length_with_as_many_as_fit() -> None:
+    [[h]] = beam_search(
+        Step(TABLE, 1), [2], beam=4, alpha=0.0, constraints=constraints([[[B, C], [D]]]), nbest=1
+    )
+    assert len(h.tokens) <= 2 and h.met == 1  # "b c" or "d": one of the two terms, not none
+
+
+def test_the_automaton_follows_terms_that_overlap_themselves() -> None:
+    # "a a b" inside "a a a b": after "a a a" the match is "a a", so the final "b" completes it
+    borders = _borders([A, A, B], 3)
+    assert borders[2] == [True, True, True]
+    table = {(): dist(a=0.9), (A,): dist(a=0.9), (A, A): dist(a=0.9), (A, A, A): dist(b=0.9)}
+    [[h]] = beam_search(Step(table, 1), [6], beam=4, alpha=0.0, constraints=constraints([[[A, A, B]]]))
+    assert _count(h.tokens, [A, A, B]) == 1 and h.met == 1
+
+
+def _count(tokens: list[int], term: list[int]) -> int:
+    return sum(tokens[i : i + len(term)] == term for i in range(len(tokens) - len(term) + 1))
+
+
+# --- the real model ------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.manual_seed(0)
+    config = TransformerConfig(
+        src_vocab_size=40, tgt_vocab_size=40, d_model=32, n_heads=4, d_ff=64, n_encoder_layers=2,
+        n_decoder_layers=2, dropout=0.0, max_len=32,
+    )  # fmt: skip
+    return build_model(config).eval()
+
+
+def _sources():
+    torch.manual_seed(1)
+    rows = [torch.randint(4, 40, (n,)).tolist() + [3] for n in (5, 9, 3, 7)]
+    width = max(map(len, rows))
+    return torch.tensor([r + [0] * (width - len(r)) for r in rows])
+
+
+def test_constrained_search_is_batch_invariant_and_meets_its_terms(model) -> None:
+    src = _sources()
+    terms = [[[7, 8]], [], [[11], [12, 13]], [[9]]]
+    options = DecodeOptions(beam=4, alpha=0.6, max_len_b=12)
+    batched = generate(model, src, options, Controls(terms=terms))
+    for i in range(len(terms)):
+        one = src[i : i + 1, : int((src[i] != 0).sum())]
+        [alone] = generate(model, one, options, Controls(terms=[terms[i]]))
+        assert alone[0].tokens == batched[i][0].tokens
+        assert alone[0].score == pytest.approx(batched[i][0].score, abs=1e-4)
+        for term in terms[i]:
+            assert _count(batched[i][0].tokens, term) == 1
+    plain = generate(model, src[1:2, :10], options)  # no terms: the plain search's result
+    assert plain[0][0].tokens == batched[1][0].tokens
+
+
+def test_prefix_on_the_model_matches_the_search_with_the_prefix_forced(model) -> None:
+    src = _sources()
+    options = DecodeOptions(beam=1, max_len_b=10)
+    prefixes = [[5, 6], [], [7], [8, 9, 10]]
+    out = generate(model, src, options, Controls(prefixes=prefixes))
+    for p, hyps in zip(prefixes, out):
+        assert hyps[0].tokens[: len(p)] == p
+    # after the prefix greedy search continues as the model's argmax does
+    src_mask = padding_mask(src[:1], 0)
+    with torch.inference_mode():
+        memory = model.encode(src[:1], src_mask)
+    with torch.inference_mode():
+        tgt = torch.tensor([[2, 5, 6]])  # BOS, the prefix
+        log_probs = model.generator(model.decode(tgt, memory, src_mask)[:, -1:], log_probs=True)[0, 0]
+    log_probs = log_probs.clone()
+    log_probs[[0, 2]] = -math.inf  # never PAD or BOS
+    assert (out[0][0].tokens[2:3] or [3])[0] == int(log_probs.argmax())  # the next token, or EOS
