@@ -8,9 +8,11 @@ A backend has ``name`` (its engine), ``tokenizer`` (:class:`~aiayn.data.Tokenize
 (:class:`~aiayn.TransformerConfig`), ``progress`` (None, or called with the number of sentences
 each finished batch held), ``translate(lines, options)`` (one string per line) and
 ``translate_nbest(lines, options)`` (per line the ``options.nbest`` best ``(score, text)``, best
-first; ``[]`` for a blank line). Both backends keep :class:`~aiayn.decode.Translator`'s text
-conventions: blank line -> blank output, a source longer than ``max_len`` truncated with the same
-warning, line breaks in an output replaced by spaces.
+first; ``[]`` for a blank line), ``translate_aligned`` (the best text and its word alignment) and
+``translate_scored`` (the best text and its confidence, :class:`~aiayn.decode.translator.Scored`);
+each takes ``prefixes`` (per line a target text the translation starts with). Both backends keep
+:class:`~aiayn.decode.Translator`'s text conventions: blank line -> blank output, a source longer
+than ``max_len`` truncated with the same warning, line breaks in an output replaced by spaces.
 
 ``torch`` is :class:`~aiayn.decode.Translator` on the model of the checkpoint.
 
@@ -46,7 +48,11 @@ How it differs from the torch backend's search (:mod:`aiayn.decode.search`):
 * **Sampling** draws from CTranslate2's own random stream (``seed`` sets it through
   ``ctranslate2.set_random_seed``, on a new translator: its threads seed themselves once), and its
   scores are CTranslate2's, converted as above (not checked against the model's log-probs).
-* ``use_cache=False`` (the uncached reference) does not exist there and is refused.
+* ``use_cache=False`` (the uncached reference) does not exist there and is refused, as is a
+  ``glossary`` (CTranslate2 has no lexical constraints).
+* **Prefixes** go to CTranslate2's ``target_prefix``; greedy search gives the same tokens as the torch
+  backend's. **Confidence** (``translate_scored``): the best hypothesis is scored again with
+  ``score_batch`` for its tokens' log-probabilities.
 """
 
 from __future__ import annotations
@@ -67,7 +73,16 @@ from aiayn.data.tokenizer import Tokenizer
 from aiayn.decode.align import word_alignment
 from aiayn.decode.search import DecodeOptions, length_penalty
 from aiayn.decode.step import max_output_lengths
-from aiayn.decode.translator import LINE_BREAKS, AlignedLines, NBest, Translator, clamp_pairs
+from aiayn.decode.translator import (
+    LINE_BREAKS,
+    AlignedLines,
+    NBest,
+    Scored,
+    Translator,
+    clamp_pairs,
+    with_prefix,
+    word_probabilities,
+)
 from aiayn.errors import Setting, SettingError
 from aiayn.export import (
     ALIGNMENT,
@@ -173,14 +188,19 @@ class TorchBackend:
         translator.progress = self.progress
         return translator
 
-    def translate(self, lines: Sequence[str], options: DecodeOptions) -> list[str]:
-        return self.translator(options).translate(lines)
+    def translate(self, lines: Sequence[str], options: DecodeOptions, prefixes=None) -> list[str]:
+        return self.translator(options).translate(lines, prefixes)
 
-    def translate_nbest(self, lines: Sequence[str], options: DecodeOptions) -> NBest:
-        return self.translator(options).translate_nbest(lines)
+    def translate_nbest(self, lines: Sequence[str], options: DecodeOptions, prefixes=None) -> NBest:
+        return self.translator(options).translate_nbest(lines, prefixes=prefixes)
 
-    def translate_aligned(self, lines: Sequence[str], options: DecodeOptions) -> AlignedLines:
-        return self.translator(options).translate_aligned(lines)
+    def translate_aligned(self, lines: Sequence[str], options: DecodeOptions, prefixes=None) -> AlignedLines:
+        return self.translator(options).translate_aligned(lines, prefixes)
+
+    def translate_scored(
+        self, lines: Sequence[str], options: DecodeOptions, prefixes=None, *, align: bool = False
+    ) -> list[Scored]:
+        return self.translator(options).translate_scored(lines, prefixes, align=align)
 
 
 # --- CTranslate2 ----------------------------------------------------------------------------------
@@ -270,29 +290,54 @@ class CTranslate2Backend:
         config = TransformerConfig.from_dict(_export_info(out)["model"])
         return cls(open_translator, tokenizer, config, batch_tokens=batch_tokens, warn=warn)
 
-    def translate(self, lines: Sequence[str], options: DecodeOptions) -> list[str]:
-        return [
-            nbest[0][1] if nbest else "" for nbest in self.translate_nbest(lines, replace(options, nbest=1))
-        ]
+    def translate(self, lines: Sequence[str], options: DecodeOptions, prefixes=None) -> list[str]:
+        nbest = self.translate_nbest(lines, replace(options, nbest=1), prefixes)
+        return [hypotheses[0][1] if hypotheses else "" for hypotheses in nbest]
 
-    def translate_nbest(self, lines: Sequence[str], options: DecodeOptions) -> NBest:
-        found, _ = self._translate(lines, options, attention=False)
+    def translate_nbest(self, lines: Sequence[str], options: DecodeOptions, prefixes=None) -> NBest:
+        found, _ = self._translate(lines, options, attention=False, prefixes=prefixes)
         return [[(score, text) for score, text, _, _ in hypotheses] for hypotheses in found]
 
-    def translate_aligned(self, lines: Sequence[str], options: DecodeOptions) -> AlignedLines:
+    def translate_aligned(self, lines: Sequence[str], options: DecodeOptions, prefixes=None) -> AlignedLines:
         """The best translation of each line with its word alignment, read off the attention
         CTranslate2 returns (the export's last layer, heads averaged: as the torch backend's)."""
-        found, sources = self._translate(lines, replace(options, nbest=1), attention=True)
-        aligned: AlignedLines = [("", ()) for _ in lines]
-        for i, (line, hypotheses) in enumerate(zip(lines, found)):
-            if hypotheses:
-                _, text, pieces, weights = hypotheses[0]
-                pairs = word_alignment(torch.tensor(weights), sources[i], pieces) if weights else ()
-                aligned[i] = (text, clamp_pairs(pairs, len(line.split()), len(text.split())))
-        return aligned
+        return [(s.text, s.alignment) for s in self._best(lines, options, prefixes, align=True, scores=False)]
+
+    def translate_scored(
+        self, lines: Sequence[str], options: DecodeOptions, prefixes=None, *, align: bool = False
+    ) -> list[Scored]:
+        """The best translation of each line, its tokens' log-probabilities from ``score_batch``."""
+        return self._best(lines, options, prefixes, align=align, scores=True)
+
+    def _best(self, lines, options: DecodeOptions, prefixes, *, align: bool, scores: bool) -> list[Scored]:
+        found, sources = self._translate(lines, replace(options, nbest=1), attention=align, prefixes=prefixes)
+        best = {i: hypotheses[0] for i, hypotheses in enumerate(found) if hypotheses}
+        log_probs = self._token_log_probs(sources, best) if scores else {}
+        results = [Scored("") for _ in lines]
+        for i, (score, text, pieces, weights) in best.items():
+            pairs = word_alignment(torch.tensor(weights), sources[i], pieces) if weights else ()
+            lps = log_probs.get(i, [])
+            results[i] = Scored(
+                text,
+                score,
+                sum(lps) / len(lps) if lps else 0.0,
+                word_probabilities(text, pieces, lps[: len(pieces)]),
+                clamp_pairs(pairs, len(lines[i].split()), len(text.split())),
+            )
+        return results
+
+    def _token_log_probs(
+        self, sources: dict[int, list[str]], best: dict[int, tuple]
+    ) -> dict[int, list[float]]:
+        """Each best hypothesis's token log-probabilities (its EOS last), scored by CTranslate2."""
+        order = list(best)
+        scored = self.translator.score_batch(
+            [sources[i] for i in order], [best[i][2] for i in order], max_batch_size=self.batch_tokens
+        )
+        return {i: list(result.log_probs) for i, result in zip(order, scored)}
 
     def _translate(
-        self, lines: Sequence[str], options: DecodeOptions, attention: bool
+        self, lines: Sequence[str], options: DecodeOptions, attention: bool, prefixes=None
     ) -> tuple[list[list], dict[int, list[str]]]:
         """Per line its n-best ``(score, text, pieces, attention rows or None)``, best first; and
         each non-blank line's source pieces."""
@@ -300,13 +345,22 @@ class CTranslate2Backend:
         translator = self._translator_for(options)
         results: list[list] = [[] for _ in lines]
         sources = {i: self.encode_source(line, i + 1) for i, line in enumerate(lines) if line.strip()}
-        limits = self._limits(sources, options)
+        starts = self._prefixes(sources, prefixes)
+        limits = self._limits(sources, options, starts)
         for batch in token_batches({i: len(pieces) + 1 for i, pieces in sources.items()}, self.batch_tokens):
             found = self._search(
-                translator, [sources[i] for i in batch], [limits[i] for i in batch], options, attention
+                translator,
+                [sources[i] for i in batch],
+                [limits[i] for i in batch],
+                options,
+                attention,
+                [starts[i] for i in batch] if starts else None,
             )
             for i, hypotheses in zip(batch, found):
-                results[i] = hypotheses
+                results[i] = [
+                    (score, with_prefix(text, prefixes[i] if prefixes else "", self.tokenizer), *rest)
+                    for score, text, *rest in hypotheses
+                ]
             if self.progress is not None:
                 self.progress(len(batch))
         return results, sources
@@ -322,11 +376,21 @@ class CTranslate2Backend:
         return [self.pieces[i] for i in ids]
 
     # --- internals ---------------------------------------------------------------------------------
-    def _limits(self, sources: dict[int, list[str]], options: DecodeOptions) -> dict[int, int]:
-        """Each sentence's maximum output length before EOS, as aiayn's (S counts the EOS)."""
+    def _limits(self, sources: dict[int, list[str]], options: DecodeOptions, starts) -> dict[int, int]:
+        """Each sentence's maximum output length before EOS, as aiayn's (S counts the EOS; at least
+        its prefix's, within ``max_len``)."""
         lengths = torch.tensor([len(pieces) + 1 for pieces in sources.values()], dtype=torch.long)
         limits = max_output_lengths(lengths, options.max_len_a, options.max_len_b, self.config.max_len)
+        if starts:
+            limits = [min(max(n, len(starts[i])), self.config.max_len - 1) for n, i in zip(limits, sources)]
         return dict(zip(sources, limits))
+
+    def _prefixes(self, sources: dict[int, list[str]], prefixes) -> dict[int, list[str]]:
+        """Each line's prefix as target pieces (cut to what an output may hold), or {} for none."""
+        if not prefixes or not any(prefixes):
+            return {}
+        room = self.config.max_len - 1
+        return {i: [self.pieces[t] for t in self.tokenizer.encode(prefixes[i])][:room] for i in sources}
 
     def _translator_for(self, options: DecodeOptions):
         """The translator; for seeded sampling a new one, seeded first. (CTranslate2's worker threads
@@ -338,7 +402,13 @@ class CTranslate2Backend:
         return self.open_translator()
 
     def _search(
-        self, translator, sources: list[list[str]], limits: list[int], options: DecodeOptions, attention: bool
+        self,
+        translator,
+        sources: list[list[str]],
+        limits: list[int],
+        options: DecodeOptions,
+        attention: bool,
+        starts: list[list[str]] | None = None,
     ) -> list[list]:
         """One batch, decoded up to its largest limit (+ 1 step for the EOS); longer outputs are cut."""
         if max(limits) == 0:  # aiayn ends such outputs at once: only the EOS, scored
@@ -347,6 +417,7 @@ class CTranslate2Backend:
             ]
         results = translator.translate_batch(
             sources,
+            [start or None for start in starts] if starts else None,
             max_decoding_length=max(limits) + 1,
             min_decoding_length=0,  # CTranslate2's default 1 forbids the empty output aiayn allows
             max_input_length=0,  # sources are already truncated (with a warning)
@@ -382,6 +453,12 @@ class CTranslate2Backend:
 
 
 def check_ct2_options(options: DecodeOptions) -> None:
+    if options.glossary:
+        raise SettingError(
+            Setting("glossary"),
+            ": the ctranslate2 engine has no lexical constraints; use ",
+            Setting("engine", "torch"),
+        )
     if not options.use_cache:
         raise SettingError(
             Setting("use_cache", False),

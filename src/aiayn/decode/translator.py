@@ -12,20 +12,37 @@ convention as training (src = ids + [EOS], tgt_in = [BOS] + ids, tgt_out = ids +
 * Batches hold at most ``batch_tokens`` padded source tokens (at least one sentence), sentences
   sorted by length so that little padding is computed (:func:`aiayn.data.batching.token_batches`);
   outputs come back in input order.
+* A **prefix** (per line, target text) is tokenized as the target side is, forced as the start of
+  the output, and kept exactly as given in the text (the model continues after it).
+* A **glossary** (``options.glossary``, :mod:`aiayn.decode.glossary`) makes each line's target terms
+  constraints of a beam search (:mod:`aiayn.decode.constraints`), searched with a beam of at least
+  one more than their tokens (widened for that line, said once per call); terms that do not fit
+  the line's maximum output length are left out from the last, with a warning naming the line.
 """
 
 from __future__ import annotations
 
+import math
 import re
 import sys
-from dataclasses import replace
-from typing import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Callable, Iterator, Sequence
 
 import torch
 
 from aiayn.data.batching import pad, token_batches
-from aiayn.decode.align import Pairs, alignment_layer, cross_attention, word_alignment
-from aiayn.decode.search import DecodeOptions, Hypothesis, generate
+from aiayn.decode import glossary
+from aiayn.decode.align import (
+    WORD_START,
+    Pairs,
+    alignment_layer,
+    cross_attention,
+    word_alignment,
+    word_starts,
+)
+from aiayn.decode.constraints import beam_for, total_tokens
+from aiayn.decode.search import Controls, DecodeOptions, Hypothesis, generate
+from aiayn.decode.step import max_output_lengths
 
 Warn = Callable[[str], None]
 NBest = list[list[tuple[float, str]]]  # per line, its n-best (score, text), best first; [] for a blank line
@@ -43,6 +60,59 @@ def clamp_pairs(pairs: Pairs, source_words: int, target_words: int) -> Pairs:
     return tuple(sorted({(min(i, source_words - 1), min(j, target_words - 1)) for i, j in pairs}))
 
 
+@dataclass(frozen=True)
+class Scored:
+    """A translation with its confidence: ``score`` (log P / lp, as the n-best's), ``confidence``
+    (the mean log-probability of its tokens, EOS included: the length-normalised log-probability;
+    ``math.exp`` of it is the probability form), ``words`` (each word of ``text.split()`` with its
+    probability: the product of its pieces'), ``alignment`` (with ``align``), ``terms`` (glossary
+    terms met, asked)."""
+
+    text: str
+    score: float = 0.0
+    confidence: float = 0.0
+    words: tuple[tuple[str, float], ...] = ()
+    alignment: Pairs = ()
+    terms: tuple[int, int] = (0, 0)
+
+    @property
+    def probability(self) -> float:
+        return math.exp(self.confidence)
+
+
+@dataclass
+class _Line:
+    """What a line's search is given besides its source: a prefix and glossary terms (target ids)."""
+
+    prefix: list[int] = field(default_factory=list)
+    terms: list[list[int]] = field(default_factory=list)
+
+
+def word_probabilities(text: str, pieces: Sequence[str], log_probs: Sequence[float]) -> tuple:
+    """``(word, probability)`` for each word of ``text.split()``: the pieces' log-probabilities
+    summed per word (a piece starting with ``▁`` starts one), the words matched in order (where the
+    two counts differ, the extra pieces' words join the last word, an extra text word takes the last
+    probability)."""
+    words = text.split()
+    if not words or not pieces:
+        return ()
+    sums = [0.0] * (word_starts(pieces)[-1] + 1)
+    for index, log_prob in zip(word_starts(pieces), log_probs):
+        sums[min(index, len(words) - 1)] += log_prob
+    sums = sums[: len(words)]
+    return tuple((word, math.exp(sums[min(k, len(sums) - 1)])) for k, word in enumerate(words))
+
+
+def with_prefix(text: str, prefix: str, tokenizer) -> str:
+    """``text`` (a translation that began with ``prefix``'s pieces) with the prefix exactly as the
+    user gave it (tokenizing and detokenizing may normalise it), then the rest."""
+    if not prefix:
+        return text
+    given = LINE_BREAKS.sub(" ", tokenizer.decode(tokenizer.encode(prefix)))
+    rest = text[len(given) :] if text.startswith(given) else text
+    return prefix + (rest.lstrip() if prefix[-1:].isspace() else rest)
+
+
 def _stderr(message: str) -> None:
     print(f"aiayn: warning: {message}", file=sys.stderr)
 
@@ -52,9 +122,10 @@ class Translator:
 
     ``options`` (:class:`DecodeOptions`) may be given whole or as keywords (``beam=4, alpha=0.6,
     nbest=1, max_len_a=1.0, max_len_b=50, use_cache=True, sample=False, temperature=1.0, top_k=0,
-    top_p=1.0, seed=None``). ``progress`` is called with the number of sentences of each finished
-    batch (for a progress bar). ``align_layer``: the decoder layer alignments are read from
-    (default :func:`~aiayn.decode.align.alignment_layer`, the last).
+    top_p=1.0, seed=None, glossary=()``). ``progress`` is called with the number of sentences of each
+    finished batch (for a progress bar). ``align_layer``: the decoder layer alignments are read from
+    (default :func:`~aiayn.decode.align.alignment_layer`, the last). ``prefixes`` (each method): one
+    target text per line ("" for none) the translation starts with.
     """
 
     def __init__(
@@ -78,24 +149,53 @@ class Translator:
         self.options = replace(options or DecodeOptions(), **option_values)
         self.progress: Callable[[int], None] | None = None
 
-    def translate(self, lines: Sequence[str]) -> list[str]:
+    def translate(self, lines: Sequence[str], prefixes: Sequence[str] | None = None) -> list[str]:
         """One detokenized translation per line (the best hypothesis)."""
         options = replace(self.options, nbest=1, scores=False)  # text only: greedy skips the log-softmax
-        return [nbest[0][1] if nbest else "" for nbest in self._search(lines, options)]
+        return [nbest[0][1] if nbest else "" for nbest in self._nbest(lines, options, prefixes)]
 
-    def translate_nbest(self, lines: Sequence[str], nbest: int | None = None) -> NBest:
+    def translate_nbest(
+        self, lines: Sequence[str], nbest: int | None = None, prefixes: Sequence[str] | None = None
+    ) -> NBest:
         """``nbest`` (default: the options') ``(score, text)`` pairs per line, best first; [] for a
         blank line."""
-        options = replace(self.options, nbest=nbest or self.options.nbest)
-        return self._search(lines, options)
+        return self._nbest(lines, replace(self.options, nbest=nbest or self.options.nbest), prefixes)
 
-    def translate_aligned(self, lines: Sequence[str]) -> AlignedLines:
+    def _nbest(self, lines: Sequence[str], options: DecodeOptions, prefixes: Sequence[str] | None) -> NBest:
+        results: NBest = [[] for _ in lines]
+        for batch, _, hypotheses in self._decoded(lines, options, prefixes):
+            for i, hyps in zip(batch, hypotheses):
+                results[i] = [(h.score, self._text(h, prefixes, i)) for h in hyps]
+        return results
+
+    def translate_aligned(self, lines: Sequence[str], prefixes: Sequence[str] | None = None) -> AlignedLines:
         """The best translation of each line with its ``(source word, target word)`` pairs (words:
         ``str.split()``); ``("", ())`` for a blank line."""
-        options = replace(self.options, nbest=1, scores=False)
-        aligned: AlignedLines = [("", ()) for _ in lines]
-        self._search(lines, options, aligned=aligned)
-        return aligned
+        best = self._best(lines, prefixes, align=True, scores=False)  # the search skips what it can
+        return [(s.text, s.alignment) for s in best]
+
+    def translate_scored(
+        self, lines: Sequence[str], prefixes: Sequence[str] | None = None, *, align: bool = False
+    ) -> list[Scored]:
+        """The best translation of each line with its confidence (:class:`Scored`; with ``align``
+        its word alignment too); ``Scored("")`` for a blank line."""
+        return self._best(lines, prefixes, align=align, scores=True)
+
+    def _best(self, lines, prefixes, *, align: bool, scores: bool) -> list[Scored]:
+        options = replace(self.options, nbest=1, scores=scores)
+        results = [Scored("") for _ in lines]
+        for batch, src, hypotheses in self._decoded(lines, options, prefixes):
+            best = [hyps[0] for hyps in hypotheses]
+            texts = [self._text(h, prefixes, i) for h, i in zip(best, batch)]
+            alignments = self._align(src, [lines[i] for i in batch], best, texts) if align else None
+            for k, (i, h) in enumerate(zip(batch, best)):
+                results[i] = self._scored(
+                    h,
+                    texts[k],
+                    alignments[k] if alignments else (),
+                    len(glossary.targets(options.glossary, lines[i])),
+                )
+        return results
 
     def encode_source(self, text: str, line_number: int | None = None) -> list[int]:
         """``encode(text) + [EOS]``, truncated (with a warning) to the model's ``max_len``."""
@@ -112,38 +212,108 @@ class Translator:
         return token_batches({i: len(ids) for i, ids in sources.items()}, self.batch_tokens)
 
     # --- internals ---------------------------------------------------------------------------------
-    def _search(
-        self, lines: Sequence[str], options: DecodeOptions, aligned: AlignedLines | None = None
-    ) -> NBest:
-        """The n-best of each line; with ``aligned``, also its best translation and alignment there."""
-        results: NBest = [[] for _ in lines]
+    def _decoded(
+        self, lines: Sequence[str], options: DecodeOptions, prefixes: Sequence[str] | None
+    ) -> Iterator[tuple[list[int], torch.Tensor, list[list[Hypothesis]]]]:
+        """Per batch: its lines' indices, their padded sources ``(B, S)`` and their hypotheses (best
+        first). Lines whose glossary terms widen the beam are decoded in batches of their own beam."""
         sources = {i: self.encode_source(line, i + 1) for i, line in enumerate(lines) if line.strip()}
-        pad_id = self.model.config.pad_id
-        for batch in self.batches(sources):
-            src = pad([sources[i] for i in batch], pad_id).to(self.device)  # (B, S)
-            hypotheses = generate(self.model, src, options)
-            for i, hyps in zip(batch, hypotheses):
-                results[i] = [(h.score, self.detokenize(h)) for h in hyps]
-            if aligned is not None:
-                best = [hyps[0] for hyps in hypotheses]
-                texts = [results[i][0][1] for i in batch]
-                self._align(
-                    src, batch, [lines[i] for i in batch], [sources[i] for i in batch], best, texts, aligned
-                )
-            if self.progress is not None:
-                self.progress(len(batch))
-        return results
+        controls = self._controls(lines, sources, options, prefixes)
+        for beam, group in self._beams(sources, controls, options).items():
+            searched = replace(options, beam=beam)
+            for batch in self.batches({i: sources[i] for i in group}):
+                src = pad([sources[i] for i in batch], self.model.config.pad_id).to(self.device)  # (B, S)
+                yield batch, src, generate(self.model, src, searched, self._batch_controls(batch, controls))
+                if self.progress is not None:
+                    self.progress(len(batch))
 
-    def _align(
-        self, src, batch, lines, sources, best: list[Hypothesis], texts, aligned: AlignedLines
-    ) -> None:
-        """Each line of ``batch``: its best text (``texts``) and the word alignment read off the
-        cross-attention."""
+    def _controls(self, lines, sources, options: DecodeOptions, prefixes) -> dict[int, _Line]:
+        """Each line's prefix and glossary terms as target ids, fitted to its maximum output length."""
+        if not prefixes and not options.glossary:
+            return {}
+        limits = max_output_lengths(
+            torch.tensor([len(ids) for ids in sources.values()]),
+            options.max_len_a,
+            options.max_len_b,
+            self.model.config.max_len,
+        )
+        return {
+            i: self._line(i, lines[i], prefixes[i] if prefixes else "", options, limit)
+            for i, limit in zip(sources, limits)
+        }
+
+    def _line(self, i: int, line: str, prefix: str, options: DecodeOptions, limit: int) -> _Line:
+        room = self.model.config.max_len - 1
+        ids = self.tokenizer.encode(prefix) if prefix else []
+        if len(ids) > room:
+            self.warn(f"line {i + 1}: the prefix has {len(ids)} tokens, more than an output's {room}; cut")
+            ids = ids[:room]
+        terms = [self.tokenizer.encode(t) for t in glossary.targets(options.glossary, line)]
+        kept = list(terms)
+        while kept and len(ids) + total_tokens(kept) > max(limit, len(ids)):
+            kept.pop()
+        if len(kept) < len(terms):
+            self.warn(
+                f"line {i + 1}: its glossary terms need {len(ids) + total_tokens(terms)} tokens, more than "
+                f"the {max(limit, len(ids))} its translation may have; {len(kept)} of {len(terms)} kept"
+            )
+        return _Line(ids, kept)
+
+    def _beams(self, sources, controls: dict[int, _Line], options: DecodeOptions) -> dict[int, list[int]]:
+        """The lines decoded with each beam: the options' own, or wider for a line's terms (said once)."""
+        if options.sample:
+            return {options.beam: list(sources)}
+        groups: dict[int, list[int]] = {}
+        for i in sources:
+            terms = controls[i].terms if i in controls else []
+            groups.setdefault(beam_for(options.beam, terms), []).append(i)
+        wider = {beam: len(group) for beam, group in groups.items() if beam > options.beam}
+        if wider:
+            widths = ", ".join(f"{beam} for {count} line(s)" for beam, count in sorted(wider.items()))
+            self.warn(f"glossary: beam {options.beam} widened to {widths} (one slot per term token, and one)")
+        return groups
+
+    def _batch_controls(self, batch: list[int], controls: dict[int, _Line]) -> Controls:
+        if not controls:
+            return Controls()
+        lines = [controls[i] for i in batch]
+        terms = [line.terms for line in lines]
+        return Controls(
+            prefixes=[line.prefix for line in lines],
+            terms=terms if any(terms) else None,
+            continues=self._continues() if any(terms) else None,
+        )
+
+    def _continues(self) -> torch.Tensor:
+        """``(V,)`` the target pieces that continue a word (no ``▁``, a letter or digit first)."""
+        piece = self.tokenizer.id_to_piece
+        flags = [
+            not p.startswith(WORD_START) and p[:1].isalnum()
+            for p in (piece(i) for i in range(self.model.config.tgt_vocab_size))
+        ]
+        return torch.tensor(flags, dtype=torch.bool)
+
+    def _text(self, hypothesis: Hypothesis, prefixes: Sequence[str] | None, i: int) -> str:
+        return with_prefix(self.detokenize(hypothesis), prefixes[i] if prefixes else "", self.tokenizer)
+
+    def _scored(self, hypothesis: Hypothesis, text: str, alignment: Pairs, asked: int) -> Scored:
+        lps = hypothesis.token_log_probs
+        pieces = [self.tokenizer.id_to_piece(t) for t in hypothesis.tokens]
+        confidence = sum(lps) / len(lps) if lps else 0.0
+        words = word_probabilities(text, pieces, lps[: len(pieces)])
+        return Scored(text, hypothesis.score, confidence, words, alignment, (hypothesis.met, asked))
+
+    def _align(self, src, lines, best: list[Hypothesis], texts) -> list[Pairs]:
+        """Each line's word alignment (over ``str.split()`` words of the line and of its text) read off
+        the cross-attention."""
         weights = cross_attention(self.model, src, [h.tokens for h in best], self.align_layer)
         piece = self.tokenizer.id_to_piece
-        for i, line, ids, hypothesis, text, rows in zip(batch, lines, sources, best, texts, weights):
-            pairs = word_alignment(rows, [piece(t) for t in ids[:-1]], [piece(t) for t in hypothesis.tokens])
-            aligned[i] = (text, clamp_pairs(pairs, len(line.split()), len(text.split())))
+        pairs = []
+        for row, line, hypothesis, text, rows in zip(range(len(lines)), lines, best, texts, weights):
+            source = [piece(int(t)) for t in src[row] if int(t) != self.model.config.pad_id][:-1]
+            found = word_alignment(rows, source, [piece(t) for t in hypothesis.tokens])
+            pairs.append(clamp_pairs(found, len(line.split()), len(text.split())))
+        return pairs
 
     def detokenize(self, hypothesis: Hypothesis) -> str:
         """The text of ``hypothesis`` on one line (characters that split lines become spaces)."""
