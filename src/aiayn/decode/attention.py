@@ -1,15 +1,17 @@
-"""What the model attends to for one sentence: the search's translation, then one forward pass with
+"""What the model attends to for one sentence: the search's translation (from a prefix, with a
+glossary: the options' and :class:`~aiayn.decode.Translator`'s), then one forward pass with
 ``return_attention=True`` over the source and that translation (the model's own ``need_weights``
-path), every layer and head of encoder self-, decoder self- and cross-attention."""
+path), every layer and head of encoder self-, decoder self- and cross-attention, and the probability
+the model gave each piece of the translation in that pass."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import torch
 from torch import Tensor
 
-from aiayn.decode.search import DecodeOptions, generate
+from aiayn.decode.search import DecodeOptions
 from aiayn.decode.translator import Translator
 
 
@@ -21,6 +23,7 @@ class SentenceAttention:
     (BOS first): the piece each target position reads; ``predicted_pieces`` the piece each target
     position predicts (the translation's pieces, EOS last), one place on. An alignment reads target
     rows by what they predict (:func:`aiayn.plots.plot_attention` labels them so by default).
+    ``probabilities``: of each predicted piece, given the source and the pieces before it.
     """
 
     source_pieces: list[str]
@@ -29,26 +32,42 @@ class SentenceAttention:
     score: float
     maps: dict[str, list[Tensor]]
     predicted_pieces: list[str]
+    probabilities: list[float] = field(default_factory=list)
 
 
 def sentence_attention(
-    model, tokenizer, text: str, options: DecodeOptions, *, device="cpu", target: str | None = None
+    model,
+    tokenizer,
+    text: str,
+    options: DecodeOptions,
+    *,
+    device="cpu",
+    target: str | None = None,
+    prefix: str = "",
 ) -> SentenceAttention:
     """What each head attended to for ``text`` and its translation: the best hypothesis of a search
-    with ``options``, or ``target`` when given (then scored NaN: no search ran)."""
-    translator = Translator(model, tokenizer, device, options=options)
+    with ``options`` (starting with ``prefix``), or ``target`` when given (then scored NaN: no search
+    ran)."""
+    translator = Translator(model, tokenizer, device, options=replace(options, nbest=1, scores=True))
     src_ids = translator.encode_source(text)
+    if target is None and text.strip():
+        best = translator.hypotheses([text], [prefix])[0][0]
+        tokens, translation, score = best.tokens, translator.text(best, prefix), best.score
+    else:
+        target = target or ""
+        tokens, translation, score = tokenizer.encode(target, target=True), target, float("nan")
+    tgt_ids = [model.config.bos_id, *tokens][: model.config.max_len]
+    predicted = [*tokens, model.config.eos_id][: len(tgt_ids)]  # position t reads tgt_ids[t]
     with torch.inference_mode():
         src = torch.tensor([src_ids], device=device)  # (1, S)
-        if target is None:
-            best = generate(model, src, replace(options, nbest=1, scores=True))[0][0]
-            tokens, translation, score = best.tokens, translator.detokenize(best), best.score
-        else:
-            tokens, translation, score = tokenizer.encode(target, target=True), target, float("nan")
-        tgt_ids = [model.config.bos_id, *tokens][: model.config.max_len]
-        predicted = [*tokens, model.config.eos_id][: len(tgt_ids)]  # position t reads tgt_ids[t]
-        tgt = torch.tensor([tgt_ids], device=device)  # (1, T)
-        _, maps = model(src, tgt, return_attention=True)
+        log_probs, maps = model(src, torch.tensor([tgt_ids], device=device), return_attention=True)
+        chosen = (
+            log_probs[0]
+            .float()
+            .log_softmax(dim=-1)
+            .gather(-1, torch.tensor(predicted, device=device)[:, None])
+        )
     source, target, after = ([tokenizer.id_to_piece(i) for i in ids] for ids in (src_ids, tgt_ids, predicted))
     heads = {kind: [m[0].float().cpu() for m in layers] for kind, layers in maps.items()}  # (H, T_q, T_k)
-    return SentenceAttention(source, target, translation, score, heads, predicted_pieces=after)
+    probabilities = chosen[:, 0].exp().cpu().tolist()
+    return SentenceAttention(source, target, translation, score, heads, after, probabilities)

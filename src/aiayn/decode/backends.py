@@ -323,6 +323,7 @@ class CTranslate2Backend:
                 sum(lps) / len(lps) if lps else 0.0,
                 word_probabilities(text, pieces, lps[: len(pieces)]),
                 clamp_pairs(pairs, len(lines[i].split()), len(text.split())),
+                length=len(lps),
             )
         return results
 
@@ -390,7 +391,10 @@ class CTranslate2Backend:
         if not prefixes or not any(prefixes):
             return {}
         room = self.config.max_len - 1
-        return {i: [self.pieces[t] for t in self.tokenizer.encode(prefixes[i])][:room] for i in sources}
+        return {
+            i: [self.pieces[t] for t in self.tokenizer.encode(prefixes[i], target=True)][:room]
+            for i in sources
+        }
 
     def _translator_for(self, options: DecodeOptions):
         """The translator; for seeded sampling a new one, seeded first. (CTranslate2's worker threads

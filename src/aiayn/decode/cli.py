@@ -12,7 +12,14 @@ translate
     ``markdown`` a document of that format (markup carried to the aligned words). Nothing is cut: a
     sentence longer than the model takes is split further. Invalid UTF-8 or a NUL byte is an error
     naming the line. ``--output`` (here and in evaluate) is checked before the model loads and
-    replaced only by a complete result.
+    replaced only by a complete result. ``--glossary FILE`` (``source<TAB>target`` lines,
+    :mod:`aiayn.decode.glossary`) makes each source term's target term appear in the translation
+    (constrained beam search; the torch engine). ``--prefix-file FILE``: line i holds the start of
+    line i's translation (blank: none); the model completes it (a line split into sentences: its
+    first sentence's).
+    ``--scores`` appends `` ||| `` the line's confidence (the probability form, then the mean
+    log-probability of its tokens) and `` ||| `` each word's probability (words of the translation,
+    split at spaces).
 evaluate
     Translates ``--src`` and scores it against ``--ref``: sacreBLEU BLEU and chrF (with
     signatures) on detokenized text, plus the Multi30k literature's tokenized lowercased BLEU,
@@ -28,11 +35,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Callable
 
 from aiayn.decode.backends import check_backend, check_ct2_options, load_backend, require_ctranslate2
+from aiayn.decode.glossary import read_glossary
 from aiayn.decode.search import DecodeOptions
 from aiayn.decode.translator import LINE_BREAKS
 from aiayn.device import resolve_device
@@ -50,6 +59,7 @@ FLAGS = {
     "out": "--ct2-dir",
     "device": "--device",
     "use_cache": "--no-cache",
+    "glossary": "--glossary",
 }
 
 
@@ -190,6 +200,22 @@ def _register_translate(subparsers) -> None:
         help="append ' ||| ' and each line's word alignment, source-target word pairs in Moses' i-j format",
     )
     p.add_argument(
+        "--glossary",
+        help="a file of 'source term<TAB>target term' lines: where a source term occurs (whole words, any "
+        "case), its target term appears in the translation (constrained beam search; torch engine)",
+    )
+    p.add_argument(
+        "--prefix-file",
+        help="line i holds the start of input line i's translation (blank: none); the model completes "
+        "it (its first sentence's, where the line is split into sentences)",
+    )
+    p.add_argument(
+        "--scores",
+        action="store_true",
+        help="append ' ||| ' each line's confidence (probability, then mean log-probability per token) "
+        "and ' ||| ' each word's probability",
+    )
+    p.add_argument(
         "--source-lang",
         help="the source language for sentence splitting (default: the checkpoint's, else a "
         "language-neutral rule)",
@@ -210,9 +236,14 @@ def _sampling(args) -> dict:
 
 @naming_flags(FLAGS)
 def run_translate(args) -> int:
-    options, load = _engine_loader(args, nbest=args.nbest, **_sampling(args))
     _check_document_flags(args)
+    controls = {"glossary": read_glossary(args.glossary)} if args.glossary else {}
+    options, load = _engine_loader(args, nbest=args.nbest, **_sampling(args), **controls)
+    prefixes = read_lines(args.prefix_file) if args.prefix_file is not None else None
     with output_lines(args.output) as write:
+        if prefixes is not None:
+            write(_prefixed(args, _documents(args, load), options, prefixes))
+            return 0
         documents = _documents(args, load)
         if args.format in ("html", "markdown"):  # one document, read whole
             text = "\n".join(read_lines(args.input))
@@ -223,15 +254,22 @@ def run_translate(args) -> int:
         # stdin is streamed; sampling reads all first: its batches stay fixed
         elif args.input is None and not args.sample:
             for first, lines in _numbered(stdin_blocks(args.buffer_size)):
-                write(_translate_lines(documents, options, lines, first, args.alignments, progress=False))
+                write(_translate_lines(documents, options, lines, first, args, progress=False))
         else:
             lines = read_lines(args.input)
-            write(
-                _translate_lines(
-                    documents, options, lines, 1, args.alignments, progress=args.input is not None
-                )
-            )
+            write(_translate_lines(documents, options, lines, 1, args, progress=args.input is not None))
     return 0
+
+
+def _prefixed(args, documents, options: DecodeOptions, prefixes: list[str]) -> list[str]:
+    """The input read whole, each line translated from its prefix (as many lines as prefixes)."""
+    lines = read_lines(args.input)
+    if len(prefixes) != len(lines):
+        name = args.input or "the input"
+        raise UserError(f"--prefix-file: {args.prefix_file} has {len(prefixes)} lines, {name} {len(lines)}")
+    return _translate_lines(
+        documents, options, lines, 1, args, progress=args.input is not None, prefixes=prefixes
+    )
 
 
 def _check_document_flags(args) -> None:
@@ -242,8 +280,12 @@ def _check_document_flags(args) -> None:
     if args.format is not None and (args.alignments or args.nbest > 1):
         flag = "--alignments" if args.alignments else "--nbest"
         raise UserError(f"{flag}: one output line per input line only; not with --format {args.format}")
-    if args.alignments and args.nbest > 1:
-        raise UserError("--alignments: for the best translation only; not with --nbest")
+    for flag, given in (("--alignments", args.alignments), ("--scores", args.scores)):
+        if given and args.nbest > 1:
+            raise UserError(f"{flag}: for the best translation only; not with --nbest")
+    for flag, given in (("--scores", args.scores), ("--prefix-file", args.prefix_file is not None)):
+        if given and args.format is not None:
+            raise UserError(f"{flag}: one output line per input line only; not with --format {args.format}")
 
 
 def _documents(args, load):
@@ -307,15 +349,11 @@ def _block_end(lines: list[str], size: int) -> int | None:
 
 
 def _translate_lines(
-    documents,
-    options: DecodeOptions,
-    lines: list[str],
-    first: int,
-    alignments: bool,
-    progress: bool,
+    documents, options: DecodeOptions, lines: list[str], first: int, args, progress: bool, prefixes=None
 ) -> list[str]:
     """Output lines for ``lines`` (the first is line ``first``): one translation each (with
-    `` ||| i-j ...`` for ``alignments``), or ``nbest`` "score<TAB>text" lines each."""
+    `` ||| i-j ...`` for ``--alignments``, `` ||| `` confidence and word probabilities for
+    ``--scores``), or ``nbest`` "score<TAB>text" lines each."""
     results = _run_with_progress(
         documents,
         lines,
@@ -323,23 +361,33 @@ def _translate_lines(
         lambda todo: documents.translate(
             todo,
             options,
-            alignments=alignments,
+            alignments=args.alignments,
             scores=options.nbest > 1,
+            confidence=args.scores,
+            prefixes=prefixes,
             where=lambda d, _: f"line {first + d}",
         ),
     )
-    if alignments:
-        return [_aligned_line(r, line) for r, line in zip(results, lines)]
+    if args.alignments or args.scores:
+        return [_annotated_line(r, line, args.alignments, args.scores) for r, line in zip(results, lines)]
     if options.nbest == 1:
         return [_one_line(r.text) for r in results]
     return [_nbest_line(r, line, k) for r, line in zip(results, lines) for k in range(options.nbest)]
 
 
-def _aligned_line(result, line: str) -> str:
-    """``translation ||| i-j ...`` (Marian's layout); a blank line for a blank input line."""
+def _annotated_line(result, line: str, alignments: bool, scores: bool) -> str:
+    """``translation ||| i-j ...`` (Marian's layout) and/or ``||| probability log-prob ||| word
+    probabilities``; a blank line for a blank input line."""
     if not line.strip():
         return ""
-    return f"{_one_line(result.text)} ||| {moses(result.alignment)}"
+    fields = [_one_line(result.text)]
+    if alignments:
+        fields.append(moses(result.alignment))
+    if scores:
+        confidence = result.confidence
+        fields.append(f"{math.exp(confidence):.4f} {confidence:.4f}")
+        fields.append(" ".join(f"{p:.4f}" for _, p in result.words))
+    return " ||| ".join(fields)
 
 
 def _one_line(text: str) -> str:

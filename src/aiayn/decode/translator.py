@@ -66,7 +66,7 @@ class Scored:
     (the mean log-probability of its tokens, EOS included: the length-normalised log-probability;
     ``math.exp`` of it is the probability form), ``words`` (each word of ``text.split()`` with its
     probability: the product of its pieces'), ``alignment`` (with ``align``), ``terms`` (glossary
-    terms met, asked)."""
+    terms met, asked), ``length`` (the tokens scored, EOS included)."""
 
     text: str
     score: float = 0.0
@@ -74,6 +74,7 @@ class Scored:
     words: tuple[tuple[str, float], ...] = ()
     alignment: Pairs = ()
     terms: tuple[int, int] = (0, 0)
+    length: int = 0
 
     @property
     def probability(self) -> float:
@@ -108,7 +109,7 @@ def with_prefix(text: str, prefix: str, tokenizer) -> str:
     user gave it (tokenizing and detokenizing may normalise it), then the rest."""
     if not prefix:
         return text
-    given = LINE_BREAKS.sub(" ", tokenizer.decode(tokenizer.encode(prefix)))
+    given = LINE_BREAKS.sub(" ", tokenizer.decode(tokenizer.encode(prefix, target=True)))
     rest = text[len(given) :] if text.startswith(given) else text
     return prefix + (rest.lstrip() if prefix[-1:].isspace() else rest)
 
@@ -160,6 +161,17 @@ class Translator:
         """``nbest`` (default: the options') ``(score, text)`` pairs per line, best first; [] for a
         blank line."""
         return self._nbest(lines, replace(self.options, nbest=nbest or self.options.nbest), prefixes)
+
+    def hypotheses(
+        self, lines: Sequence[str], prefixes: Sequence[str] | None = None
+    ) -> list[list[Hypothesis]]:
+        """Each line's hypotheses (tokens, scores, token log-probabilities), best first; [] for a blank
+        line."""
+        found: list[list[Hypothesis]] = [[] for _ in lines]
+        for batch, _, hypotheses in self._decoded(lines, self.options, prefixes):
+            for i, hyps in zip(batch, hypotheses):
+                found[i] = hyps
+        return found
 
     def _nbest(self, lines: Sequence[str], options: DecodeOptions, prefixes: Sequence[str] | None) -> NBest:
         results: NBest = [[] for _ in lines]
@@ -244,11 +256,11 @@ class Translator:
 
     def _line(self, i: int, line: str, prefix: str, options: DecodeOptions, limit: int) -> _Line:
         room = self.model.config.max_len - 1
-        ids = self.tokenizer.encode(prefix) if prefix else []
+        ids = self.tokenizer.encode(prefix, target=True) if prefix else []
         if len(ids) > room:
             self.warn(f"line {i + 1}: the prefix has {len(ids)} tokens, more than an output's {room}; cut")
             ids = ids[:room]
-        terms = [self.tokenizer.encode(t) for t in glossary.targets(options.glossary, line)]
+        terms = [self.tokenizer.encode(t, target=True) for t in glossary.targets(options.glossary, line)]
         kept = list(terms)
         while kept and len(ids) + total_tokens(kept) > max(limit, len(ids)):
             kept.pop()
@@ -293,6 +305,10 @@ class Translator:
         ]
         return torch.tensor(flags, dtype=torch.bool)
 
+    def text(self, hypothesis: Hypothesis, prefix: str = "") -> str:
+        """The text of ``hypothesis`` (:meth:`detokenize`), its prefix kept as given."""
+        return with_prefix(self.detokenize(hypothesis), prefix, self.tokenizer)
+
     def _text(self, hypothesis: Hypothesis, prefixes: Sequence[str] | None, i: int) -> str:
         return with_prefix(self.detokenize(hypothesis), prefixes[i] if prefixes else "", self.tokenizer)
 
@@ -301,7 +317,7 @@ class Translator:
         pieces = [self.tokenizer.id_to_piece(t) for t in hypothesis.tokens]
         confidence = sum(lps) / len(lps) if lps else 0.0
         words = word_probabilities(text, pieces, lps[: len(pieces)])
-        return Scored(text, hypothesis.score, confidence, words, alignment, (hypothesis.met, asked))
+        return Scored(text, hypothesis.score, confidence, words, alignment, (hypothesis.met, asked), len(lps))
 
     def _align(self, src, lines, best: list[Hypothesis], texts) -> list[Pairs]:
         """Each line's word alignment (over ``str.split()`` words of the line and of its text) read off

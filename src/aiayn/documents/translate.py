@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
 from aiayn.decode.search import DecodeOptions
+from aiayn.decode.translator import Scored
 from aiayn.documents.fit import fit, source_limit
 from aiayn.documents.html import parse_html
 from aiayn.documents.markdown import parse_markdown
@@ -46,6 +47,18 @@ class DocumentResult:
     nbest: list[tuple[float, str]] = field(default_factory=list)
     sentences: list[tuple[str, str]] = field(default_factory=list)  #: (source sentence, its translation)
     alignment: Pairs = ()  #: text format with alignments: over ``document.split()`` / ``text.split()``
+    #: with confidence: each sentence's translation and confidence (:class:`~aiayn.decode.translator.Scored`)
+    scored: list[Scored] = field(default_factory=list)
+
+    @property
+    def confidence(self) -> float:
+        """The mean log-probability of the document's tokens (with confidence; 0.0 when empty)."""
+        return _weighted(self.scored)
+
+    @property
+    def words(self) -> list[tuple[str, float]]:
+        """Each translated word with its probability, sentence after sentence (with confidence)."""
+        return [word for scored in self.scored for word in scored.words]
 
     @property
     def alternatives(self) -> list[str]:
@@ -61,6 +74,7 @@ class _Sentence:
     pieces: list[int]  # indices of its pieces in the stream
     nbest: list[tuple[float, str]] = field(default_factory=list)
     aligned: Aligned = Aligned("")
+    scored: Scored | None = None
 
 
 class DocumentTranslator:
@@ -102,17 +116,22 @@ class DocumentTranslator:
         fmt: str = "text",
         alignments: bool = False,
         scores: bool = False,
+        confidence: bool = False,
+        prefixes: Sequence[str] | None = None,
         where: Callable[[int, int], str] | None = None,
     ) -> list[DocumentResult]:
         """One :class:`DocumentResult` per document of format ``fmt`` (:data:`FORMATS`).
         ``options.nbest`` > 1 gives the text format's alternatives; ``scores`` the mean scores (a
-        search with ``alignments`` gives none); ``where(document, line)`` names a place in warnings
-        (default: "document D, line L", from 1)."""
+        search with ``alignments`` gives none); ``confidence`` each sentence's confidence and word
+        probabilities (``DocumentResult.scored``); ``prefixes``: per document a target text its
+        (first sentence's) translation starts with; ``where(document, line)`` names a place in
+        warnings (default: "document D, line L", from 1)."""
         parsed = [self.parse(document, fmt) for document in documents]
         aligned = alignments or fmt != "text"
-        if aligned and options.nbest > 1:
-            raise UserError("nbest: alternatives are given for plain text without alignments only")
-        sentences = self._stream(parsed, options, aligned=aligned, scores=scores, where=where)
+        if (aligned or confidence) and options.nbest > 1:
+            raise UserError("nbest: alternatives are given for plain text without alignments or confidence")
+        asked = _Asked(aligned, scores, confidence, prefixes)
+        sentences = self._stream(parsed, options, asked, where=where)
         return [
             self._result(p, s, options.nbest, alignments and fmt == "text") for p, s in zip(parsed, sentences)
         ]
@@ -136,7 +155,7 @@ class DocumentTranslator:
             self._note = None
         return spans
 
-    def _stream(self, parsed, options, *, aligned: bool, scores: bool, where) -> list[list[_Sentence]]:
+    def _stream(self, parsed, options, asked: "_Asked", *, where) -> list[list[_Sentence]]:
         """Every document's sentences, translated together: pieces that fit the model, one call.
         (The sentences are counted in one batch; only those too long are split, counted again.)"""
         limit = source_limit(self.backend.config.max_len, options.max_len_a, options.max_len_b)
@@ -158,23 +177,35 @@ class DocumentTranslator:
                 sentences.append(_Sentence(text, list(range(len(pieces), len(pieces) + len(parts)))))
                 pieces += parts
             documents.append(sentences)
-        self._translate_pieces(pieces, documents, options, aligned=aligned, scores=scores)
+        self._translate_pieces(pieces, documents, options, asked)
         return documents
 
-    def _translate_pieces(self, pieces, documents, options, *, aligned: bool, scores: bool) -> None:
-        if aligned:
-            found = self.backend.translate_aligned(pieces, options)
+    def _translate_pieces(self, pieces, documents, options, asked: "_Asked") -> None:
+        starts = _piece_prefixes(documents, asked.prefixes, len(pieces))
+        extra = (starts,) if starts is not None else ()  # backends that take no prefixes need none
+        if asked.confidence:
+            found = self.backend.translate_scored(pieces, options, starts, align=asked.aligned)
+            for sentence in (s for doc in documents for s in doc):
+                sentence.scored = _join_scored(
+                    [pieces[i] for i in sentence.pieces], [found[i] for i in sentence.pieces]
+                )
+                sentence.aligned = Aligned(sentence.scored.text, sentence.scored.alignment)
+                sentence.nbest = [(sentence.scored.score, sentence.scored.text)]
+            return
+        if asked.aligned:
+            found = self.backend.translate_aligned(pieces, options, *extra)
             for sentence in (s for doc in documents for s in doc):
                 sentence.aligned = _join_aligned(
                     [pieces[i] for i in sentence.pieces], [found[i] for i in sentence.pieces]
                 )
                 sentence.nbest = [(math.nan, sentence.aligned.text)]
             return
-        if options.nbest == 1 and not scores:
-            texts = self.backend.translate(pieces, options)
+        if options.nbest == 1 and not asked.scores:
+            texts = self.backend.translate(pieces, options, *extra)
             nbest = [[(math.nan, text)] for text in texts]
         else:
-            nbest = self.backend.translate_nbest(pieces, replace(options, scores=True) if scores else options)
+            searched = replace(options, scores=True) if asked.scores else options
+            nbest = self.backend.translate_nbest(pieces, searched, *extra)
         for sentence in (s for doc in documents for s in doc):
             sentence.nbest = _join_nbest([nbest[i] for i in sentence.pieces], options.nbest)
             sentence.aligned = Aligned(sentence.nbest[0][1])
@@ -194,7 +225,8 @@ class DocumentTranslator:
                 )
         pairs = parsed.alignment(translations) if alignment and isinstance(parsed, TextDocument) else ()
         pairs_of = [(source, s.aligned.text) for source, s in zip(parsed.sentences(), sentences)]
-        return DocumentResult(text, score, ranked, pairs_of, pairs)
+        scored = [s.scored for s in sentences if s.scored is not None]
+        return DocumentResult(text, score, ranked, pairs_of, pairs, scored)
 
     def _count(self, text: str) -> int:
         return len(self.backend.tokenizer.encode(text))
@@ -203,6 +235,46 @@ class DocumentTranslator:
     def _place(document: Parsed, d: int, k: int, where) -> str:
         line = document.line_of(k) if isinstance(document, TextDocument) else 1
         return where(d, line) if where is not None else f"document {d + 1}, line {line}"
+
+
+@dataclass(frozen=True)
+class _Asked:
+    """What a call wants besides the texts."""
+
+    aligned: bool
+    scores: bool
+    confidence: bool
+    prefixes: Sequence[str] | None
+
+
+def _piece_prefixes(documents: list[list[_Sentence]], prefixes, count: int) -> list[str] | None:
+    """Each piece's prefix: a document's goes to its first piece; None when no document has one."""
+    if not prefixes or not any(prefixes):
+        return None
+    out = [""] * count
+    for sentences, prefix in zip(documents, prefixes):
+        if sentences and prefix:
+            out[sentences[0].pieces[0]] = prefix
+    return out
+
+
+def _weighted(scored: Sequence[Scored]) -> float:
+    """The mean log-probability per token over translations, each weighing its tokens."""
+    tokens = sum(s.length for s in scored)
+    return sum(s.confidence * s.length for s in scored) / tokens if tokens else 0.0
+
+
+def _join_scored(pieces: list[str], found: list[Scored]) -> Scored:
+    """The pieces' scored translations as one: texts joined by spaces (alignments shifted), words in
+    order, confidence over all their tokens, score the mean."""
+    if len(found) == 1:
+        return found[0]
+    aligned = _join_aligned(pieces, [(s.text, s.alignment) for s in found])
+    terms = (sum(s.terms[0] for s in found), sum(s.terms[1] for s in found))
+    words = tuple(word for s in found for word in s.words)
+    length = sum(s.length for s in found)
+    score = _mean([s.score for s in found])
+    return Scored(aligned.text, score, _weighted(found), words, aligned.alignment, terms, length)
 
 
 def _mean(values: list[float]) -> float:
