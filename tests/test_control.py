@@ -1,0 +1,232 @@
+"""Terminology, prefixes and confidence on a trained model (the built-in digits -> words task):
+glossaries (files, matching, constrained translations), prefixes on both engines, the model's own
+probabilities in the scores and the next choices, and `aiayn translate`'s flags."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from aiayn.cli import main
+from aiayn.decode import DecodeOptions, Translator
+from aiayn.decode.choices import next_choices
+from aiayn.decode.glossary import check_glossary, read_glossary, targets
+from aiayn.errors import UserError
+from aiayn.loading import load_translation_model
+
+NUMBERS = ["42", "907042", "1042", "42"]
+GLOSSARY = (("42", "seven"),)  # a word the model never writes for 42 ("forty-two")
+
+
+@pytest.fixture(scope="module")
+def loaded(tiny_translation_run: Path):
+    model, tokenizer, _ = load_translation_model(tiny_translation_run)
+    return model.eval(), tokenizer
+
+
+def translator(loaded, warnings=None, **options) -> Translator:
+    model, tokenizer = loaded
+    warn = warnings.append if warnings is not None else (lambda _: None)
+    return Translator(model, tokenizer, warn=warn, **options)
+
+
+# --- glossaries -----------------------------------------------------------------------------------
+
+
+def test_glossary_files_are_read_and_bad_ones_name_the_line(tmp_path) -> None:
+    good = tmp_path / "g.tsv"
+    good.write_text("# terms\nHund\tdog\n\nNew York\tNueva York\n", encoding="utf-8")
+    assert read_glossary(good) == (("Hund", "dog"), ("New York", "Nueva York"))
+    for text, needle in [
+        ("Hund dog\n", "line 1: expected"),
+        ("a\tb\n\tc\n", "line 2"),
+        ("# none\n", "no terms"),
+    ]:
+        (tmp_path / "bad.tsv").write_text(text, encoding="utf-8")
+        with pytest.raises(UserError, match=needle):
+            read_glossary(tmp_path / "bad.tsv")
+    with pytest.raises(UserError, match="cannot read"):
+        read_glossary(tmp_path / "missing.tsv")
+    with pytest.raises(UserError, match="entry 2"):
+        check_glossary([["a", "b"], ["c"]])
+
+
+def test_terms_match_whole_words_in_any_case_the_longest_first() -> None:
+    pairs = (("Hund", "dog"), ("York", "York"), ("New York", "New York City"))
+    assert targets(pairs, "Der HUND und der hund, nicht Hunde.") == ["dog", "dog"]
+    assert targets(pairs, "In New  York, not Yorkshire; York.") == ["New York City", "York"]
+    assert targets((), "Hund") == []
+
+
+def test_a_term_is_absent_without_the_glossary_and_present_exactly_once_with_it(loaded) -> None:
+    plain = translator(loaded, beam=4).translate(NUMBERS)
+    assert plain[0] == "forty-two" and not any("seven" in text.split() for text in plain[:1])
+    constrained = translator(loaded, beam=4, glossary=GLOSSARY).translate(NUMBERS)
+    for number, text in zip(NUMBERS, constrained):
+        assert text.split().count("seven") == (
+            1 if number == "42" else plain[NUMBERS.index(number)].split().count("seven")
+        )
+    # one line alone gives what it gives in the batch (the search is batch-invariant)
+    assert [translator(loaded, beam=4, glossary=GLOSSARY).translate([n])[0] for n in NUMBERS] == constrained
+    scored = translator(loaded, beam=4, glossary=GLOSSARY).translate_scored(NUMBERS)
+    assert [s.terms for s in scored] == [(1, 1), (0, 0), (0, 0), (1, 1)]
+
+
+def test_terms_that_cannot_fit_warn_naming_the_line_and_as_many_as_fit_are_met(loaded) -> None:
+    warnings: list[str] = []
+    pairs = (("42", "seven"), ("42", "nine hundred"))  # the last entry for a term wins: "nine hundred"
+    long = (("42", "one two three four five six seven eight nine ten"),)
+    out = translator(loaded, warnings, beam=2, max_len_a=0.0, max_len_b=3, glossary=long).translate(["42"])
+    assert any("line 1: its glossary terms need" in w and "0 of 1 kept" in w for w in warnings), warnings
+    assert out[0]  # still a translation
+    short = translator(loaded, warnings, beam=2, glossary=pairs).translate(["42"])
+    assert short[0].count("nine hundred") == 1
+    assert any("glossary: beam 2 widened to" in w for w in warnings), warnings  # 2 term pieces need 3
+
+
+def test_the_ctranslate2_engine_and_sampling_refuse_a_glossary() -> None:
+    from aiayn.decode.backends import check_ct2_options
+
+    with pytest.raises(UserError, match="glossary: the ctranslate2 engine has no lexical constraints"):
+        check_ct2_options(DecodeOptions(glossary=GLOSSARY))
+    with pytest.raises(UserError, match="glossary: constrains a search, not sampling"):
+        DecodeOptions(sample=True, glossary=GLOSSARY)
+
+
+# --- prefixes -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_a_prefix_is_kept_exactly_and_the_model_completes_it(loaded, beam) -> None:
+    out = translator(loaded, beam=beam).translate(["907042", "907042", ""], ["nine hundred  six", "", "x"])
+    assert out[0].startswith("nine hundred  six") and len(out[0]) > len("nine hundred  six")
+    assert out[1] == translator(loaded, beam=beam).translate(["907042"])[0]
+    assert out[2] == ""  # a blank line stays blank, whatever its prefix
+
+
+def test_a_prefix_gives_the_same_greedy_output_on_both_engines(tiny_translation_run, tmp_path) -> None:
+    pytest.importorskip("ctranslate2")
+    from aiayn.decode.backends import load_backend
+
+    lines = ["907042", "1042", "55", ""]
+    prefixes = ["nine hundred", "one thousand one", "", ""]
+    options = DecodeOptions(beam=1)
+    torch_out = load_backend(tiny_translation_run, "torch").translate(lines, options, prefixes)
+    ct2 = load_backend(tiny_translation_run, "ctranslate2", ct2_dir=tmp_path / "ct2")
+    assert ct2.translate(lines, options, prefixes) == torch_out
+    assert torch_out[1].startswith("one thousand one")
+    scored = ct2.translate_scored(lines, DecodeOptions(beam=1), prefixes)
+    reference = load_backend(tiny_translation_run, "torch").translate_scored(lines, options, prefixes)
+    for a, b in zip(scored, reference):
+        assert a.text == b.text and a.confidence == pytest.approx(b.confidence, abs=1e-3)
+
+
+# --- confidence -----------------------------------------------------------------------------------
+
+
+def teacher_forced(model, tokenizer, source: str, target_ids: list[int]) -> list[float]:
+    """The model's own log-probability of each target token (EOS last), in one full forward pass."""
+    config = model.config
+    src = torch.tensor([tokenizer.encode(source) + [config.eos_id]])
+    tgt = torch.tensor([[config.bos_id, *target_ids]])
+    with torch.inference_mode():
+        log_probs = model(src, tgt).float().log_softmax(dim=-1)[0]  # (T, V)
+    return log_probs.gather(1, torch.tensor([*target_ids, config.eos_id])[:, None])[:, 0].tolist()
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_confidence_is_the_model_s_own_probability_of_its_words(loaded, beam) -> None:
+    model, tokenizer = loaded
+    lines = ["907042", "", "1042"]
+    scored = translator(loaded, beam=beam).translate_scored(lines)
+    assert scored[1].text == "" and scored[1].words == ()
+    for line, result in zip(lines, scored):
+        if not line:
+            continue
+        ids = tokenizer.encode(result.text, target=True)
+        expected = teacher_forced(model, tokenizer, line, ids)
+        assert result.length == len(expected)
+        assert result.confidence == pytest.approx(sum(expected) / len(expected), abs=1e-4)
+        assert result.probability == pytest.approx(math.exp(sum(expected) / len(expected)), rel=1e-4)
+        words = result.text.split()
+        assert [w for w, _ in result.words] == words
+        assert math.prod(p for _, p in result.words) == pytest.approx(math.exp(sum(expected[:-1])), rel=1e-3)
+        assert all(0 < p <= 1 for _, p in result.words)
+
+
+def test_the_next_choices_are_the_model_s_softmax_and_sum_to_one_with_the_rest(loaded) -> None:
+    model, tokenizer = loaded
+    found = next_choices(model, tokenizer, "907042", "nine hundred", k=4)
+    assert len(found.choices) == 4
+    probabilities = [c.probability for c in found.choices]
+    assert probabilities == sorted(probabilities, reverse=True)
+    assert sum(probabilities) + found.rest == pytest.approx(1.0, abs=1e-6)
+    config = model.config
+    prefix = tokenizer.encode("nine hundred", target=True)
+    src = torch.tensor([tokenizer.encode("907042") + [config.eos_id]])
+    with torch.inference_mode():
+        softmax = model(src, torch.tensor([[config.bos_id, *prefix]])).float().softmax(dim=-1)[0, -1]
+    for choice in found.choices:
+        assert choice.probability == pytest.approx(float(softmax[choice.token]), abs=1e-5)
+        assert choice.end or choice.prefix.startswith("nine hundred")
+    # taking the first choice: the greedy completion from its prefix continues with that piece
+    best = found.choices[0]
+    greedy = translator(loaded, beam=1).translate(["907042"], ["nine hundred"])[0]
+    assert greedy == best.prefix or greedy.startswith(best.prefix)
+
+
+# --- aiayn translate ------------------------------------------------------------------------------
+
+
+def lines_of(path: Path, lines: list[str]) -> Path:
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return path
+
+
+def test_translate_glossary_prefix_and_scores_flags(tiny_translation_run, tmp_path, capsys) -> None:
+    src = lines_of(tmp_path / "in.txt", ["42", "", "907042"])
+    glossary = lines_of(tmp_path / "g.tsv", ["42\tseven"])
+    prefixes = lines_of(tmp_path / "p.txt", ["", "", "nine hundred six"])
+    run = ["translate", "--checkpoint", str(tiny_translation_run), "--input", str(src)]
+    assert main([*run, "--glossary", str(glossary), "--prefix-file", str(prefixes), "--scores"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 3 and out[1] == ""
+    text, confidence, words = out[0].split(" ||| ")
+    assert text.split().count("seven") == 1
+    probability, log_prob = map(float, confidence.split())
+    assert probability == pytest.approx(math.exp(log_prob), abs=1e-3) and 0 < probability <= 1
+    assert len(words.split()) == len(text.split())
+    assert out[2].startswith("nine hundred six")
+
+
+@pytest.mark.parametrize(
+    "extra, needle",
+    [
+        (
+            ["--glossary", "{g}", "--engine", "ctranslate2"],
+            "--glossary: the ctranslate2 engine has no lexical",
+        ),
+        (["--glossary", "{g}", "--sample"], "glossary: constrains a search, not sampling"),
+        (["--prefix-file", "{short}"], "--prefix-file: "),
+        (["--scores", "--nbest", "2", "--beam", "2"], "--scores: for the best translation only"),
+        (["--scores", "--format", "text"], "--scores: one output line per input line only"),
+        (["--glossary", "{missing}"], "--glossary: cannot read"),
+    ],
+)
+def test_translate_control_flags_refused_in_one_line(
+    tiny_translation_run, tmp_path, capsys, extra, needle
+) -> None:
+    pytest.importorskip("ctranslate2")
+    src = lines_of(tmp_path / "in.txt", ["42", "55"])
+    files = {
+        "g": lines_of(tmp_path / "g.tsv", ["42\tseven"]),
+        "short": lines_of(tmp_path / "p.txt", ["x"]),
+        "missing": tmp_path / "none.tsv",
+    }
+    flags = [flag.format(**files) for flag in extra]
+    assert main(["translate", "--checkpoint", str(tiny_translation_run), "--input", str(src), *flags]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0], err
