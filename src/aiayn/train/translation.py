@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from aiayn.checkpoint import Checkpoint
-from aiayn.config import PRESETS, TransformerConfig, reported
+from aiayn.config import TransformerConfig, reported
 from aiayn.data.batching import Batch, TokenBatchSampler, collate, padding_share
 from aiayn.data.bpe_dropout import BpeDropout, EpochResampler
 from aiayn.data.config import CorpusConfig
@@ -32,13 +32,14 @@ from aiayn.data.tokenizer import Tokenizer
 from aiayn.decode import Translator
 from aiayn.errors import Setting, SettingError, UserError
 from aiayn.evaluate import sacrebleu_scores
-from aiayn.loading import LoadedModel, load
+from aiayn.loading import LoadedModel
 from aiayn.malloc import bound_onednn_caches
 from aiayn.model import Transformer, build_model, count_parameters
 from aiayn.train import distributed as dist
 from aiayn.train import schedule
 from aiayn.train.config import RunConfig, run_config_from_dict
 from aiayn.train.engine import Engine, Loss, Task, refuse_other_run
+from aiayn.train.fine_tuning import load_init
 from aiayn.train.loss import Seq2SeqObjective
 
 DATA_DIR = "data"  # where a plain-text corpus is prepared inside the run directory
@@ -101,22 +102,12 @@ class TranslationTask(Task):
             )
 
     def _init(self, resumed: Checkpoint | None) -> LoadedModel | None:
-        """The checkpoint a new run starts from (``train.init``), its model section checked; None on
-        resume (the run's own checkpoint has the weights) or without one."""
+        """The checkpoint a new run starts from (``train.init``), every setting checked against it
+        (:mod:`aiayn.train.fine_tuning`); None on resume (the run's own checkpoint has the weights) or
+        without one."""
         if not self.config.train.init or resumed is not None:
             return None
-        init = load(self.config.train.init)
-        if init.kind != "translation":
-            raise SettingError(
-                Setting("train.init"),
-                f": {init.checkpoint.path} is a {init.kind!r} checkpoint, not a translation one",
-            )
-        if self.config.data.bpe_dropout and not hasattr(init.tokenizer, "merge_ranks"):
-            raise SettingError(
-                Setting("data.bpe_dropout"), ": needs a BPE tokenizer; the --init checkpoint's is Marian's"
-            )
-        self.config.data.check_max_len(init.config.max_len)
-        self._init_model_config = _fine_tuned_config(self.config.model, init.config)
+        init, self._init_model_config = load_init(self.config)
         self.log(
             f"init: the weights, model and tokenizer of {init.checkpoint.path} "
             "(a fresh optimizer and schedule)"
@@ -362,31 +353,6 @@ class _CollatedBatches:
 
 #: The train settings that change what a step computes: a resumed run keeps them like the optim section.
 RECIPE_TRAIN_KEYS = ("clip_norm", "accum_steps")
-
-
-#: Model settings a fine-tuning run may set unlike its --init checkpoint (no weight depends on them).
-FINE_TUNING_MAY_CHANGE = ("dropout", "attention_dropout")
-
-
-def _fine_tuned_config(section: dict[str, Any], init: TransformerConfig) -> TransformerConfig:
-    """The --init checkpoint's model config with the dropouts ``section`` sets; any other field the
-    section (or its preset) sets to another value than the checkpoint's is refused, named."""
-    values = dict(section)
-    preset = values.pop("preset", None)
-    if preset is not None and preset not in PRESETS:
-        raise SettingError(Setting("model.preset"), f": unknown preset {preset!r}")
-    merged = {**init.to_dict(), **(PRESETS[preset] if preset else {}), **values}
-    with reported("config"):
-        config = TransformerConfig.from_dict(merged)
-    for name in TransformerConfig.field_names():
-        if name not in FINE_TUNING_MAY_CHANGE and getattr(config, name) != getattr(init, name):
-            raise SettingError(
-                Setting(f"model.{name}"),
-                f": {getattr(config, name)!r} differs from the --init checkpoint's {getattr(init, name)!r}; "
-                "a fine-tuning run keeps the checkpoint's model (leave the model section out, or set only "
-                "dropout)",
-            )
-    return dataclasses.replace(init, dropout=config.dropout, attention_dropout=config.attention_dropout)
 
 
 def _changed_settings(saved: RunConfig, new: RunConfig) -> list[str]:

@@ -1,0 +1,112 @@
+"""Fine-tuning (``train.init``, ``aiayn train --init CHECKPOINT``): a new run that starts from a
+translation checkpoint's weights, model and tokenizer, with a fresh optimizer and schedule.
+
+:func:`load_init` reads the checkpoint and checks every setting of the run against it before any
+data is prepared or model built. Each problem is one line naming the setting and both values, and
+all of them are refused at once (one :class:`~aiayn.errors.SettingError`, a line each):
+
+- ``train.init``: a translation checkpoint, not a forecasting one (the other checks need one);
+- ``model.<field>``: the model section (and its preset) may set the dropouts unlike the checkpoint,
+  no other field (the weights depend on them);
+- ``data.max_sentence_tokens``: a kept sentence, with its BOS or EOS, fits the checkpoint's
+  ``max_len`` (not the default model's, which the run config alone is checked against);
+- ``data.bpe_dropout``: needs a BPE tokenizer (the checkpoint's encodes the data).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from aiayn.config import PRESETS, TransformerConfig, reported
+from aiayn.data.config import CorpusConfig
+from aiayn.data.tokenizer import Tokenizer, VocabTokenizer
+from aiayn.errors import Setting, SettingError, joined
+from aiayn.loading import LoadedModel, load
+from aiayn.train.config import RunConfig
+
+#: Model settings a fine-tuning run may set unlike its --init checkpoint (no weight depends on them).
+MAY_CHANGE = ("dropout", "attention_dropout")
+KEEPS_MODEL = (
+    "a fine-tuning run keeps the checkpoint's model (leave the model section out, or set only dropout)"
+)
+
+
+def load_init(config: RunConfig) -> tuple[LoadedModel, TransformerConfig]:
+    """The checkpoint of ``config.train.init`` and the model config of the run (the checkpoint's, with
+    the dropouts the model section sets); every setting that contradicts the checkpoint is refused."""
+    init = load(config.train.init)
+    found = problems(config, init)
+    if found:
+        raise joined(found)
+    return init, fine_tuned_config(config.model, init.config)
+
+
+def problems(config: RunConfig, init: LoadedModel) -> list[SettingError]:
+    """Each setting of ``config`` that contradicts the checkpoint ``init``, one error each."""
+    if init.kind != "translation":
+        where = f": {init.checkpoint.path} is a {init.kind!r} checkpoint, not a translation one"
+        return [SettingError(Setting("train.init"), where)]
+    return [
+        *model_problems(config.model, init.config),
+        *length_problems(config.data, init.config.max_len),
+        *tokenizer_problems(config.data, init.tokenizer),
+    ]
+
+
+def model_problems(section: dict[str, Any], init: TransformerConfig) -> list[SettingError]:
+    """``model.<field>`` for each field the model section (or its preset) sets unlike the checkpoint,
+    the dropouts aside."""
+    return [
+        SettingError(
+            Setting(f"model.{name}"),
+            f" {value!r}{origin} differs from the --init checkpoint's {getattr(init, name)!r}: {KEEPS_MODEL}",
+        )
+        for name, (value, origin) in section_values(section).items()
+        if name not in MAY_CHANGE and value != getattr(init, name)
+    ]
+
+
+def section_values(section: dict[str, Any]) -> dict[str, tuple[Any, str]]:
+    """The model fields ``section`` sets, each with where its value comes from (its preset, or "")."""
+    values = dict(section)
+    preset = values.pop("preset", None)  # a known one: the run config checks it
+    origin = f" (model.preset {preset!r})"
+    return {
+        **{name: (value, origin) for name, value in PRESETS.get(preset, {}).items()},
+        **{name: (value, "") for name, value in values.items()},
+    }
+
+
+def length_problems(data: CorpusConfig, max_len: int) -> list[SettingError]:
+    """A kept sentence, with its BOS (target) or EOS (source), must fit the checkpoint's positions."""
+    if data.max_sentence_tokens < max_len:
+        return []
+    needs = f"needs model.max_len >= {data.max_sentence_tokens + 1}"
+    return [
+        SettingError(
+            Setting("data.max_sentence_tokens"),
+            f" {data.max_sentence_tokens} {needs}, but the --init checkpoint's model.max_len is {max_len}: "
+            f"lower it to {max_len - 1} or less",
+        )
+    ]
+
+
+def tokenizer_problems(data: CorpusConfig, tokenizer: Tokenizer | VocabTokenizer) -> list[SettingError]:
+    """The data settings the checkpoint's tokenizer (which encodes the data) cannot follow."""
+    if data.bpe_dropout and not hasattr(tokenizer, "merge_ranks"):
+        return [
+            SettingError(
+                Setting("data.bpe_dropout"),
+                f" {data.bpe_dropout} needs a BPE tokenizer, but the --init checkpoint's is Marian's: "
+                "set it to 0",
+            )
+        ]
+    return []
+
+
+def fine_tuned_config(section: dict[str, Any], init: TransformerConfig) -> TransformerConfig:
+    """The checkpoint's model config with the dropouts ``section`` (or its preset) sets."""
+    dropouts = {name: value for name, (value, _) in section_values(section).items() if name in MAY_CHANGE}
+    with reported("config"):
+        return dataclasses.replace(init, **dropouts)
