@@ -103,12 +103,13 @@ def test_the_limit_is_the_checkpoints_max_len_not_the_default_models(task_dir, c
 
 def test_every_problem_is_listed_one_line_each(task_dir, checkpoints, tmp_path, capsys) -> None:
     model = {"d_model": 64, "n_heads": 2, "dropout": 0.3}  # the dropout may differ
-    values = fine_tuning(task_dir, checkpoints["unigram"], model, max_sentence_tokens=100)
+    values = fine_tuning(task_dir, checkpoints["unigram"], model, max_sentence_tokens=100, lowercase=True)
     lines = refused(values, tmp_path, capsys)
     assert [line.split(" ")[0] for line in lines] == [
         "model.d_model",
         "model.n_heads",
         "data.max_sentence_tokens",
+        "data.lowercase",
     ], lines
     assert "model.d_model 64 differs from the --init checkpoint's 32" in lines[0], lines
     assert "model.n_heads 2 differs from the --init checkpoint's 4" in lines[1], lines
@@ -123,6 +124,16 @@ def test_a_preset_names_the_fields_it_sets_unlike_the_checkpoint(task_dir, check
     assert all("(model.preset 'tiny')" in line for line in found) and "model.dropout" not in fields, found
     same = {name: TINY_MODEL[name] for name in ("d_model", "n_heads", "max_len", "tie_embeddings")}
     assert problems(fine_tuning(task_dir, checkpoints["bpe"], {**same, "attention_dropout": 0.2})) == []
+
+
+def test_lowercase_must_be_the_checkpoint_tokenizers(task_dir, checkpoints) -> None:
+    """The checkpoint's tokenizer encodes the data: data.lowercase cannot say otherwise."""
+    (line,) = problems(fine_tuning(task_dir, checkpoints["lowercase"]))
+    assert line.startswith("data.lowercase false, but the --init checkpoint's tokenizer lowercases"), line
+    assert "set data.lowercase true" in line, line
+    assert problems(fine_tuning(task_dir, checkpoints["lowercase"], lowercase=True)) == []
+    (line,) = problems(fine_tuning(task_dir, checkpoints["bpe"], lowercase=True))
+    assert line.startswith("data.lowercase true, but the --init checkpoint's tokenizer keeps case"), line
 
 
 def test_a_forecasting_checkpoint_is_refused_alone(task_dir, tmp_path, capsys) -> None:

@@ -10,7 +10,9 @@ all of them are refused at once (one :class:`~aiayn.errors.SettingError`, a line
   no other field (the weights depend on them);
 - ``data.max_sentence_tokens``: a kept sentence, with its BOS or EOS, fits the checkpoint's
   ``max_len`` (not the default model's, which the run config alone is checked against);
-- ``data.bpe_dropout``: needs a BPE tokenizer (the checkpoint's encodes the data).
+- ``data.lowercase``: says what the checkpoint's tokenizer does (it encodes the data, and lowercases
+  it or not whatever the setting says);
+- ``data.bpe_dropout``: needs a BPE tokenizer.
 """
 
 from __future__ import annotations
@@ -94,15 +96,32 @@ def length_problems(data: CorpusConfig, max_len: int) -> list[SettingError]:
 
 def tokenizer_problems(data: CorpusConfig, tokenizer: Tokenizer | VocabTokenizer) -> list[SettingError]:
     """The data settings the checkpoint's tokenizer (which encodes the data) cannot follow."""
+    found = [lowercase_problem(data.lowercase, tokenizer.lowercases)]
     if data.bpe_dropout and not hasattr(tokenizer, "merge_ranks"):
-        return [
+        found.append(
             SettingError(
                 Setting("data.bpe_dropout"),
                 f" {data.bpe_dropout} needs a BPE tokenizer, but the --init checkpoint's is Marian's: "
                 "set it to 0",
             )
-        ]
-    return []
+        )
+    return [problem for problem in found if problem is not None]
+
+
+def lowercase_problem(lowercase: bool, lowercases: bool) -> SettingError | None:
+    """data.lowercase must say what the checkpoint's tokenizer does (the data is encoded with it)."""
+    if lowercase == lowercases:
+        return None
+    does = "lowercases" if lowercases else "keeps case"
+    return SettingError(
+        Setting("data.lowercase"),
+        f" {_yaml(lowercase)}, but the --init checkpoint's tokenizer {does} (it encodes the data): "
+        f"set data.lowercase {_yaml(lowercases)}",
+    )
+
+
+def _yaml(flag: bool) -> str:
+    return "true" if flag else "false"
 
 
 def fine_tuned_config(section: dict[str, Any], init: TransformerConfig) -> TransformerConfig:
