@@ -104,12 +104,14 @@ def test_the_limit_is_the_checkpoints_max_len_not_the_default_models(task_dir, c
 def test_every_problem_is_listed_one_line_each(task_dir, checkpoints, tmp_path, capsys) -> None:
     model = {"d_model": 64, "n_heads": 2, "dropout": 0.3}  # the dropout may differ
     values = fine_tuning(task_dir, checkpoints["unigram"], model, max_sentence_tokens=100, lowercase=True)
+    values["data"]["bpe_dropout"] = 0.1
     lines = refused(values, tmp_path, capsys)
     assert [line.split(" ")[0] for line in lines] == [
         "model.d_model",
         "model.n_heads",
         "data.max_sentence_tokens",
         "data.lowercase",
+        "data.bpe_dropout",
     ], lines
     assert "model.d_model 64 differs from the --init checkpoint's 32" in lines[0], lines
     assert "model.n_heads 2 differs from the --init checkpoint's 4" in lines[1], lines
@@ -134,6 +136,14 @@ def test_lowercase_must_be_the_checkpoint_tokenizers(task_dir, checkpoints) -> N
     assert problems(fine_tuning(task_dir, checkpoints["lowercase"], lowercase=True)) == []
     (line,) = problems(fine_tuning(task_dir, checkpoints["bpe"], lowercase=True))
     assert line.startswith("data.lowercase true, but the --init checkpoint's tokenizer keeps case"), line
+
+
+def test_bpe_dropout_needs_a_bpe_checkpoint(task_dir, checkpoints) -> None:
+    """A unigram model has no merges to drop: the default data.tokenizer (bpe) does not hide that."""
+    (line,) = problems(fine_tuning(task_dir, checkpoints["unigram"], bpe_dropout=0.1))
+    assert line.startswith("data.bpe_dropout 0.1 needs a BPE tokenizer, but the --init checkpoint's is a ")
+    assert "unigram" in line, line
+    assert problems(fine_tuning(task_dir, checkpoints["bpe"], bpe_dropout=0.1)) == []
 
 
 def test_a_forecasting_checkpoint_is_refused_alone(task_dir, tmp_path, capsys) -> None:

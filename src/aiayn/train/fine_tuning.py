@@ -12,7 +12,7 @@ all of them are refused at once (one :class:`~aiayn.errors.SettingError`, a line
   ``max_len`` (not the default model's, which the run config alone is checked against);
 - ``data.lowercase``: says what the checkpoint's tokenizer does (it encodes the data, and lowercases
   it or not whatever the setting says);
-- ``data.bpe_dropout``: needs a BPE tokenizer.
+- ``data.bpe_dropout``: needs a BPE tokenizer (Marian's and unigram models have no merges to drop).
 """
 
 from __future__ import annotations
@@ -96,15 +96,7 @@ def length_problems(data: CorpusConfig, max_len: int) -> list[SettingError]:
 
 def tokenizer_problems(data: CorpusConfig, tokenizer: Tokenizer | VocabTokenizer) -> list[SettingError]:
     """The data settings the checkpoint's tokenizer (which encodes the data) cannot follow."""
-    found = [lowercase_problem(data.lowercase, tokenizer.lowercases)]
-    if data.bpe_dropout and not hasattr(tokenizer, "merge_ranks"):
-        found.append(
-            SettingError(
-                Setting("data.bpe_dropout"),
-                f" {data.bpe_dropout} needs a BPE tokenizer, but the --init checkpoint's is Marian's: "
-                "set it to 0",
-            )
-        )
+    found = [lowercase_problem(data.lowercase, tokenizer.lowercases), bpe_dropout_problem(data, tokenizer)]
     return [problem for problem in found if problem is not None]
 
 
@@ -117,6 +109,18 @@ def lowercase_problem(lowercase: bool, lowercases: bool) -> SettingError | None:
         Setting("data.lowercase"),
         f" {_yaml(lowercase)}, but the --init checkpoint's tokenizer {does} (it encodes the data): "
         f"set data.lowercase {_yaml(lowercases)}",
+    )
+
+
+def bpe_dropout_problem(data: CorpusConfig, tokenizer: Tokenizer | VocabTokenizer) -> SettingError | None:
+    """BPE-dropout drops merges: the checkpoint's tokenizer must be a SentencePiece BPE model (the run's
+    data.tokenizer, bpe by default, says nothing of it)."""
+    if not data.bpe_dropout or isinstance(tokenizer, Tokenizer) and tokenizer.model_type == "bpe":
+        return None
+    kind = f"a {tokenizer.model_type} model" if isinstance(tokenizer, Tokenizer) else "Marian's"
+    return SettingError(
+        Setting("data.bpe_dropout"),
+        f" {data.bpe_dropout} needs a BPE tokenizer, but the --init checkpoint's is {kind}: set it to 0",
     )
 
 
