@@ -146,6 +146,28 @@ def test_bpe_dropout_needs_a_bpe_checkpoint(task_dir, checkpoints) -> None:
     assert problems(fine_tuning(task_dir, checkpoints["bpe"], bpe_dropout=0.1)) == []
 
 
+def test_a_prepared_data_dir_must_hold_the_checkpoints_tokenizer(task_dir, checkpoints, tmp_path) -> None:
+    from aiayn.data.prepare import prepare
+    from aiayn.loading import load
+
+    values = fine_tuning(task_dir, checkpoints["bpe"])
+    settings = run_config_from_dict(values).prepare_settings()
+    prepared = tmp_path / "prepared"
+    prepare(
+        task_dir, prepared, settings, tokenizer=load(checkpoints["unigram"]).tokenizer, log=lambda _: None
+    )
+    (line,) = problems({**values, "data": {**values["data"], "dir": str(prepared)}})
+    assert line.startswith(f"data.dir {prepared} was prepared with another tokenizer"), line
+    prepare(
+        task_dir,
+        tmp_path / "same",
+        settings,
+        tokenizer=load(checkpoints["bpe"]).tokenizer,
+        log=lambda _: None,
+    )
+    assert problems({**values, "data": {**values["data"], "dir": str(tmp_path / "same")}}) == []
+
+
 def test_a_forecasting_checkpoint_is_refused_alone(task_dir, tmp_path, capsys) -> None:
     from aiayn.forecast.model import ForecastConfig, Forecaster
 

@@ -12,18 +12,21 @@ all of them are refused at once (one :class:`~aiayn.errors.SettingError`, a line
   ``max_len`` (not the default model's, which the run config alone is checked against);
 - ``data.lowercase``: says what the checkpoint's tokenizer does (it encodes the data, and lowercases
   it or not whatever the setting says);
-- ``data.bpe_dropout``: needs a BPE tokenizer (Marian's and unigram models have no merges to drop).
+- ``data.bpe_dropout``: needs a BPE tokenizer (Marian's and unigram models have no merges to drop);
+- ``data.dir``: a prepared corpus was encoded with the checkpoint's tokenizer.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Any
 
 from aiayn.config import PRESETS, TransformerConfig, reported
 from aiayn.data.config import CorpusConfig
+from aiayn.data.prepared import TOKENIZER_FILE, is_prepared
 from aiayn.data.tokenizer import Tokenizer, VocabTokenizer
-from aiayn.errors import Setting, SettingError, joined
+from aiayn.errors import Setting, SettingError, UserError, joined
 from aiayn.loading import LoadedModel, load
 from aiayn.train.config import RunConfig
 
@@ -96,7 +99,11 @@ def length_problems(data: CorpusConfig, max_len: int) -> list[SettingError]:
 
 def tokenizer_problems(data: CorpusConfig, tokenizer: Tokenizer | VocabTokenizer) -> list[SettingError]:
     """The data settings the checkpoint's tokenizer (which encodes the data) cannot follow."""
-    found = [lowercase_problem(data.lowercase, tokenizer.lowercases), bpe_dropout_problem(data, tokenizer)]
+    found = [
+        lowercase_problem(data.lowercase, tokenizer.lowercases),
+        bpe_dropout_problem(data, tokenizer),
+        prepared_problem(data, tokenizer),
+    ]
     return [problem for problem in found if problem is not None]
 
 
@@ -121,6 +128,25 @@ def bpe_dropout_problem(data: CorpusConfig, tokenizer: Tokenizer | VocabTokenize
     return SettingError(
         Setting("data.bpe_dropout"),
         f" {data.bpe_dropout} needs a BPE tokenizer, but the --init checkpoint's is {kind}: set it to 0",
+    )
+
+
+def prepared_problem(data: CorpusConfig, tokenizer: Tokenizer | VocabTokenizer) -> SettingError | None:
+    """A prepared data.dir is trained on as it is: it must hold the checkpoint's tokenizer (a plain-text
+    corpus is prepared with it)."""
+    directory = Path(data.dir).expanduser()
+    if not data.dir or not is_prepared(directory):
+        return None
+    try:
+        prepared = Tokenizer.load(directory / TOKENIZER_FILE)
+    except UserError:
+        return None  # opening the prepared data names the file
+    if prepared.to_bytes() == tokenizer.to_bytes():
+        return None
+    return SettingError(
+        Setting("data.dir"),
+        f" {directory} was prepared with another tokenizer than the --init checkpoint's: give the "
+        "plain-text corpus (it is prepared with the checkpoint's tokenizer)",
     )
 
 

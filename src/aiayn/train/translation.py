@@ -115,18 +115,12 @@ class TranslationTask(Task):
         return init
 
     def _prepared(self, resumed: Checkpoint | None) -> PreparedData:
-        """The prepared data, checked against the config's data settings (and the resumed run's or the
-        --init checkpoint's tokenizer)."""
+        """The prepared data, checked against the config's data settings (and the resumed run's
+        tokenizer; a fine-tuning run's was checked against the --init checkpoint's before)."""
         path = self._data_directory(resumed)
         data = open_prepared(path, self.config.prepare_settings())
         if resumed is not None and resumed.tokenizer_bytes != data.tokenizer.to_bytes():
             raise UserError(f"{path} was prepared with another tokenizer than the run in {self.out} resumes")
-        if self.init is not None and self.init.tokenizer.to_bytes() != data.tokenizer.to_bytes():
-            raise SettingError(
-                f"{path} was prepared with another tokenizer than the --init checkpoint's; give the "
-                "plain-text corpus (it is prepared with the checkpoint's tokenizer) as ",
-                Setting("data.dir"),
-            )
         self.log(f"data: {path} ({data.manifest['dtype']} token ids, read as batches need them)")
         return data
 
