@@ -122,7 +122,7 @@ def lowercase_problem(lowercase: bool, lowercases: bool) -> SettingError | None:
 def bpe_dropout_problem(data: CorpusConfig, tokenizer: Tokenizer | VocabTokenizer) -> SettingError | None:
     """BPE-dropout drops merges: the checkpoint's tokenizer must be a SentencePiece BPE model (the run's
     data.tokenizer, bpe by default, says nothing of it)."""
-    if not data.bpe_dropout or isinstance(tokenizer, Tokenizer) and tokenizer.model_type == "bpe":
+    if not data.bpe_dropout or (isinstance(tokenizer, Tokenizer) and tokenizer.model_type == "bpe"):
         return None
     kind = f"a {tokenizer.model_type} model" if isinstance(tokenizer, Tokenizer) else "Marian's"
     return SettingError(
