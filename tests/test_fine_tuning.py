@@ -177,3 +177,25 @@ def test_a_forecasting_checkpoint_is_refused_alone(task_dir, tmp_path, capsys) -
     )
     (line,) = refused(fine_tuning(task_dir, path, {"d_model": 64}, max_sentence_tokens=100), tmp_path, capsys)
     assert line.startswith("train.init (--init): ") and "'forecast' checkpoint, not a translation one" in line
+
+
+def test_a_fine_tuning_run_resumes_without_init_and_refuses_another(
+    task_dir, checkpoints, tmp_path, capsys
+) -> None:
+    """Resumed, the run's model is its checkpoint's whether --init is given again or not (without it,
+    the default model was built and the weights did not fit); another --init is refused."""
+    values = fine_tuning(task_dir, checkpoints["bpe"])
+    values["train"].update(max_steps=1, save_every=1, valid_every=0, log_every=0)
+    config, out = tmp_path / "fine_tune.yaml", tmp_path / "run"
+    command = ["train", "--config", str(config), "--out", str(out), "--no-progress"]
+    config.write_text(yaml.safe_dump(values))
+    assert main(command) == 0
+    del values["train"]["init"]
+    config.write_text(yaml.safe_dump({**values, "train": {**values["train"], "max_steps": 2}}))
+    assert main(command) == 0 and "resumed at step 1" in capsys.readouterr().out
+    assert main([*command, "--max-steps", "3", "--init", str(checkpoints["unigram"])]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(
+        f"aiayn: error: train.init (--init) {checkpoints['unigram']}, but {out} holds a run"
+    )
+    assert f"began from {checkpoints['bpe']}: resume it without train.init (--init)" in line, line

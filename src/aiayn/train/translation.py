@@ -87,8 +87,8 @@ class TranslationTask(Task):
     # --- set-up ---------------------------------------------------------------------------------------
     def _merge_resumed_config(self, config: RunConfig, resumed: Checkpoint | None) -> RunConfig:
         """On resume the model, data and optim settings and the train settings of
-        :data:`RECIPE_TRAIN_KEYS` must be the saved ones; the rest of ``train`` (limits, cadences) and
-        ``data.dir`` (where the corpus is now) may change."""
+        :data:`RECIPE_TRAIN_KEYS` must be the saved ones, and train.init the saved one where given;
+        the rest of ``train`` (limits, cadences) and ``data.dir`` (where the corpus is now) may change."""
         if resumed is None:
             return config
         saved = run_config_from_dict(resumed.config["run"], str(resumed.path), warn=False)  # not the user's
@@ -96,9 +96,12 @@ class TranslationTask(Task):
             "model, data and optim settings and train.clip_norm/accum_steps (the rest of train.* may change)"
         )
         refuse_other_run(self.out, _changed_settings(saved, config), may_change)
+        train = dataclasses.replace(
+            config.train, init=_resumed_init(saved.train.init, config.train.init, self.out)
+        )
         with reported("the resumed run"):  # checks the saved cool-down against the new budget
             return dataclasses.replace(
-                saved, train=config.train, data=dataclasses.replace(saved.data, dir=config.data.dir)
+                saved, train=train, data=dataclasses.replace(saved.data, dir=config.data.dir)
             )
 
     def _init(self, resumed: Checkpoint | None) -> LoadedModel | None:
@@ -365,6 +368,25 @@ def _changed_settings(saved: RunConfig, new: RunConfig) -> list[str]:
         for section, key in keys
         if old[section].get(key) != now[section].get(key)
     ]
+
+
+def _resumed_init(saved: str, given: str, out: Path) -> str:
+    """A resumed run's train.init is its own (a fine-tuning run's model is its checkpoint's, not the
+    model section's): --init may be left out on resume, not changed."""
+    if given and (not saved or _resolved(given) != _resolved(saved)):
+        began = f"from {saved}" if saved else "from scratch (no train.init)"
+        raise SettingError(
+            Setting("train.init"),
+            f" {given}, but {out} holds a run that began {began}: resume it without ",
+            Setting("train.init"),
+            ", or give a new ",
+            Setting("run_dir"),
+        )
+    return saved
+
+
+def _resolved(path: str) -> Path:
+    return Path(path).expanduser().resolve()
 
 
 def _data_path(data: CorpusConfig) -> Path:
