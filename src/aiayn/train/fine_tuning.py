@@ -14,6 +14,10 @@ all of them are refused at once (one :class:`~aiayn.errors.SettingError`, a line
   it or not whatever the setting says);
 - ``data.bpe_dropout``: needs a BPE tokenizer (Marian's and unigram models have no merges to drop);
 - ``data.dir``: a prepared corpus was encoded with the checkpoint's tokenizer.
+
+``data.vocab_size``, ``data.tokenizer`` and ``data.tokenizer_sample`` say how to train a new
+tokenizer, which a fine-tuning run does not: they are not compared (their defaults would contradict
+most checkpoints, a setting left out cannot be told from one given).
 """
 
 from __future__ import annotations
