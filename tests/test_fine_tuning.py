@@ -5,6 +5,7 @@ matter), on the built-in digits->words task."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -146,7 +147,9 @@ def test_bpe_dropout_needs_a_bpe_checkpoint(task_dir, checkpoints) -> None:
     assert problems(fine_tuning(task_dir, checkpoints["bpe"], bpe_dropout=0.1)) == []
 
 
-def test_a_prepared_data_dir_must_hold_the_checkpoints_tokenizer(task_dir, checkpoints, tmp_path) -> None:
+def test_a_prepared_data_dir_must_hold_the_checkpoints_tokenizer(
+    task_dir, checkpoints, tmp_path, capsys
+) -> None:
     from aiayn.data.prepare import prepare
     from aiayn.loading import load
 
@@ -166,6 +169,14 @@ def test_a_prepared_data_dir_must_hold_the_checkpoints_tokenizer(task_dir, check
         log=lambda _: None,
     )
     assert problems({**values, "data": {**values["data"], "dir": str(tmp_path / "same")}}) == []
+    # the run directory's own data/, left by a run begun with another --init: refused when opened
+    shutil.copytree(prepared, tmp_path / "run" / "data")
+    config = tmp_path / "fine_tune.yaml"
+    config.write_text(yaml.safe_dump(values))
+    assert main(["train", "--config", str(config), "--out", str(tmp_path / "run"), "--no-progress"]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert "was prepared with another tokenizer than the --init checkpoint's" in line, line
+    assert line.endswith("delete it, or give a new --out"), line
 
 
 def test_a_forecasting_checkpoint_is_refused_alone(task_dir, tmp_path, capsys) -> None:

@@ -118,12 +118,18 @@ class TranslationTask(Task):
         return init
 
     def _prepared(self, resumed: Checkpoint | None) -> PreparedData:
-        """The prepared data, checked against the config's data settings (and the resumed run's
-        tokenizer; a fine-tuning run's was checked against the --init checkpoint's before)."""
+        """The prepared data, checked against the config's data settings (and the resumed run's or the
+        --init checkpoint's tokenizer)."""
         path = self._data_directory(resumed)
         data = open_prepared(path, self.config.prepare_settings())
         if resumed is not None and resumed.tokenizer_bytes != data.tokenizer.to_bytes():
             raise UserError(f"{path} was prepared with another tokenizer than the run in {self.out} resumes")
+        if self.init is not None and self.init.tokenizer.to_bytes() != data.tokenizer.to_bytes():
+            raise SettingError(  # the run directory's own: a prepared data.dir was checked before
+                f"{path} was prepared with another tokenizer than the --init checkpoint's (by a run begun "
+                "with another --init, stopped before its first checkpoint): delete it, or give a new ",
+                Setting("run_dir"),
+            )
         self.log(f"data: {path} ({data.manifest['dtype']} token ids, read as batches need them)")
         return data
 
