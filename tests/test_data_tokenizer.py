@@ -91,6 +91,13 @@ def test_training_is_deterministic_and_quiet(parallel_dir, capfd):
 def test_unigram(parallel_dir, capfd):
     tok = Tokenizer.train(raw_lines(parallel_dir, "val.en"), vocab_size=300, model_type="unigram")
     assert tok.vocab_size == 300 and tok.decode(tok.encode("A man rides a bike.")) == "A man rides a bike."
+    assert tok.model_type == "unigram"  # read from the model itself, as a checkpoint's tokenizer is
+
+
+def test_model_type_is_read_from_the_model(parallel_dir):
+    lines = raw_lines(parallel_dir, "val.en")
+    assert Tokenizer.train(lines, vocab_size=300).model_type == "bpe"
+    assert Tokenizer.train(lines, vocab_size=300, lowercase=True).model_type == "bpe"
 
 
 def test_tiny_corpus_gets_a_smaller_vocabulary():

@@ -535,11 +535,12 @@ def test_init_refuses_another_model_naming_the_field(imported, other_corpus, tmp
 
     values = fine_tuning(other_corpus, imported)
     config = tmp_path / "c.yaml"
-    for section, named in (({"d_model": 64}, "model.d_model"), ({"preset": "tiny"}, "model.d_model")):
+    for section, lines in (({"d_model": 64}, 1), ({"preset": "tiny"}, 2)):  # tiny: d_model, d_ff
         config.write_text(yaml.safe_dump({**values, "model": section}))
         code = main(["train", "--config", str(config), "--out", str(tmp_path / "run"), "--no-progress"])
-        err = capsys.readouterr().err.strip()
-        assert code == 2 and len(err.splitlines()) == 1 and named in err and "--init" in err, err
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code == 2 and len(err) == lines and "model.d_model" in err[0], err
+        assert all(line.startswith("aiayn: error: model.") and "--init" in line for line in err), err
     config.write_text(yaml.safe_dump({**values, "model": {"dropout": 0.3}}))  # dropout may differ
     args = [
         "train",

@@ -2,7 +2,8 @@
 
 Each part of the library registers its own sub-commands (``register(subparsers)`` in its ``cli``
 module). Expected failures (bad files, bad config, missing checkpoints) raise
-:class:`aiayn.errors.UserError`: they are printed on one line and exit with status 2.
+:class:`aiayn.errors.UserError`: they are printed on one line (each of several problems on its own) and
+exit with status 2.
 """
 
 from __future__ import annotations
@@ -56,7 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except UserError as err:
-        print(f"aiayn: error: {err}", file=sys.stderr)
+        for line in str(err).splitlines() or [""]:  # several problems found at once: one line each
+            print(f"aiayn: error: {line}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # `aiayn translate ... | head`
         return 0

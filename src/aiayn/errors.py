@@ -1,12 +1,13 @@
 """Errors a user can act on.
 
-The CLI catches :class:`UserError` and prints its message on one line, then exits non-zero.
-Anything else is a bug and keeps its traceback. A :class:`SettingError` names the library's settings;
-a command that runs under :func:`naming_flags` names its own flags in their place.
+The CLI catches :class:`UserError` and prints its message on one line (several problems found at
+once: one line each, :func:`joined`), then exits non-zero. Anything else is a bug and keeps its
+traceback. A :class:`SettingError` names the library's settings; a command that runs under
+:func:`naming_flags` names its own flags in their place.
 """
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 
 class UserError(Exception):
@@ -39,6 +40,14 @@ class SettingError(UserError):
     def naming(self, flags: dict[str, str]) -> str:
         """The message with each setting in ``flags`` (setting -> flag) named by its flag."""
         return "".join(p.named(flags) if isinstance(p, Setting) else p for p in self.parts)
+
+
+def joined(errors: Sequence[SettingError]) -> SettingError:
+    """One error of several problems found at once, each on its own line."""
+    parts: list[str | Setting] = []
+    for error in errors:
+        parts += ["\n", *error.parts] if parts else error.parts
+    return SettingError(*parts)
 
 
 @contextlib.contextmanager

@@ -137,6 +137,13 @@ class Tokenizer:
         """Whether encoding lowercases text (a model trained with ``lowercase=True``)."""
         return self._sp.normalize("A").endswith("a")
 
+    @property
+    def model_type(self) -> str:
+        """The SentencePiece model's type: "bpe", "unigram" (also protobuf's default), "word" or "char"."""
+        spec = _proto_field(self._proto, TRAINER_SPEC)
+        kind = _proto_field(spec, MODEL_TYPE) if isinstance(spec, bytes) else None
+        return SPM_MODEL_TYPES.get(kind, "unigram")
+
     # --- persistence -------------------------------------------------------------------------------
     def to_bytes(self) -> bytes:
         """The serialized SentencePiece model (store it in a checkpoint)."""
@@ -232,6 +239,40 @@ def _run_trainer(sentences, model, rule, *, vocab_size, model_type, character_co
         num_threads=1,
         minloglevel=2,  # quiet
     )
+
+
+#: SentencePiece's ModelProto holds its TrainerSpec in field 2, whose field 3 is the model type (an enum).
+TRAINER_SPEC, MODEL_TYPE = 2, 3
+SPM_MODEL_TYPES = {1: "unigram", 2: "bpe", 3: "word", 4: "char"}
+
+
+def _proto_field(message: bytes, number: int) -> bytes | int | None:
+    """The first value of field ``number`` in a serialized protobuf ``message`` (a varint or the bytes of
+    a length-delimited field), or None: enough of the wire format to read a model's type without the
+    protobuf package."""
+    at = 0
+    while at < len(message):
+        key, at = _varint(message, at)
+        if key & 7 == 0:
+            value, at = _varint(message, at)
+        elif key & 7 == 2:
+            size, at = _varint(message, at)
+            value, at = message[at : at + size], at + size
+        else:  # fixed 64 or 32 bits (SentencePiece's messages have no groups)
+            value, at = None, at + (8 if key & 7 == 1 else 4)
+        if key >> 3 == number:
+            return value
+    return None
+
+
+def _varint(data: bytes, at: int) -> tuple[int, int]:
+    """The varint at ``data[at:]`` and where it ends."""
+    value = shift = 0
+    while True:
+        byte = data[at]
+        value, at, shift = value | (byte & 0x7F) << shift, at + 1, shift + 7
+        if byte < 0x80:
+            return value, at
 
 
 def _check_special_ids(sp: spm.SentencePieceProcessor) -> None:

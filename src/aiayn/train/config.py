@@ -78,7 +78,8 @@ class RunConfig(Checked):
         """The model section's keys and values, and the rules between sections."""
         model = self.transformer_config(vocab_size=64)  # the model fields now, not after the data work
         check_cooldown(self)
-        self.data.check_max_len(model.max_len)
+        if not self.train.init:  # a fine-tuning run's sentences must fit the checkpoint's max_len instead
+            self.data.check_max_len(model.max_len)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from aiayn.checkpoint import Checkpoint
-from aiayn.config import PRESETS, TransformerConfig, reported
+from aiayn.config import TransformerConfig, reported
 from aiayn.data.batching import Batch, TokenBatchSampler, collate, padding_share
 from aiayn.data.bpe_dropout import BpeDropout, EpochResampler
 from aiayn.data.config import CorpusConfig
@@ -32,13 +32,14 @@ from aiayn.data.tokenizer import Tokenizer
 from aiayn.decode import Translator
 from aiayn.errors import Setting, SettingError, UserError
 from aiayn.evaluate import sacrebleu_scores
-from aiayn.loading import LoadedModel, load
+from aiayn.loading import LoadedModel
 from aiayn.malloc import bound_onednn_caches
 from aiayn.model import Transformer, build_model, count_parameters
 from aiayn.train import distributed as dist
 from aiayn.train import schedule
 from aiayn.train.config import RunConfig, run_config_from_dict
 from aiayn.train.engine import Engine, Loss, Task, refuse_other_run
+from aiayn.train.fine_tuning import load_init
 from aiayn.train.loss import Seq2SeqObjective
 
 DATA_DIR = "data"  # where a plain-text corpus is prepared inside the run directory
@@ -86,8 +87,8 @@ class TranslationTask(Task):
     # --- set-up ---------------------------------------------------------------------------------------
     def _merge_resumed_config(self, config: RunConfig, resumed: Checkpoint | None) -> RunConfig:
         """On resume the model, data and optim settings and the train settings of
-        :data:`RECIPE_TRAIN_KEYS` must be the saved ones; the rest of ``train`` (limits, cadences) and
-        ``data.dir`` (where the corpus is now) may change."""
+        :data:`RECIPE_TRAIN_KEYS` must be the saved ones, and train.init the saved one where given;
+        the rest of ``train`` (limits, cadences) and ``data.dir`` (where the corpus is now) may change."""
         if resumed is None:
             return config
         saved = run_config_from_dict(resumed.config["run"], str(resumed.path), warn=False)  # not the user's
@@ -95,28 +96,21 @@ class TranslationTask(Task):
             "model, data and optim settings and train.clip_norm/accum_steps (the rest of train.* may change)"
         )
         refuse_other_run(self.out, _changed_settings(saved, config), may_change)
+        train = dataclasses.replace(
+            config.train, init=_resumed_init(saved.train.init, config.train.init, self.out)
+        )
         with reported("the resumed run"):  # checks the saved cool-down against the new budget
             return dataclasses.replace(
-                saved, train=config.train, data=dataclasses.replace(saved.data, dir=config.data.dir)
+                saved, train=train, data=dataclasses.replace(saved.data, dir=config.data.dir)
             )
 
     def _init(self, resumed: Checkpoint | None) -> LoadedModel | None:
-        """The checkpoint a new run starts from (``train.init``), its model section checked; None on
-        resume (the run's own checkpoint has the weights) or without one."""
+        """The checkpoint a new run starts from (``train.init``), every setting checked against it
+        (:mod:`aiayn.train.fine_tuning`); None on resume (the run's own checkpoint has the weights) or
+        without one."""
         if not self.config.train.init or resumed is not None:
             return None
-        init = load(self.config.train.init)
-        if init.kind != "translation":
-            raise SettingError(
-                Setting("train.init"),
-                f": {init.checkpoint.path} is a {init.kind!r} checkpoint, not a translation one",
-            )
-        if self.config.data.bpe_dropout and not hasattr(init.tokenizer, "merge_ranks"):
-            raise SettingError(
-                Setting("data.bpe_dropout"), ": needs a BPE tokenizer; the --init checkpoint's is Marian's"
-            )
-        self.config.data.check_max_len(init.config.max_len)
-        self._init_model_config = _fine_tuned_config(self.config.model, init.config)
+        init, self._init_model_config = load_init(self.config)
         self.log(
             f"init: the weights, model and tokenizer of {init.checkpoint.path} "
             "(a fresh optimizer and schedule)"
@@ -131,10 +125,10 @@ class TranslationTask(Task):
         if resumed is not None and resumed.tokenizer_bytes != data.tokenizer.to_bytes():
             raise UserError(f"{path} was prepared with another tokenizer than the run in {self.out} resumes")
         if self.init is not None and self.init.tokenizer.to_bytes() != data.tokenizer.to_bytes():
-            raise SettingError(
-                f"{path} was prepared with another tokenizer than the --init checkpoint's; give the "
-                "plain-text corpus (it is prepared with the checkpoint's tokenizer) as ",
-                Setting("data.dir"),
+            raise SettingError(  # the run directory's own: a prepared data.dir was checked before
+                f"{path} was prepared with another tokenizer than the --init checkpoint's (by a run begun "
+                "with another --init, stopped before its first checkpoint): delete it, or give a new ",
+                Setting("run_dir"),
             )
         self.log(f"data: {path} ({data.manifest['dtype']} token ids, read as batches need them)")
         return data
@@ -364,31 +358,6 @@ class _CollatedBatches:
 RECIPE_TRAIN_KEYS = ("clip_norm", "accum_steps")
 
 
-#: Model settings a fine-tuning run may set unlike its --init checkpoint (no weight depends on them).
-FINE_TUNING_MAY_CHANGE = ("dropout", "attention_dropout")
-
-
-def _fine_tuned_config(section: dict[str, Any], init: TransformerConfig) -> TransformerConfig:
-    """The --init checkpoint's model config with the dropouts ``section`` sets; any other field the
-    section (or its preset) sets to another value than the checkpoint's is refused, named."""
-    values = dict(section)
-    preset = values.pop("preset", None)
-    if preset is not None and preset not in PRESETS:
-        raise SettingError(Setting("model.preset"), f": unknown preset {preset!r}")
-    merged = {**init.to_dict(), **(PRESETS[preset] if preset else {}), **values}
-    with reported("config"):
-        config = TransformerConfig.from_dict(merged)
-    for name in TransformerConfig.field_names():
-        if name not in FINE_TUNING_MAY_CHANGE and getattr(config, name) != getattr(init, name):
-            raise SettingError(
-                Setting(f"model.{name}"),
-                f": {getattr(config, name)!r} differs from the --init checkpoint's {getattr(init, name)!r}; "
-                "a fine-tuning run keeps the checkpoint's model (leave the model section out, or set only "
-                "dropout)",
-            )
-    return dataclasses.replace(init, dropout=config.dropout, attention_dropout=config.attention_dropout)
-
-
 def _changed_settings(saved: RunConfig, new: RunConfig) -> list[str]:
     """``section.key saved -> new`` for each model, data and optim setting (and the train settings of
     :data:`RECIPE_TRAIN_KEYS`) that differs, data.dir aside."""
@@ -405,6 +374,25 @@ def _changed_settings(saved: RunConfig, new: RunConfig) -> list[str]:
         for section, key in keys
         if old[section].get(key) != now[section].get(key)
     ]
+
+
+def _resumed_init(saved: str, given: str, out: Path) -> str:
+    """A resumed run's train.init is its own (a fine-tuning run's model is its checkpoint's, not the
+    model section's): --init may be left out on resume, not changed."""
+    if given and (not saved or _resolved(given) != _resolved(saved)):
+        began = f"from {saved}" if saved else "from scratch (no train.init)"
+        raise SettingError(
+            Setting("train.init"),
+            f" {given}, but {out} holds a run that began {began}: resume it without ",
+            Setting("train.init"),
+            ", or give a new ",
+            Setting("run_dir"),
+        )
+    return saved
+
+
+def _resolved(path: str) -> Path:
+    return Path(path).expanduser().resolve()
 
 
 def _data_path(data: CorpusConfig) -> Path:
