@@ -566,3 +566,36 @@ def test_a_sampling_request_is_decoded_alone() -> None:
 
     assert asyncio.run(scenario()) == [[[(0.0, x)]] for x in ("a", "s1", "s2", "b")]
     assert decoded == [["a", "b"], ["s1"], ["s2"]]
+
+
+def test_prefixes_travel_with_their_lines_through_the_batcher() -> None:
+    """Requests with prefixes and without share a batch: the decoding gets every line's prefix ("" for
+    the lines of requests that gave none), in the batch's order; a batch without any prefix is decoded
+    as before, without them; each request gets its own lines' results."""
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    from aiayn.decode.search import DecodeOptions
+    from aiayn.serve.batching import Batcher
+
+    decoded: list[tuple[list[str], list[str] | None]] = []
+
+    def decode(lines: list[str], options: DecodeOptions, prefixes: list[str] | None = None):
+        decoded.append((lines, prefixes))
+        return [f"{prefix}{line}" for line, prefix in zip(lines, prefixes or [""] * len(lines))]
+
+    async def scenario(requests):
+        with ThreadPoolExecutor(1) as pool:
+            batcher = Batcher(decode, len, pool, max_tokens=100, max_wait_s=0.05)
+            worker = asyncio.create_task(batcher.run())
+            options = DecodeOptions(beam=4)
+            answers = await asyncio.gather(*(batcher.submit(lines, options, p) for lines, p in requests))
+            worker.cancel()
+            return answers
+
+    requests = [(["a", "b"], None), (["c"], ["x:"]), (["d", "e"], ["", "y:"]), (["f"], [""])]
+    assert asyncio.run(scenario(requests)) == [["a", "b"], ["x:c"], ["d", "y:e"], ["f"]]
+    assert decoded == [(["a", "b", "c", "d", "e", "f"], ["", "", "x:", "", "y:", ""])]
+    decoded.clear()
+    assert asyncio.run(scenario([(["a"], None), (["b"], [""])])) == [["a"], ["b"]]
+    assert decoded == [(["a", "b"], None)]
