@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
+import math
 import re
 import signal
 import time
@@ -107,6 +108,28 @@ BAD_REQUESTS = [
     ({"text": ["1"], "sample": True, "nbest": 65}, "nbest"),
     ({"text": ["1"], "sample": "yes"}, "sample"),
     ([1, 2], "body"),
+    ({"text": ["1"], "glossary": [["1"]]}, "glossary: entry 1 is not a pair"),
+    ({"text": ["1"], "glossary": [["1", " "]]}, "glossary: entry 1 is not a pair"),
+    ({"text": ["1"], "glossary": [["1", "one", "two"]]}, "glossary: entry 1 is not a pair"),
+    ({"text": ["1"], "glossary": "1\tone"}, "glossary"),
+    ({"text": ["1"], "glossary": [["1", 1]]}, "glossary"),
+    ({"text": ["1"], "glossary": [["1", "one\ntwo"]]}, "glossary: entry 1: terms of one line"),
+    ({"text": ["1"], "glossary": [["1", "one"]] * 1001}, "glossary: at most 1000 pairs, got 1001"),
+    ({"text": ["1"], "glossary": [["1", "one"]], "sample": True}, "glossary: constrains a search"),
+    ({"text": ["1", "2"], "prefix": ["one"]}, "prefix: one per entry of text (2), got 1"),
+    ({"text": ["1"], "prefix": "one"}, "prefix"),
+    ({"text": ["1"], "prefix": ["one\ntwo"]}, "prefix[0]: one line"),
+    ({"text": ["1"], "scores": True, "nbest": 2}, "scores: for the best translation only"),
+    ({"text": ["1"], "scores": "yes"}, "scores"),
+]
+BAD_CHOICES = [
+    ({"text": "907042", "k": 0}, "k: must be in 1..50, got 0"),
+    ({"text": "907042", "k": 51}, "k: must be in 1..50, got 51"),
+    ({"text": "907042", "k": "5"}, "k"),
+    ({"text": " "}, "text: must not be blank"),
+    ({"text": "907042", "prefix": "nine\nhundred"}, "prefix: one line"),
+    ({"text": "907042", "prefix": "n" * 2001}, "prefix: at most 2000 characters"),
+    ({"text": "907042", "beam": 4}, "beam"),
 ]
 
 
@@ -124,6 +147,18 @@ def test_hundreds_of_bad_requests_get_one_line_4xx_and_the_server_lives(
         assert time.time() < deadline, "the bad requests took too long"
     bad_attention = post(url, "/v1/attention", {"text": ["907042"]})
     assert bad_attention.status_code == 422 and bad_attention.json()["error"].startswith("text")
+    bad_attention = [
+        ({"text": "907042", "prefix": "nine\nhundred"}, "prefix: one line"),
+        ({"text": "907042", "glossary": [["9"]]}, "glossary: entry 1 is not a pair"),
+    ]
+    routed = [("/v1/choices", *bad) for bad in BAD_CHOICES] + [
+        ("/v1/attention", *bad) for bad in bad_attention
+    ]
+    for route, body, field in routed:
+        answer = post(url, route, body)
+        assert answer.status_code == 422, (route, body, answer.text)
+        error = answer.json()["error"]
+        assert "\n" not in error and error.startswith(field), (route, body, error)
     assert post(url, "/v1/forecast", {"rows": [[1.0]]}).status_code == 404
     good = post(url, "/v1/translate", {"text": ["907042"]})
     assert good.status_code == 200 and good.json()["translations"][0]["text"]
@@ -189,6 +224,152 @@ def test_attention_holds_every_layer_and_head_for_the_chosen_translation(
         maps = torch.tensor(found["attention"][kind])  # (layers, H, T_q, T_k)
         assert maps.shape == (layers, 2, queries, keys), kind
         torch.testing.assert_close(maps.sum(-1), torch.ones(layers, 2, queries))  # each row a distribution
+
+
+# --- terminology, prefixes, confidence and the model's choices (issue 43) ---------------------------
+
+
+def _teacher_forced(model, tokenizer, source: str, translation: str) -> torch.Tensor:
+    """``(T + 1, V)`` the model's own log-probabilities along ``translation`` (EOS last), from its
+    forward pass over the source and ``[BOS] + translation``."""
+    config = model.config
+    tokens = tokenizer.encode(translation, target=True) if translation else []
+    src = torch.tensor([tokenizer.encode(source) + [config.eos_id]])
+    with torch.inference_mode():
+        return model(src, torch.tensor([[config.bos_id, *tokens]]))[0].float().log_softmax(-1)
+
+
+def test_a_glossary_puts_its_terms_in_the_translation_once(tiny_translation_run, shared_server) -> None:
+    """ "twelve" is not the model's word for 13: absent without the glossary, there exactly once with
+    it (terms met 1 of 1), in the sentence that holds the source term only; requests with other
+    glossaries arriving together each get their own; the ctranslate2 engine refuses a glossary."""
+    url = shared_server(tiny_translation_run, "--max-wait-ms", "50")
+    texts = ["13", "500", "907042\n\n13"]
+    plain = post(url, "/v1/translate", {"text": texts, "scores": True}).json()["translations"]
+    assert all("twelve" not in t["text"].split() for t in plain)
+    bodies = [
+        {"text": texts, "scores": True, "glossary": [["13", "twelve"]]},
+        {"text": texts, "scores": True, "glossary": [["13", "eleven"], ["500", "twelve"]]},
+        {"text": texts, "scores": True},
+    ]
+    with concurrent.futures.ThreadPoolExecutor(len(bodies)) as pool:  # arrive together
+        answers = list(pool.map(lambda body: post(url, "/v1/translate", body), bodies))
+    assert all(answer.status_code == 200 for answer in answers), [a.text for a in answers]
+    termed, other, again = (answer.json()["translations"] for answer in answers)
+    assert [t["text"] for t in again] == [t["text"] for t in plain]
+    first, fifty, document = termed
+    assert first["text"].split().count("twelve") == 1 and fifty["text"] == plain[1]["text"]
+    assert document["sentences"][0] == plain[2]["sentences"][0]  # 907042: no term there
+    assert document["sentences"][1][1].split().count("twelve") == 1
+    assert [s["terms"] for t in termed for s in t["sentence_scores"]] == [[1, 1], [0, 0], [0, 0], [1, 1]]
+    assert other[0]["text"].split().count("eleven") == 1 and other[1]["text"].split().count("twelve") == 1
+
+    from fastapi.testclient import TestClient
+
+    from aiayn.decode.backends import TorchBackend
+    from aiayn.serve.app import Limits, Served, create_app
+
+    model, tokenizer, _ = load(tiny_translation_run)
+    backend = TorchBackend(model, tokenizer)
+    backend.name = "ctranslate2"  # what the server checks before any decoding
+    app = create_app(Served("translation", {}, backend=backend), Limits(), {"max_tokens": 0, "max_wait_s": 0})
+    with TestClient(app) as client:
+        refused = client.post("/v1/translate", json={"text": ["13"], "glossary": [["13", "twelve"]]})
+    assert refused.status_code == 422
+    assert refused.json() == {
+        "error": "glossary: the ctranslate2 engine has no lexical constraints; serve with --engine torch"
+    }
+
+
+def test_a_prefix_starts_the_translation_and_the_model_continues(tiny_translation_run, shared_server) -> None:
+    """Each document's (first sentence's) translation starts with its prefix, kept as given, the rest
+    the model's as ``Translator`` continues it; "" is no prefix; with scores and alignments too."""
+    url = shared_server(tiny_translation_run)
+    texts, prefixes = ["13", "907042", "907042\n\n13"], ["two", "", "seven  hundred"]
+    plain = post(url, "/v1/translate", {"text": texts}).json()["translations"]
+    answer = post(url, "/v1/translate", {"text": texts, "prefix": prefixes})
+    assert answer.status_code == 200, answer.text
+    first, second, document = answer.json()["translations"]
+    assert not plain[0]["text"].startswith("two") and first["text"].startswith("two ")
+    assert second == plain[1]
+    assert document["sentences"][0][1].startswith("seven  hundred") and document["text"].startswith(
+        "seven  hundred"
+    )
+    assert document["sentences"][1] == plain[2]["sentences"][1]  # the second sentence: as without
+    model, tokenizer, _ = load(tiny_translation_run)
+    expected = Translator(model, tokenizer, beam=4, alpha=0.6).translate(
+        ["13", "907042"], ["two", "seven  hundred"]
+    )
+    assert [first["text"], document["sentences"][0][1]] == expected
+    scored = post(
+        url, "/v1/translate", {"text": texts, "prefix": prefixes, "scores": True, "alignments": True}
+    )
+    assert [t["text"] for t in scored.json()["translations"]] == [
+        first["text"],
+        second["text"],
+        document["text"],
+    ]
+
+
+def test_scores_give_each_sentences_confidence_and_each_words_probability(
+    tiny_translation_run, shared_server
+) -> None:
+    """With ``scores``, a sentence's log_prob is the mean of its tokens' log-probabilities (EOS
+    included) under the model's own forward pass, a word's probability the product of its pieces',
+    all in (0, 1]; a document's confidence weighs its sentences by their tokens."""
+    url = shared_server(tiny_translation_run)
+    answer = post(url, "/v1/translate", {"text": ["907042\n\n13", "500"], "scores": True})
+    assert answer.status_code == 200, answer.text
+    model, tokenizer, _ = load(tiny_translation_run)
+    for translation in answer.json()["translations"]:
+        assert len(translation["sentence_scores"]) == len(translation["sentences"])
+        total, count = 0.0, 0
+        for (source, target), scored in zip(translation["sentences"], translation["sentence_scores"]):
+            tokens = [*tokenizer.encode(target, target=True), model.config.eos_id]
+            log_probs = _teacher_forced(model, tokenizer, source, target).gather(
+                -1, torch.tensor(tokens)[:, None]
+            )[:, 0]
+            assert scored["log_prob"] == pytest.approx(log_probs.mean().item(), abs=1e-4)
+            assert scored["probability"] == pytest.approx(math.exp(scored["log_prob"]))
+            assert [w for w, _ in scored["words"]] == target.split()
+            starts = [i for i, t in enumerate(tokens[:-1]) if tokenizer.id_to_piece(t).startswith("▁")]
+            for (_, probability), start, end in zip(scored["words"], starts, [*starts[1:], len(tokens) - 1]):
+                assert 0 < probability <= 1
+                assert probability == pytest.approx(log_probs[start:end].sum().exp().item(), rel=1e-3)
+            total, count = total + log_probs.sum().item(), count + len(tokens)
+        assert translation["confidence"]["log_prob"] == pytest.approx(total / count, abs=1e-4)
+        assert 0 < translation["confidence"]["probability"] <= 1
+    assert "confidence" not in post(url, "/v1/translate", {"text": ["13"]}).json()["translations"][0]
+
+
+def test_choices_are_the_models_most_probable_next_pieces(tiny_translation_run, shared_server) -> None:
+    """/v1/choices gives the k most probable pieces after the prefix, most probable first, with the
+    probabilities of the model's own softmax at that place; they and ``rest`` sum to one; a choice's
+    prefix, sent back, starts the translation (/v1/translate and /v1/attention alike)."""
+    url = shared_server(tiny_translation_run)
+    model, tokenizer, config = load(tiny_translation_run)
+    for prefix, k in [("", 5), ("nine hundred", 7), ("nine hundred forty-", 1)]:
+        answer = post(url, "/v1/choices", {"text": "907042", "prefix": prefix, "k": k})
+        assert answer.status_code == 200, answer.text
+        found = answer.json()
+        probabilities = _teacher_forced(model, tokenizer, "907042", prefix)[-1].exp()
+        probabilities[[config.pad_id, config.bos_id]] = 0  # never produced
+        expected = probabilities.topk(k)
+        assert [c["token"] for c in found["choices"]] == expected.indices.tolist()
+        got = [c["probability"] for c in found["choices"]]
+        assert got == sorted(got, reverse=True) and got == pytest.approx(expected.values.tolist(), abs=1e-5)
+        assert sum(got) + found["rest"] == pytest.approx(1.0, abs=1e-5) and found["rest"] >= 0
+        for choice in found["choices"]:
+            assert choice["piece"] == tokenizer.id_to_piece(choice["token"])
+            assert choice["prefix"].startswith(prefix) and choice["end"] == (choice["token"] == config.eos_id)
+    chosen = post(url, "/v1/choices", {"text": "907042", "prefix": "nine", "k": 3}).json()["choices"][2]
+    translated = post(url, "/v1/translate", {"text": ["907042"], "prefix": [chosen["prefix"]]}).json()
+    attended = post(url, "/v1/attention", {"text": "907042", "prefix": chosen["prefix"]}).json()
+    assert translated["translations"][0]["text"] == attended["translation"]
+    assert attended["translation"].startswith(chosen["prefix"])
+    assert attended["words"] and [w for w, _ in attended["words"]] == attended["translation"].split()
+    assert len(attended["probabilities"]) == len(attended["predicted_pieces"])
+    assert all(0 < p <= 1 for p in attended["probabilities"])
 
 
 def test_documents_are_translated_sentence_by_sentence_and_rebuilt(
@@ -566,3 +747,36 @@ def test_a_sampling_request_is_decoded_alone() -> None:
 
     assert asyncio.run(scenario()) == [[[(0.0, x)]] for x in ("a", "s1", "s2", "b")]
     assert decoded == [["a", "b"], ["s1"], ["s2"]]
+
+
+def test_prefixes_travel_with_their_lines_through_the_batcher() -> None:
+    """Requests with prefixes and without share a batch: the decoding gets every line's prefix ("" for
+    the lines of requests that gave none), in the batch's order; a batch without any prefix is decoded
+    as before, without them; each request gets its own lines' results."""
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    from aiayn.decode.search import DecodeOptions
+    from aiayn.serve.batching import Batcher
+
+    decoded: list[tuple[list[str], list[str] | None]] = []
+
+    def decode(lines: list[str], options: DecodeOptions, prefixes: list[str] | None = None):
+        decoded.append((lines, prefixes))
+        return [f"{prefix}{line}" for line, prefix in zip(lines, prefixes or [""] * len(lines))]
+
+    async def scenario(requests):
+        with ThreadPoolExecutor(1) as pool:
+            batcher = Batcher(decode, len, pool, max_tokens=100, max_wait_s=0.05)
+            worker = asyncio.create_task(batcher.run())
+            options = DecodeOptions(beam=4)
+            answers = await asyncio.gather(*(batcher.submit(lines, options, p) for lines, p in requests))
+            worker.cancel()
+            return answers
+
+    requests = [(["a", "b"], None), (["c"], ["x:"]), (["d", "e"], ["", "y:"]), (["f"], [""])]
+    assert asyncio.run(scenario(requests)) == [["a", "b"], ["x:c"], ["d", "y:e"], ["f"]]
+    assert decoded == [(["a", "b", "c", "d", "e", "f"], ["", "", "x:", "", "y:", ""])]
+    decoded.clear()
+    assert asyncio.run(scenario([(["a"], None), (["b"], [""])])) == [["a"], ["b"]]
+    assert decoded == [(["a", "b"], None)]

@@ -285,3 +285,90 @@ def test_the_api_page_renders_offline(browser, tiny_translation_run, shared_serv
         "return performance.getEntriesByType('resource').map(e => new URL(e.name).host)"
     )
     assert hosts and set(hosts) == {base_url.split("//")[1]}, hosts
+
+
+def _ready(browser, what: str) -> None:
+    _wait(browser, lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-state") == "ready", what)
+
+
+def _click(browser, element, what: str) -> None:
+    """Click ``element`` and wait until the page is ready again."""
+    browser.execute_script("document.body.dataset.state = 'submitted'")
+    element.click()
+    _ready(browser, what)
+
+
+def test_words_show_their_probability_and_a_click_the_models_choices(
+    browser, tiny_translation_run, shared_server
+):
+    """Each word of the translation is coloured by its probability, the figure in its title, as the
+    API's scores; clicking a word lists the model's choices there (/v1/choices after the words before
+    it); taking one decodes the rest again: the translation starts with the choice's prefix."""
+    base_url = shared_server(tiny_translation_run)
+    browser.get_log("browser")  # what earlier tests left there
+    _open(browser, base_url)
+    options = {"beam": 4, "alpha": 0.6}
+    assert _translate(browser, SENTENCE, nbest=1, **options) == "ready", _visible_error(browser)
+    _, expected = _api(base_url, "/v1/translate", {"text": [SENTENCE], **options, "scores": True})
+    scored = expected["translations"][0]["sentence_scores"][0]["words"]
+    spans = browser.find_elements(By.CSS_SELECTOR, "#translation .word")
+    assert [s.text for s in spans] == [w for w, _ in scored] and len(spans) > 2
+    assert [s.get_attribute("title") for s in spans] == [f"probability {p:.3f}" for _, p in scored]
+    colours = {p: s.value_of_css_property("background-color") for s, (_, p) in zip(spans, scored)}
+    assert colours[min(colours)] != colours[max(colours)]  # an unsure word stands out
+
+    _click(browser, spans[1], "the choices")
+    shown = browser.find_elements(By.CSS_SELECTOR, "#choices-list li")
+    _, choices = _api(base_url, "/v1/choices", {"text": SENTENCE, "prefix": scored[0][0], "k": 5})
+    assert browser.find_element(By.ID, "choices").is_displayed() and len(shown) == 5
+    assert [li.text.split(" %")[0] for li in shown] == [
+        f"{100 * c['probability']:.1f}" for c in choices["choices"]
+    ]
+    taken = next(c for c in choices["choices"] if not c["end"] and c["prefix"].split()[1] != scored[1][0])
+    button = browser.find_element(By.CSS_SELECTOR, f'button.choice[data-prefix="{taken["prefix"]}"]')
+    _click(browser, button, "the rest decoded again")
+    _, continued = _api(base_url, "/v1/attention", {"text": SENTENCE, **options, "prefix": taken["prefix"]})
+    translation = browser.find_element(By.ID, "translation").get_attribute("textContent")
+    assert translation == continued["translation"] and translation.startswith(taken["prefix"])
+    pair = browser.find_element(By.CSS_SELECTOR, "#sentences li.pair .tgt")
+    assert pair.text == translation == browser.find_element(By.ID, "edit").get_attribute("value")
+    lines = browser.find_elements(By.CSS_SELECTOR, '#alignment text[data-side="tgt"]')
+    assert [e.text for e in lines] == continued["predicted_pieces"]  # the attention view is the new one's
+    assert [
+        s.get_attribute("title") for s in browser.find_elements(By.CSS_SELECTOR, "#translation .word")
+    ] == [f"probability {p:.3f}" for _, p in continued["words"]]
+    assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []
+
+
+def test_a_glossary_applies_and_an_edited_translation_is_continued_from_the_cursor(
+    browser, tiny_translation_run, shared_server
+):
+    """The glossary box's terms reach the translation (as the API's glossary); a line that is not a
+    pair is refused on the page. The sentence edited, the cursor placed after its start, "Continue"
+    keeps that start and has the model decode the rest (as /v1/attention from that prefix)."""
+    from selenium.webdriver.common.keys import Keys
+
+    base_url = shared_server(tiny_translation_run)
+    _open(browser, base_url)
+    options = {"beam": 4, "alpha": 0.6}
+    _fill(browser, glossary="13 twelve")
+    assert _translate(browser, "13", nbest=1, **options) == "error"
+    assert _visible_error(browser).startswith("glossary, line 1:")
+    _fill(browser, glossary="# terms\n13 = twelve")
+    assert _translate(browser, "13", nbest=2, **options) == "ready", _visible_error(browser)
+    glossary = {"glossary": [["13", "twelve"]]}
+    _, expected = _api(base_url, "/v1/translate", {"text": ["13"], **options, **glossary})
+    translation = browser.find_element(By.ID, "translation").get_attribute("textContent")
+    assert translation == expected["translations"][0]["text"] and translation.split().count("twelve") == 1
+
+    edit = browser.find_element(By.ID, "edit")
+    edit.clear()
+    edit.send_keys("six hundred nonsense", *[Keys.ARROW_LEFT] * len(" nonsense"))
+    _click(browser, browser.find_element(By.ID, "continue"), "the rest from the cursor")
+    _, continued = _api(
+        base_url, "/v1/attention", {"text": "13", **options, **glossary, "prefix": "six hundred"}
+    )
+    translation = browser.find_element(By.ID, "translation").get_attribute("textContent")
+    assert translation == continued["translation"] and translation.startswith("six hundred")
+    assert "nonsense" not in translation and translation.split().count("twelve") == 1
+    assert browser.find_element(By.ID, "changed").is_displayed()

@@ -7,8 +7,11 @@ Routes (``/docs`` is FastAPI's page documenting them):
   translated whole and rebuilt, :mod:`aiayn.serve.documents`; the options and defaults of ``aiayn
   translate``: beam search or, with ``sample``, sampling with its rules; the sentences of requests
   that arrive together are decoded in one batch, :mod:`aiayn.serve.batching`, a sampling request's
-  alone) and ``POST /v1/attention`` (one sentence, searched: pieces, translation, every layer's and
-  head's weights); LibreTranslate's API beside them (:mod:`aiayn.serve.libretranslate`).
+  alone; a ``glossary`` of terms, a ``prefix`` per document, ``scores``: each translation's
+  confidence and its words' probabilities), ``POST /v1/attention`` (one sentence, searched, from a
+  prefix, with a glossary: pieces, translation, each piece's probability, every layer's and head's
+  weights) and ``POST /v1/choices`` (the model's k most probable next pieces after a prefix of a
+  sentence's translation); LibreTranslate's API beside them (:mod:`aiayn.serve.libretranslate`).
 * Forecasting runs: ``POST /v1/forecast`` (the last ``input_len`` rows -> the next ``horizon``).
 * ``GET /``: the page (``static/index.html``), its files under ``/static``.
 
@@ -21,9 +24,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import math
 import secrets
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -40,7 +44,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException
 
 from aiayn.decode.attention import sentence_attention
+from aiayn.decode.choices import next_choices
+from aiayn.decode.glossary import check_glossary
 from aiayn.decode.search import DecodeOptions
+from aiayn.decode.translator import LINE_BREAKS, word_probabilities
 from aiayn.documents.translate import DocumentResult
 from aiayn.documents.types import FORMATS
 from aiayn.errors import UserError
@@ -53,6 +60,9 @@ from aiayn.serve.langid import LanguageIdentifier
 STATIC = Path(__file__).resolve().parent / "static"
 MAX_BEAM = 64  # a request's beam (and n-best) at most: a larger one would only tie up the model
 ATTENTION_MAX_CHARS = 2000  # /v1/attention's one sentence: its maps grow with the square of its length
+GLOSSARY_MAX_PAIRS = 1000  # a request's glossary: each term is matched against every sentence
+GLOSSARY_MAX_CHARS = 200  # a glossary term, either side
+MAX_CHOICES = 50  # /v1/choices' k at most
 
 
 @dataclass
@@ -92,6 +102,12 @@ class SearchOptions(_Strict):
     max_len_a: float = Field(1.0, description="at most a * source length + b tokens")
     max_len_b: int = Field(50, description="(the paper's a = 1, b = 50: source length + 50)")
     engine: str | None = Field(None, description="optional: the engine this server runs")
+    glossary: list[list[str]] | None = Field(
+        None,
+        description="[[source term, target term], ...] (at most 1000): where a source term occurs "
+        "(whole words, any case), its target term appears in the translation, exactly as written, once "
+        "per occurrence (constrained beam search; the torch engine, not with sample)",
+    )
 
 
 class TranslateRequest(SearchOptions):
@@ -122,6 +138,17 @@ class TranslateRequest(SearchOptions):
         description="with sample: the same seed and the same text give the same samples (a sampling "
         "request is decoded alone); default: a new seed each request",
     )
+    prefix: list[str] | None = Field(
+        None,
+        description='one per entry of text ("" for none): the translation of the document\'s first '
+        "sentence starts with it, and the model continues from there",
+    )
+    scores: bool = Field(
+        False,
+        description="add each translation's confidence {log_prob: the mean log-probability of its "
+        "tokens, probability} and sentence_scores, one per sentence: [{log_prob, probability, words: "
+        "[[word, probability], ...], terms: [glossary terms met, asked]}] (not with nbest > 1)",
+    )
 
 
 #: The sampling fields of :class:`TranslateRequest`; each needs ``sample: true``, as each of
@@ -131,6 +158,15 @@ SAMPLING_FIELDS = ("temperature", "top_k", "top_p", "seed")
 
 class AttentionRequest(SearchOptions):
     text: str = Field(description="one sentence")
+    prefix: str = Field("", description="the start of the translation; the model continues from there")
+
+
+class ChoicesRequest(_Strict):
+    text: str = Field(description="one sentence")
+    prefix: str = Field(
+        "", description="the start of its translation: the words before the place asked about"
+    )
+    k: int = Field(5, description="how many of the most probable next pieces (1 to 50)")
 
 
 class ForecastRequest(_Strict):
@@ -142,10 +178,22 @@ class Hypothesis(BaseModel):
     score: float | None  # log P / GNMT length penalty; None where an engine gives none
 
 
+class Confidence(BaseModel):
+    log_prob: float  # the mean log-probability of the tokens (EOS included)
+    probability: float  # exp(log_prob)
+
+
+class SentenceScore(Confidence):
+    words: list[tuple[str, float]]  # each word of the sentence's translation, its probability
+    terms: tuple[int, int]  # glossary terms met, asked
+
+
 class Translation(Hypothesis):
     nbest: list[Hypothesis]
     sentences: list[tuple[str, str]]  # (source sentence, its translation), in order
     alignment: list[tuple[int, int]] | None = None  # with alignments: over text.split() of both sides
+    confidence: Confidence | None = None  # with scores
+    sentence_scores: list[SentenceScore] | None = None  # with scores: one per sentence
 
 
 class TranslateResponse(BaseModel):
@@ -235,6 +283,7 @@ def _routes(app: FastAPI, key) -> None:
     app.post("/v1/attention", summary="What the model attends to for one sentence", dependencies=[key])(
         attention
     )
+    app.post("/v1/choices", summary="The model's next choices after a prefix", dependencies=[key])(choices)
     app.post("/v1/forecast", summary="Forecast the next horizon steps", dependencies=[key])(forecast)
     libretranslate.add_routes(app)
     app.get("/", include_in_schema=False)(page)
@@ -259,29 +308,72 @@ async def page():
 async def translate(body: TranslateRequest, request: Request) -> dict[str, Any]:
     served, state = _served(request, "translation"), request.app.state
     _check_documents(body.text, state.limits)
+    prefixes = _check_prefixes(body.prefix, body.text, state.limits)
+    if body.glossary and served.backend.name != "torch":
+        engine = served.backend.name
+        raise _bad(
+            422, f"glossary: the {engine} engine has no lexical constraints; serve with --engine torch"
+        )
+    if body.scores and body.nbest > 1:
+        raise _bad(422, "scores: for the best translation only; not with nbest > 1")
     options = _options(body, served, nbest=body.nbest, **_sampling(body))
     with state.admission.slot():
-        results = await state.documents.translate(body.text, options, body.format, body.alignments, True)
-    translations = [_translation(result, body.alignments) for result in results]
+        results = await state.documents.translate(
+            body.text,
+            options,
+            body.format,
+            body.alignments,
+            True,
+            confidence=body.scores,
+            prefixes=prefixes,
+        )
+    translations = [_translation(result, body.alignments, body.scores) for result in results]
     return {"translations": translations, "engine": served.backend.name}
 
 
 async def attention(body: AttentionRequest, request: Request) -> dict[str, Any]:
     served = _served(request, "translation")
     _check_sentence(body.text)
+    _check_prefix(body.prefix)
     options = _options(body, served, nbest=1)
     run = functools.partial(
-        sentence_attention, served.model, served.backend.tokenizer, body.text, options, device=served.device
+        sentence_attention,
+        served.model,
+        served.backend.tokenizer,
+        body.text,
+        options,
+        device=served.device,
+        prefix=body.prefix,
     )
     found = await asyncio.get_running_loop().run_in_executor(request.app.state.executor, run)
+    eos = served.backend.tokenizer.id_to_piece(served.model.config.eos_id)
+    pieces = found.predicted_pieces[:-1] if found.predicted_pieces[-1:] == [eos] else found.predicted_pieces
+    log_probs = [math.log(p) if p > 0 else -math.inf for p in found.probabilities]
     return {
         "source_pieces": found.source_pieces,
         "target_pieces": found.target_pieces,  # what each target position reads (<s> first)
         "predicted_pieces": found.predicted_pieces,  # what each target position predicts (</s> last)
+        "probabilities": found.probabilities,  # of each predicted piece
         "translation": found.translation,
+        "words": [list(pair) for pair in word_probabilities(found.translation, pieces, log_probs)],
         "score": found.score,
         "attention": {kind: [m.tolist() for m in layers] for kind, layers in found.maps.items()},
     }
+
+
+async def choices(body: ChoicesRequest, request: Request) -> dict[str, Any]:
+    """The ``k`` most probable next pieces after ``prefix`` in the translation of ``text``, most
+    probable first, and ``rest``: the probability of every other piece (they sum to one)."""
+    served = _served(request, "translation")
+    _check_sentence(body.text)
+    _check_prefix(body.prefix)
+    if not 1 <= body.k <= MAX_CHOICES:
+        raise _bad(422, f"k: must be in 1..{MAX_CHOICES}, got {body.k}")
+    run = functools.partial(
+        next_choices, served.model, served.backend.tokenizer, body.text, body.prefix, body.k, served.device
+    )
+    found = await asyncio.get_running_loop().run_in_executor(request.app.state.executor, run)
+    return {"choices": [asdict(choice) for choice in found.choices], "rest": found.rest}
 
 
 async def forecast(body: ForecastRequest, request: Request) -> dict[str, Any]:
@@ -333,6 +425,46 @@ def _check_sentence(text: str) -> None:
         raise _bad(422, "text: one sentence (no line breaks)")
 
 
+def _check_prefixes(prefixes: list[str] | None, documents: list[str], limits: Limits) -> list[str] | None:
+    """One prefix per document, each one line within the documents' size limit; None for none."""
+    if prefixes is None:
+        return None
+    if len(prefixes) != len(documents):
+        raise _bad(422, f"prefix: one per entry of text ({len(documents)}), got {len(prefixes)}")
+    for i, prefix in enumerate(prefixes):
+        if len(prefix) > limits.max_chars:
+            raise _bad(413, f"prefix[{i}]: at most {limits.max_chars} characters, got {len(prefix)}")
+        if LINE_BREAKS.search(prefix):
+            raise _bad(422, f"prefix[{i}]: one line (no line breaks)")
+    return prefixes if any(prefixes) else None
+
+
+def _check_prefix(prefix: str) -> None:
+    if len(prefix) > ATTENTION_MAX_CHARS:
+        raise _bad(422, f"prefix: at most {ATTENTION_MAX_CHARS} characters, got {len(prefix)}")
+    if LINE_BREAKS.search(prefix):
+        raise _bad(422, "prefix: one line (no line breaks)")
+
+
+def _glossary(pairs: list[list[str]] | None) -> tuple[tuple[str, str], ...]:
+    """The request's glossary, checked: at most :data:`GLOSSARY_MAX_PAIRS` pairs of non-empty terms
+    of one line and at most :data:`GLOSSARY_MAX_CHARS` characters each."""
+    if not pairs:
+        return ()
+    if len(pairs) > GLOSSARY_MAX_PAIRS:
+        raise _bad(422, f"glossary: at most {GLOSSARY_MAX_PAIRS} pairs, got {len(pairs)}")
+    try:
+        glossary = check_glossary(pairs)
+    except UserError as err:
+        raise _bad(422, str(err)) from None
+    for k, pair in enumerate(glossary):
+        if any(len(term) > GLOSSARY_MAX_CHARS or LINE_BREAKS.search(term) for term in pair):
+            raise _bad(
+                422, f"glossary: entry {k + 1}: terms of one line, at most {GLOSSARY_MAX_CHARS} characters"
+            )
+    return glossary
+
+
 def _options(body: SearchOptions, served: Served, nbest: int, **sampling: Any) -> DecodeOptions:
     for name, value in (("beam", body.beam), ("nbest", nbest)):
         if value > MAX_BEAM:  # DecodeOptions checks the lower bounds
@@ -346,6 +478,7 @@ def _options(body: SearchOptions, served: Served, nbest: int, **sampling: Any) -
             nbest=nbest,
             max_len_a=body.max_len_a,
             max_len_b=body.max_len_b,
+            glossary=_glossary(body.glossary),
             **sampling,
         )
     except UserError as err:
@@ -360,9 +493,9 @@ def _sampling(body: TranslateRequest) -> dict[str, Any]:
     return {"sample": body.sample, **given}
 
 
-def _translation(result: DocumentResult, alignments: bool) -> dict[str, Any]:
+def _translation(result: DocumentResult, alignments: bool, scores: bool) -> dict[str, Any]:
     """A document's answer: its text and score, its n-best list (none for a blank document), its
-    sentence pairs and, when asked, its word alignment."""
+    sentence pairs and, when asked, its word alignment and its confidence, sentence by sentence."""
     nbest = [{"text": text, "score": _finite(score)} for score, text in result.nbest]
     translation = {
         "text": result.text,
@@ -372,7 +505,21 @@ def _translation(result: DocumentResult, alignments: bool) -> dict[str, Any]:
     }
     if alignments:
         translation["alignment"] = [list(pair) for pair in result.alignment]
+    if scores:
+        translation["confidence"] = _confidence(result.confidence)
+        translation["sentence_scores"] = [
+            {
+                **_confidence(scored.confidence),
+                "words": [list(pair) for pair in scored.words],
+                "terms": list(scored.terms),
+            }
+            for scored in result.scored
+        ]
     return translation
+
+
+def _confidence(log_prob: float) -> dict[str, float]:
+    return {"log_prob": log_prob, "probability": math.exp(log_prob)}
 
 
 def _finite(score: float) -> float | None:
@@ -380,8 +527,13 @@ def _finite(score: float) -> float | None:
 
 
 def _decoders(served: Served) -> dict[str, Any]:
-    """What each batcher runs in the model's thread: a search, and a search with word alignments."""
-    return {"nbest": served.backend.translate_nbest, "aligned": served.backend.translate_aligned}
+    """What each batcher runs in the model's thread: a search, a search with word alignments, and a
+    search with confidence and word alignments."""
+    return {
+        "nbest": served.backend.translate_nbest,
+        "aligned": served.backend.translate_aligned,
+        "scored": functools.partial(served.backend.translate_scored, align=True),
+    }
 
 
 def _token_counter(served: Served):

@@ -6,9 +6,11 @@ translated by its backend in one call, and rebuilds the documents. Here it runs 
 document threads (never in the event loop, never in the model's thread) over a
 :class:`BatchedBackend`, the backend's interface whose decoding goes to a batcher in the event loop:
 the sentences of documents that arrive together are decoded in the same token-bounded batches, in the
-model's one thread. There are two batchers: one searches (``translate_nbest``, and ``translate``
-through it), one searches and aligns (``translate_aligned``: alignments, HTML, Markdown). Any other
-method the translator calls on the backend runs in the model's thread too (one model, one thread).
+model's one thread. There are three batchers: one searches (``translate_nbest``, and ``translate``
+through it), one searches and aligns (``translate_aligned``: alignments, HTML, Markdown), one
+searches, scores and aligns (``translate_scored``: confidence; its alignment is used where the
+request needs one). Each line's target prefix travels with it through its batcher. Any other method
+the translator calls on the backend runs in the model's thread too (one model, one thread).
 
 The routes (``POST /v1/translate``, the LibreTranslate API's ``POST /translate``) call
 :meth:`Documents.translate`; :class:`Admission` bounds the requests in the server at once.
@@ -27,7 +29,7 @@ from typing import Any, Sequence
 from starlette.exceptions import HTTPException
 
 from aiayn.decode.search import DecodeOptions
-from aiayn.decode.translator import AlignedLines, NBest
+from aiayn.decode.translator import AlignedLines, NBest, Scored
 from aiayn.documents.translate import DocumentResult, DocumentTranslator
 from aiayn.errors import UserError
 from aiayn.serve.batching import Batcher
@@ -39,10 +41,10 @@ DOCUMENT_THREADS = 128
 
 class BatchedBackend:
     """``backend``'s interface for a DocumentTranslator in a document thread: ``translate_nbest``
-    (``translate`` through it) and ``translate_aligned`` hand the lines to their batcher of
-    ``batchers`` (``"nbest"``, ``"aligned"``; on ``loop``) and wait for the results; every other
-    method of the backend runs in ``model_thread``; other attributes (``tokenizer``, ``config``,
-    ``name``) are the backend's."""
+    (``translate`` through it), ``translate_aligned`` and ``translate_scored`` hand the lines (and
+    their prefixes) to their batcher of ``batchers`` (``"nbest"``, ``"aligned"``, ``"scored"``; on
+    ``loop``) and wait for the results; every other method of the backend runs in ``model_thread``;
+    other attributes (``tokenizer``, ``config``, ``name``) are the backend's."""
 
     def __init__(
         self, backend, batchers: dict[str, Batcher], loop: asyncio.AbstractEventLoop, model_thread: Executor
@@ -50,17 +52,24 @@ class BatchedBackend:
         self._backend, self._batchers, self._loop, self._model_thread = backend, batchers, loop, model_thread
         self.progress = None  # the translator may set it; the batchers report no progress
 
-    def translate_nbest(self, lines: Sequence[str], options: DecodeOptions) -> NBest:
-        return self._batched("nbest", lines, options)
+    def translate_nbest(self, lines: Sequence[str], options: DecodeOptions, prefixes=None) -> NBest:
+        return self._batched("nbest", lines, options, prefixes)
 
-    def translate(self, lines: Sequence[str], options: DecodeOptions) -> list[str]:
-        return [hyps[0][1] if hyps else "" for hyps in self.translate_nbest(lines, options)]
+    def translate(self, lines: Sequence[str], options: DecodeOptions, prefixes=None) -> list[str]:
+        return [hyps[0][1] if hyps else "" for hyps in self.translate_nbest(lines, options, prefixes)]
 
-    def translate_aligned(self, lines: Sequence[str], options: DecodeOptions) -> AlignedLines:
-        return self._batched("aligned", lines, options)
+    def translate_aligned(self, lines: Sequence[str], options: DecodeOptions, prefixes=None) -> AlignedLines:
+        return self._batched("aligned", lines, options, prefixes)
 
-    def _batched(self, kind: str, lines: Sequence[str], options: DecodeOptions):
-        submit = self._batchers[kind].submit(list(lines), options)
+    def translate_scored(
+        self, lines: Sequence[str], options: DecodeOptions, prefixes=None, *, align: bool = False
+    ) -> list[Scored]:
+        """As the backend's; the alignment comes with every answer (the batcher's decoding aligns
+        always, so that requests with and without alignments share its batches)."""
+        return self._batched("scored", lines, options, prefixes)
+
+    def _batched(self, kind: str, lines: Sequence[str], options: DecodeOptions, prefixes):
+        submit = self._batchers[kind].submit(list(lines), options, list(prefixes) if prefixes else None)
         return asyncio.run_coroutine_threadsafe(submit, self._loop).result()
 
     def __getattr__(self, name: str) -> Any:
@@ -84,12 +93,29 @@ class Documents:
         self.translator = DocumentTranslator(batched, language=language, split=True, warn=_warn)
 
     async def translate(
-        self, documents: list[str], options: DecodeOptions, fmt: str, alignments: bool, scores: bool
+        self,
+        documents: list[str],
+        options: DecodeOptions,
+        fmt: str,
+        alignments: bool,
+        scores: bool,
+        *,
+        confidence: bool = False,
+        prefixes: list[str] | None = None,
     ) -> list[DocumentResult]:
         """The documents translated; ``scores``: with the mean scores of their sentences, where the
-        search gives them (not with alignments, HTML or Markdown)."""
+        search gives them (not with alignments, HTML or Markdown); ``confidence``: with each
+        sentence's confidence and word probabilities; ``prefixes``: per document, the target text
+        its (first sentence's) translation starts with."""
         run = functools.partial(
-            self.translator.translate, documents, options, fmt=fmt, alignments=alignments, scores=scores
+            self.translator.translate,
+            documents,
+            options,
+            fmt=fmt,
+            alignments=alignments,
+            scores=scores,
+            confidence=confidence,
+            prefixes=prefixes,
         )
         try:
             return await self.run(run)

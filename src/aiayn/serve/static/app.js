@@ -1,11 +1,20 @@
-// The page of `aiayn serve`: translate a sentence or a small document, show it sentence by sentence,
-// then draw what the model attended to in the sentence chosen.
+// The page of `aiayn serve`: translate a sentence or a small document (with a glossary), show it
+// sentence by sentence with each word coloured by its probability, then draw what the model attended
+// to in the sentence chosen. A word clicked shows the model's other choices there; taking one, or
+// editing the sentence and asking for the rest, decodes the rest again from that prefix.
 // Plain JavaScript, SVG and canvas; no library and no network beyond this server's own API.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
 const SVG_NS = "http://www.w3.org/2000/svg";
-const state = { model: null, attention: null, options: null, sentences: [] };
+// sentences: [source, translation] pairs; words: per sentence its [word, probability] pairs;
+// prefixes: per sentence the prefix its translation was decoded from ("" at first); layout: the
+// document's text around its sentences (null: shown as plain text); selected: the sentence chosen
+const state = {
+  model: null, attention: null, options: null, sentences: [], words: [], prefixes: [], layout: null,
+  text: "", selected: 0,
+};
+const CHOICES = 5; // how many of the model's choices a word shows
 
 // The attention kinds of the API, as plots.ATTENTION_KINDS names them: title, query side, key side.
 const KINDS = {
@@ -23,6 +32,8 @@ const RDBU = ["#67001f", "#b2182b", "#d6604d", "#f4a582", "#fddbc7", "#f7f7f7",
 const HEAD_COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
   "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"];
 const AVERAGE_COLOUR = "#1d2b53";
+// A word's background by its probability: strong for an unsure word, white for a sure one.
+const CONFIDENCE = ["#d6604d", "#f4a582", "#fddbc7", "#fbf3ec", "#ffffff"];
 
 // --- talking to the server -----------------------------------------------------------------------
 
@@ -99,18 +110,45 @@ function fieldValue(id) {
   return text !== "" && Number.isFinite(number) ? number : text;
 }
 
+// The glossary box's pairs: "source<TAB>target" (two columns pasted from a sheet) or
+// "source = target" a line; blank lines and lines starting with # are skipped.
+function glossaryPairs() {
+  const pairs = [];
+  $("glossary").value.split("\n").forEach((line, n) => {
+    if (!line.trim() || line.trim().startsWith("#")) return;
+    const terms = line.includes("\t") ? line.split("\t") : line.split(" = ");
+    if (terms.length !== 2 || !terms[0].trim() || !terms[1].trim()) {
+      throw new Error(`glossary, line ${n + 1}: write "source<TAB>target" or "source = target"`);
+    }
+    pairs.push([terms[0].trim(), terms[1].trim()]);
+  });
+  return pairs;
+}
+
+// The document translated with scores (each word's probability); with an n-best list of more than
+// one, a second request (scores are for the best translation only) gives the list.
 async function onSubmit(event) {
   event.preventDefault();
   const text = $("source").value;
   if (!text.trim()) return showError("Type a sentence to translate.");
+  let glossary;
+  try {
+    glossary = glossaryPairs();
+  } catch (err) {
+    return showError(err.message);
+  }
   state.options = { beam: fieldValue("beam"), alpha: fieldValue("alpha") };
+  if (glossary.length) state.options.glossary = glossary;
+  const nbest = fieldValue("nbest");
   setBusy(true);
   try {
-    const translated = await api("POST", "/v1/translate", {
-      text: [text], ...state.options, nbest: fieldValue("nbest"),
-    });
-    const result = translated.translations[0];
-    showTranslation(result);
+    const body = { text: [text], ...state.options };
+    const [scored, listed] = await Promise.all([
+      api("POST", "/v1/translate", { ...body, scores: true }),
+      nbest === 1 ? null : api("POST", "/v1/translate", { ...body, nbest }),
+    ]);
+    const result = scored.translations[0];
+    showTranslation(result, listed ? listed.translations[0].nbest : result.nbest);
     showSentences(result.sentences || []);
     if (state.sentences.length) await attend(0);
     setBusy(false, "ready");
@@ -120,14 +158,29 @@ async function onSubmit(event) {
   }
 }
 
-// The attention of the document's sentence `index` (its source, searched with the same options).
+// The attention of the document's sentence `index` (its source, searched with the same options from
+// the prefix its translation came from); it becomes the sentence to edit.
 async function attend(index) {
-  const [source] = state.sentences[index];
+  const [source, target] = state.sentences[index];
+  selectSentence(index);
+  $("attention-sentence").textContent = source;
+  const found = await api("POST", "/v1/attention", attentionBody(index, state.prefixes[index] || ""));
+  if (state.selected !== index) return; // another sentence was chosen meanwhile
+  showAttention(found);
+  $("edit").value = target;
+}
+
+function attentionBody(index, prefix) {
+  const body = { text: state.sentences[index][0], ...state.options };
+  return prefix ? { ...body, prefix } : body;
+}
+
+function selectSentence(index) {
+  state.selected = index;
   for (const pair of $("sentences").children) {
     pair.classList.toggle("selected", pair.dataset.index === String(index));
   }
-  $("attention-sentence").textContent = source;
-  showAttention(await api("POST", "/v1/attention", { text: source, ...state.options }));
+  $("edit-source").textContent = state.sentences[index][0];
 }
 
 async function onChooseSentence(index) {
@@ -145,6 +198,10 @@ function setBusy(busy, done) {
   document.body.dataset.state = busy ? "busy" : done;
   $("busy").hidden = !busy;
   $("translate").disabled = busy;
+  $("continue").disabled = busy;
+  for (const button of document.querySelectorAll("button.choice")) {
+    button.disabled = busy || Boolean(button.dataset.end); // the end of the sentence is never taken
+  }
   if (busy) $("error").hidden = true;
 }
 
@@ -158,11 +215,82 @@ function showError(message, keepResults = false) {
 
 // --- translation and n-best list ----------------------------------------------------------------------
 
-function showTranslation(result) {
-  $("translation").textContent = result.text;
+function showTranslation(result, nbest) {
+  const pairs = result.sentences || [];
+  const scores = result.sentence_scores || [];
+  state.words = pairs.map((_, k) => (scores[k] ? scores[k].words : []));
+  state.prefixes = pairs.map(() => "");
+  state.text = result.text;
+  state.layout = documentLayout(result.text, pairs.map(([, target]) => target));
+  state.sentences = pairs.map((pair) => [...pair]);
+  renderTranslation();
+  $("choices").hidden = true;
+  $("changed").hidden = true;
   $("score").textContent = formatScore(result.score);
-  const list = $("nbest-list");
-  list.replaceChildren(...(result.nbest || []).map(nbestItem));
+  const confidence = result.confidence;
+  $("confidence").textContent = confidence ? confidence.probability.toFixed(3) : "—";
+  $("nbest-list").replaceChildren(...(nbest || []).map(nbestItem));
+}
+
+// The document's text around its sentences' translations: before[k], the text between sentence
+// k - 1's last word and sentence k's first, and after, the text after the last; null where the
+// document's words are not its sentences' (then it is shown as plain text).
+function documentLayout(text, targets) {
+  const counts = targets.map((target) => words(target).length);
+  if (words(text).length !== counts.reduce((a, b) => a + b, 0)) return null;
+  const layout = { before: counts.map(() => ""), after: "" };
+  let k = 0, used = 0;
+  const advance = () => {
+    while (k < counts.length && used === counts[k]) [k, used] = [k + 1, 0];
+  };
+  advance();
+  for (const token of tokens(text)) {
+    if (/\S/.test(token)) {
+      used += 1;
+      advance();
+    } else if (k >= counts.length) {
+      layout.after += token;
+    } else if (used === 0) {
+      layout.before[k] += token;
+    } // else: a space between the words of sentence k, which its own text holds
+  }
+  return layout;
+}
+
+const tokens = (text) => text.match(/\s+|\S+/g) || [];
+const words = (text) => tokens(text).filter((token) => /\S/.test(token));
+
+// The document with each word of each sentence a span on its probability's colour.
+function renderTranslation() {
+  if (!state.layout) {
+    $("translation").textContent = state.text;
+    return;
+  }
+  const nodes = [];
+  state.sentences.forEach(([, target], k) => {
+    nodes.push(state.layout.before[k]);
+    let j = 0;
+    for (const token of tokens(target)) nodes.push(/\S/.test(token) ? wordSpan(token, k, j++) : token);
+  });
+  nodes.push(state.layout.after);
+  $("translation").replaceChildren(...nodes);
+}
+
+function wordSpan(word, k, j) {
+  const span = document.createElement("span");
+  span.className = "word";
+  span.textContent = word;
+  Object.assign(span.dataset, { sentence: k, word: j });
+  span.tabIndex = 0;
+  const scored = (state.words[k] || [])[j];
+  if (scored && typeof scored[1] === "number") {
+    span.dataset.probability = scored[1];
+    span.title = `probability ${scored[1].toFixed(3)}`;
+    span.style.backgroundColor = colourAt(CONFIDENCE, scored[1]);
+  }
+  span.addEventListener("click", () => onChooseWord(k, j));
+  span.addEventListener("keydown", (e) => { if (e.key === "Enter") onChooseWord(k, j); });
+  return span;
 }
 
 function nbestItem(hypothesis) {
@@ -176,6 +304,103 @@ function nbestItem(hypothesis) {
 
 // A score, or a dash where the engine gives none (null).
 const formatScore = (score) => (typeof score === "number" ? score.toFixed(3) : "—");
+
+// --- the model's other choices, and decoding the rest again ----------------------------------------
+
+// The text of a translation before its word `j` (spaces kept, trailing ones dropped).
+function textBefore(text, j) {
+  let seen = 0, out = "";
+  for (const token of tokens(text)) {
+    if (/\S/.test(token) && seen++ === j) break;
+    out += token;
+  }
+  return out.trim();
+}
+
+// Word `j` of sentence `k` clicked: the model's CHOICES most probable pieces there, given the words
+// before it; the sentence becomes the one chosen (its attention drawn, its text to edit).
+async function onChooseWord(k, j) {
+  setBusy(true);
+  try {
+    const [source, target] = state.sentences[k];
+    const prefix = textBefore(target, j);
+    const [found] = await Promise.all([
+      api("POST", "/v1/choices", { text: source, prefix, k: CHOICES }),
+      state.selected === k ? null : attend(k),
+    ]);
+    showChoices(k, j, prefix, found);
+    setBusy(false, "ready");
+  } catch (err) {
+    showError(err.message, true);
+  }
+}
+
+function showChoices(k, j, prefix, found) {
+  for (const span of $("translation").querySelectorAll(".word")) {
+    span.classList.toggle("chosen", span.dataset.sentence === String(k) && span.dataset.word === String(j));
+  }
+  $("choices-prefix").textContent = prefix || "(the start)";
+  $("choices-list").replaceChildren(...found.choices.map((choice) => choiceItem(k, choice)));
+  $("choices-rest").textContent = percent(found.rest);
+  $("choices").hidden = false;
+}
+
+// A choice: its text (… where it continues the word before), its probability; taking it decodes the
+// rest of the sentence from its prefix. The end of the sentence is shown, not taken.
+function choiceItem(k, choice) {
+  const item = document.createElement("li");
+  const button = document.createElement("button");
+  button.type = "button";
+  button.className = "choice";
+  button.dataset.prefix = choice.prefix;
+  const text = choice.text.startsWith(" ") ? choice.text.trim() : `…${choice.text}`;
+  button.textContent = choice.end ? "(end of the sentence)" : text;
+  button.title = `piece ${choice.piece}, probability ${choice.probability.toFixed(3)}`;
+  if (choice.end) {
+    button.dataset.end = "true";
+    button.disabled = true;
+  } else {
+    button.addEventListener("click", () => continueFrom(k, choice.prefix));
+  }
+  const probability = document.createElement("span");
+  probability.className = "probability";
+  probability.textContent = percent(choice.probability);
+  item.append(probability, " ", button);
+  return item;
+}
+
+const percent = (p) => `${(100 * p).toFixed(1)} %`;
+
+// Sentence `k` decoded again from `prefix` (/v1/attention: the translation, its words' probabilities
+// and what the model attends to); the document, the sentence pairs and the views follow.
+async function continueFrom(k, prefix) {
+  setBusy(true);
+  try {
+    selectSentence(k);
+    const found = await api("POST", "/v1/attention", attentionBody(k, prefix));
+    state.prefixes[k] = prefix;
+    state.sentences[k] = [state.sentences[k][0], found.translation];
+    state.words[k] = found.words;
+    renderTranslation();
+    showSentences(state.sentences);
+    selectSentence(k);
+    $("attention-sentence").textContent = state.sentences[k][0];
+    showAttention(found);
+    $("edit").value = found.translation;
+    $("choices").hidden = true;
+    $("changed").hidden = false;
+    setBusy(false, "ready");
+  } catch (err) {
+    showError(err.message, true);
+  }
+}
+
+// "Continue from the cursor": the edited text before the cursor is the prefix (one line).
+function onContinue() {
+  const edit = $("edit");
+  const prefix = edit.value.slice(0, edit.selectionStart).replace(/[\r\n]+/g, " ");
+  if (state.sentences.length) continueFrom(state.selected, prefix);
+}
 
 // --- sentence by sentence -----------------------------------------------------------------------
 
@@ -526,6 +751,11 @@ function start() {
   key.addEventListener("input", () => sessionStorage.setItem("aiayn-api-key", key.value.trim()));
   key.addEventListener("change", loadModel);
   $("translate-form").addEventListener("submit", onSubmit);
+  $("continue").addEventListener("click", onContinue);
+  $("choices-close").addEventListener("click", () => {
+    $("choices").hidden = true;
+    for (const span of $("translation").querySelectorAll(".word.chosen")) span.classList.remove("chosen");
+  });
   $("source").addEventListener("keydown", (e) => {
     if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) $("translate-form").requestSubmit();
   });
