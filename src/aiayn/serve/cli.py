@@ -186,13 +186,19 @@ def load_served(args: argparse.Namespace):
 
 def _translation_served(loaded, args: argparse.Namespace, device):
     from aiayn.serve.app import Served  # the serve extra (FastAPI): only when serving
+    from aiayn.serve.documents import backend_warning
 
     check_backend(args.engine, args.compute_type)
     if args.engine == "torch":
-        backend = TorchBackend(loaded.model, loaded.tokenizer, device=device)
+        backend = TorchBackend(loaded.model, loaded.tokenizer, device=device, warn=backend_warning)
     else:
         backend = load_backend(
-            args.checkpoint, args.engine, device=device, ct2_dir=args.ct2_dir, compute_type=args.compute_type
+            args.checkpoint,
+            args.engine,
+            device=device,
+            ct2_dir=args.ct2_dir,
+            compute_type=args.compute_type,
+            warn=backend_warning,
         )
     data = loaded.checkpoint.config.get("run", {}).get("data", {})
     source, target = args.source_lang or data.get("src_lang"), args.target_lang or data.get("tgt_lang")

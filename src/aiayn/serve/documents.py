@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import functools
 import inspect
+import re
 import sys
 from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import Any, Sequence
@@ -90,7 +91,7 @@ class Documents:
     ) -> None:
         self.pool = ThreadPoolExecutor(DOCUMENT_THREADS, thread_name_prefix="aiayn-documents")
         batched = BatchedBackend(backend, batchers, asyncio.get_running_loop(), model_thread)
-        self.translator = DocumentTranslator(batched, language=language, split=True, warn=_warn)
+        self.translator = DocumentTranslator(batched, language=language, split=True, warn=warn_once)
 
     async def translate(
         self,
@@ -131,13 +132,20 @@ class Documents:
 
 
 _WARNED: set[str] = set()
+_BATCH_LINE = re.compile(r"^line \d+: ")
 
 
-def _warn(message: str) -> None:
+def warn_once(message: str) -> None:
     """A document's warning on stderr, each message once (a server would repeat it per request)."""
     if message not in _WARNED and len(_WARNED) < 1000:
         _WARNED.add(message)
         print(f"aiayn serve: warning: {message}", file=sys.stderr, flush=True)
+
+
+def backend_warning(message: str) -> None:
+    """A backend's warning on the server, each once: its "line N" counts the lines of a batch of
+    several requests, which names nothing to a client, so it says "a sentence" instead."""
+    warn_once(_BATCH_LINE.sub("a sentence: ", message, count=1))
 
 
 class Admission:
