@@ -9,6 +9,13 @@ whole, a term under way by its tokens so far), and the beam is filled from the b
 best of each bank, the fullest bank first, then the second best of each, ...), so that hypotheses
 that have met more constraints survive beside better-scored ones that have met fewer.
 
+The beam is the user's ``beam`` plus one slot per constraint token (:func:`beam_for`), and the
+user's ``beam`` slots go first to the best candidates by score, as plain beam search would keep
+them: the allocation only adds hypotheses. (Filling the whole beam by banks, as Post & Vilar do,
+keeps one hypothesis per bank when the beam has as many slots as banks, and the one that met no
+constraint yet is often the start of the best translation: on test2016 it changed words the
+constraints did not touch; ``benchmarks/README.md`` has the record.)
+
 What a hypothesis has met is read off its tokens as it grows, with each term's automaton (the
 Knuth-Morris-Pratt one: the longest end of the output that begins the term), in tensors for every
 row and term at once:
@@ -41,9 +48,9 @@ def total_tokens(terms: Terms) -> int:
 
 
 def beam_for(beam: int, terms: Terms) -> int:
-    """The beam a sentence with ``terms`` is searched with: one bank per constraint token and one
-    for none, so at least ``total_tokens + 1`` (Post & Vilar's allocation needs that room)."""
-    return max(beam, total_tokens(terms) + 1) if terms else beam
+    """The beam a sentence with ``terms`` is searched with: ``beam`` slots kept by score, and one
+    more for each constraint token (the banks' room)."""
+    return beam + total_tokens(terms)
 
 
 def _borders(term: Sequence[int], width: int) -> list[list[bool]]:
@@ -80,7 +87,8 @@ class Constraints:
             self.lengths.to(device),
         )
         self.borders = self.borders.to(device)
-        self.banks = int((self.need * self.lengths).sum(dim=-1).max()) + 1 if n else 1
+        self.tokens = (self.need * self.lengths).sum(dim=-1)  # (n,) constraint tokens of each sentence
+        self.banks = int(self.tokens.max()) + 1 if n else 1
         self.continues = continues.to(device) if continues is not None else None
 
     def rows(self, sentences: Tensor) -> "Constraints":
@@ -92,6 +100,7 @@ class Constraints:
             self.lengths[sentences],
         )
         out.borders, out.banks, out.continues = self.borders[sentences], self.banks, self.continues
+        out.tokens = self.tokens[sentences]
         return out
 
 
@@ -172,11 +181,14 @@ def candidates(c: Constraints, state: State) -> Tensor:
     return tokens.masked_fill((same & earlier).any(dim=-1), -1)
 
 
-def stripes(banks: Tensor, valid: Tensor, n_banks: int) -> Tensor:
+def stripes(banks: Tensor, valid: Tensor, n_banks: int, by_score: Tensor) -> Tensor:
     """The order in which a sentence's candidates ``(n, M)`` (already sorted by score) fill the beam:
-    a key per candidate, smaller first, the best of each bank (fullest first), then the second best
-    of each, ...; invalid candidates last."""
+    a key per candidate, smaller first: the ``by_score`` ``(n,)`` best valid ones, then the best of
+    each bank (fullest first), then the second best of each, ...; invalid candidates last."""
     one_hot = torch.nn.functional.one_hot(banks.clamp(0, n_banks - 1), n_banks) * valid[..., None]
     rank = (one_hot.cumsum(dim=1) - one_hot).gather(2, banks.clamp(0, n_banks - 1)[..., None])[..., 0]
     key = rank * n_banks + (n_banks - 1 - banks)
+    place = valid.cumsum(dim=1) - 1  # (n, M) rank by score among the valid candidates
+    first = valid & (place < by_score[:, None])
+    key = torch.where(first, place - banks.size(1), key)  # negative: before every bank's
     return key.masked_fill(~valid, torch.iinfo(torch.long).max)

@@ -552,7 +552,10 @@ class _ConstrainedBeams(_Beams):
         self._finish(scores, origin, is_eos, step_lps, met)
         banks = lexical.bank(per_candidate, after).reshape(n, -1).gather(-1, order)
         valid = ~is_eos & torch.isfinite(scores)
-        live = lexical.stripes(banks, valid, self.constraints.banks).argsort(dim=-1, stable=True)[:, :K]
+        by_score = (K - self.constraints.tokens).clamp(min=1)  # the user's beam: see constraints.beam_for
+        live = lexical.stripes(banks, valid, self.constraints.banks, by_score).argsort(dim=-1, stable=True)[
+            :, :K
+        ]
         new_cum = scores.gather(-1, live).masked_fill(~valid.gather(-1, live), NEG_INF)
         chosen = (origin.gather(-1, live), token.gather(-1, live), step_lps.gather(-1, live))
         state = after.select(
