@@ -327,7 +327,7 @@ class Translator:
         pairs = []
         for row, line, hypothesis, text, rows in zip(range(len(lines)), lines, best, texts, weights):
             source = [piece(int(t)) for t in src[row] if int(t) != self.model.config.pad_id][:-1]
-            found = word_alignment(rows, source, [piece(t) for t in hypothesis.tokens])
+            found = word_alignment(rows, source, [piece(t, target=True) for t in hypothesis.tokens])
             pairs.append(clamp_pairs(found, len(line.split()), len(text.split())))
         return pairs
 
