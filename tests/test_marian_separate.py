@@ -27,6 +27,8 @@ from aiayn.data.tokenizer import Tokenizer  # noqa: E402
 from aiayn.decode.search import DecodeOptions, generate  # noqa: E402
 from marian_model import SOURCE_WORDS, TARGET_WORDS, make_marian, sentences  # noqa: E402
 
+pytestmark = pytest.mark.xdist_group("marian_separate")  # one worker builds the model, once
+
 MAX_OUT = 20  # tokens before EOS, both sides
 UNSEEN = ["Ein ☃ Hund läuft über 3 Wiesen — “schön”", "ÄÖÜ ß ﬁ Ω 漢字 🙂", " lead and trail "]
 GREEDY = DecodeOptions(beam=1, max_len_a=0.0, max_len_b=MAX_OUT)
