@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -150,19 +152,55 @@ def test_greedy_and_the_translate_command_equal_transformers(imported, hf, tmp_p
     assert capsys.readouterr().out.splitlines() == text
 
 
-def test_ctranslate2_decodes_and_aligns_as_torch(imported, tmp_path) -> None:
-    """The CTranslate2 export registers the two vocabularies; both engines read target pieces."""
+@pytest.fixture(scope="module")
+def engines(imported, tmp_path_factory):
+    """The imported model's torch and CTranslate2 backends (one export for the module's tests)."""
     from aiayn.decode.backends import load_backend
 
+    ct2_dir = tmp_path_factory.mktemp("imported") / "ct2"
+    return load_backend(imported, "torch"), load_backend(imported, "ctranslate2", ct2_dir=ct2_dir)
+
+
+def test_ctranslate2_decodes_and_aligns_as_torch(engines) -> None:
+    """The CTranslate2 export registers the two vocabularies; both engines read target pieces."""
     texts = sentences(SOURCE_WORDS, 100, 41) + UNSEEN
-    torch_backend = load_backend(imported, "torch")
-    ct2_backend = load_backend(imported, "ctranslate2", ct2_dir=tmp_path / "ct2")
-    assert (tmp_path / "ct2" / "target_vocabulary.json").is_file()
+    torch_backend, ct2_backend = engines
+    assert ct2_backend.pieces != ct2_backend.target_pieces
     ours = torch_backend.translate(texts, GREEDY)
     assert ours == ct2_backend.translate(texts, GREEDY) and len(set(ours)) > 50
     aligned = torch_backend.translate_aligned(texts[:30], GREEDY)
     assert aligned == ct2_backend.translate_aligned(texts[:30], GREEDY)
     assert sum(len(pairs) for _, pairs in aligned) > 30
+
+
+def test_a_glossary_a_prefix_confidence_and_choices_read_the_target_vocabulary(imported, engines) -> None:
+    """A glossary term and a prefix are encoded as target pieces and kept, alike on both engines;
+    the confidence agrees; the model's next choices are target pieces."""
+    from aiayn.decode.choices import next_choices
+
+    torch_backend, ct2_backend = engines
+    texts = sentences(SOURCE_WORDS, 12, 47)
+    beam = DecodeOptions(beam=4, alpha=0.0, max_len_a=0.0, max_len_b=MAX_OUT)
+
+    def count(word: str, text: str) -> int:  # whole words (punctuation may follow a term)
+        return len(re.findall(rf"(?<!\w){word}(?!\w)", text))
+
+    plain = torch_backend.translate(texts[:1], beam)[0]
+    term, target = texts[0].split()[0], next(word for word in TARGET_WORDS if not count(word, plain))
+    constrained = torch_backend.translate(texts[:1], replace(beam, glossary=((term, target),)))[0]
+    assert count(target, constrained) == texts[0].split().count(term) >= 1
+    prefixes = ["the big"] + [""] * (len(texts) - 1)
+    ours = torch_backend.translate(texts, GREEDY, prefixes)
+    assert ours[0].startswith("the big") and ours == ct2_backend.translate(texts, GREEDY, prefixes)
+    for a, b in zip(
+        torch_backend.translate_scored(texts, GREEDY), ct2_backend.translate_scored(texts, GREEDY)
+    ):
+        assert a.text == b.text and a.confidence == pytest.approx(b.confidence, abs=1e-3)
+        assert len(a.words) == len(a.text.split())
+    model, tokenizer, _ = load(imported)
+    choices = next_choices(model, tokenizer, texts[0], "the", k=5).choices
+    assert [c.piece for c in choices] == [tokenizer.id_to_piece(c.token, target=True) for c in choices]
+    assert any(c.piece != tokenizer.id_to_piece(c.token) for c in choices)
 
 
 def test_attention_labels_target_rows_with_target_pieces(imported) -> None:

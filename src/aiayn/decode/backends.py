@@ -278,8 +278,8 @@ class CTranslate2Backend:
         self.tokenizer, self.config = tokenizer, config
         self.batch_tokens, self.warn = batch_tokens, warn
         self.progress: Callable[[int], None] | None = None
-        self.pieces, target_pieces = vocabularies(tokenizer)  # source pieces, as CTranslate2 reads them
-        self.piece_ids = {piece: i for i, piece in enumerate(target_pieces)}  # its outputs' ids
+        self.pieces, self.target_pieces = vocabularies(tokenizer)  # the pieces CTranslate2 reads, writes
+        self.piece_ids = {piece: i for i, piece in enumerate(self.target_pieces)}  # its outputs' ids
 
     @classmethod
     def load(cls, checkpoint, *, device, ct2_dir, compute_type: str, batch_tokens: int, warn: Warn):
@@ -391,7 +391,7 @@ class CTranslate2Backend:
             return {}
         room = self.config.max_len - 1
         return {
-            i: [self.pieces[t] for t in self.tokenizer.encode(prefixes[i], target=True)][:room]
+            i: [self.target_pieces[t] for t in self.tokenizer.encode(prefixes[i], target=True)][:room]
             for i in sources
         }
 
