@@ -4,6 +4,12 @@ Two unigram SentencePiece models (NFKC, as opus-mt's) trained on a few hundred s
 joint ``vocab.json`` (``</s>`` 0, ``<unk>`` 1, the pieces, a language code, ``<pad>`` last), a small
 ``MarianConfig`` with opus-mt's settings (swish, scaled embeddings, shared and tied embeddings,
 decoding from ``<pad>``) and a random ``final_logits_bias``, saved with ``save_pretrained``.
+
+``separate=True`` lays it out as the Tatoeba-Challenge models with two vocabularies are: ``vocab.json``
+holds the source model's pieces (and the language code), ``target_vocab.json`` the target's, each
+``</s>`` 0, ``<unk>`` 1 and ``<pad>`` last and filled up to the same size, as transformers' converter
+requires; ``separate_vocabs`` in ``tokenizer_config.json``; untied source embeddings
+(``share_encoder_decoder_embeddings: false``), the target's tied to the output projection.
 """
 
 from __future__ import annotations
@@ -74,6 +80,7 @@ def make_marian(
     activation: str = "swish",
     init_std: float = 0.2,
     steps: int = 150,
+    separate: bool = False,
 ) -> Path:
     """Write the model directory ``out`` and return it."""
     import torch
@@ -82,18 +89,10 @@ def make_marian(
     out.mkdir(parents=True, exist_ok=True)
     source_lines, target_lines = pairs(400, seed)
     protos = {"source.spm": train_spm(source_lines, 120), "target.spm": train_spm(target_lines, 110)}
-    pieces: list[str] = ["</s>", "<unk>"]
-    for proto in protos.values():
-        sp = spm.SentencePieceProcessor(model_proto=proto)
-        for i in range(sp.get_piece_size()):
-            piece = sp.id_to_piece(i)
-            if not (sp.is_control(i) or sp.is_unknown(i)) and piece not in pieces:
-                pieces.append(piece)
-    pieces += [">>deu<<", "<pad>"]
     for name, proto in protos.items():
         (out / name).write_bytes(proto)
-    (out / "vocab.json").write_text(json.dumps({p: i for i, p in enumerate(pieces)}, ensure_ascii=False))
-    v = len(pieces)
+    vocabularies = write_vocabularies(out, list(protos.values()), separate)
+    v = len(vocabularies[0])
     config = MarianConfig(
         vocab_size=v,
         decoder_vocab_size=v,
@@ -112,7 +111,7 @@ def make_marian(
         decoder_start_token_id=v - 1,
         forced_eos_token_id=0,
         init_std=init_std,
-        share_encoder_decoder_embeddings=True,
+        share_encoder_decoder_embeddings=not separate,
         tie_word_embeddings=True,
     )
     torch.manual_seed(seed)
@@ -123,13 +122,40 @@ def make_marian(
             if isinstance(module, torch.nn.LayerNorm):
                 module.weight.add_(0.1 * torch.randn_like(module.weight))
                 module.bias.add_(0.1 * torch.randn_like(module.bias))
+    tokenizer_config = {"source_lang": "de", "target_lang": "en", "tokenizer_class": "MarianTokenizer"}
+    (out / "tokenizer_config.json").write_text(
+        json.dumps({**tokenizer_config, **({"separate_vocabs": True} if separate else {})})
+    )
     train(model, source_lines, target_lines, out, steps)
     model.eval().generation_config.bad_words_ids = [[v - 1]]
     model.save_pretrained(out)
-    (out / "tokenizer_config.json").write_text(
-        json.dumps({"source_lang": "de", "target_lang": "en", "tokenizer_class": "MarianTokenizer"})
-    )
     return out
+
+
+def write_vocabularies(out: Path, protos: list[bytes], separate: bool) -> list[list[str]]:
+    """``vocab.json`` (and with ``separate`` ``target_vocab.json``); returns their pieces in id order."""
+    sides = (
+        [pieces_of(protos) + [">>deu<<"]]
+        if not separate
+        else [pieces_of(protos[:1]) + [">>deu<<"], pieces_of(protos[1:])]
+    )
+    size = max(len(side) for side in sides)
+    sides = [side + [f"▁filler{i}" for i in range(size - len(side))] + ["<pad>"] for side in sides]
+    for name, side in zip(("vocab.json", "target_vocab.json"), sides):
+        (out / name).write_text(json.dumps({p: i for i, p in enumerate(side)}, ensure_ascii=False))
+    return sides
+
+
+def pieces_of(protos: list[bytes]) -> list[str]:
+    """``</s>``, ``<unk>``, then every piece of the SentencePiece models, once each."""
+    pieces: list[str] = ["</s>", "<unk>"]
+    for proto in protos:
+        sp = spm.SentencePieceProcessor(model_proto=proto)
+        for i in range(sp.get_piece_size()):
+            piece = sp.id_to_piece(i)
+            if not (sp.is_control(i) or sp.is_unknown(i)) and piece not in pieces:
+                pieces.append(piece)
+    return pieces
 
 
 def train(model, source_lines: list[str], target_lines: list[str], files: Path, steps: int) -> None:
@@ -137,8 +163,7 @@ def train(model, source_lines: list[str], target_lines: list[str], files: Path, 
     import torch
     from transformers import MarianTokenizer
 
-    files = [str(files / name) for name in ("source.spm", "target.spm", "vocab.json")]
-    tokenizer = MarianTokenizer(*files)
+    tokenizer = MarianTokenizer.from_pretrained(str(files))
     data = tokenizer(source_lines, text_target=target_lines, padding=True, return_tensors="pt")
     data["labels"] = data["labels"].masked_fill(data["labels"] == tokenizer.pad_token_id, -100)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)

@@ -49,6 +49,7 @@ import torch
 from torch import Tensor, nn
 
 from aiayn.checkpoint import CONFIG_FILE, MANIFEST_FILE, MODEL_FILE, TOKENIZER_FILE, resolve_checkpoint
+from aiayn.data.tokenizer import vocabularies
 from aiayn.errors import Setting, SettingError, UserError, naming_flags
 from aiayn.io import check_output_dir, remove_abandoned_temporaries, replace_dir, temporary_path
 from aiayn.loading import load_translation_model
@@ -149,7 +150,7 @@ def export_ctranslate2(
         earlier=("model.bin", SPM_FILE),
     )
     model, tokenizer, ckpt = load_translation_model(source)
-    spec = build_spec(model, [tokenizer.id_to_piece(i) for i in range(tokenizer.vocab_size)])
+    spec = build_spec(model, *vocabularies(tokenizer))
     spec.validate()
     spec.optimize(quantization=None if quantization == "none" else quantization)
     tmp = temporary_path(out)
@@ -173,14 +174,16 @@ def _ctranslate2():
     return ctranslate2
 
 
-def build_spec(model: nn.Module, pieces: list[str]):
+def build_spec(model: nn.Module, pieces: list[str], target_pieces: list[str] | None = None):
     """A filled ``ctranslate2.specs.TransformerSpec`` for an aiayn ``Transformer`` (not yet validated).
 
-    ``pieces``: the tokenizer's pieces in id order (one joint vocabulary for source and target).
+    ``pieces``: the tokenizer's pieces in id order; ``target_pieces``: the target side's, when it has
+    a vocabulary of its own (default: ``pieces`` serve both sides).
     """
     specs = _ctranslate2().specs
     config = model.config
-    _check_supported(config, pieces)
+    target_pieces = pieces if target_pieces is None else target_pieces
+    _check_supported(config, pieces, target_pieces)
     activation = {
         "relu": specs.Activation.RELU,
         "gelu": specs.Activation.GELU,
@@ -202,23 +205,33 @@ def build_spec(model: nn.Module, pieces: list[str]):
     _set_encoder(encoder, model)
     _set_decoder(decoder, model)
     spec = specs.TransformerSpec(encoder, decoder)
-    vocabulary = [PAD_PIECE if i == config.pad_id else piece for i, piece in enumerate(pieces)]
-    spec.register_source_vocabulary(vocabulary)
-    spec.register_target_vocabulary(vocabulary)
-    _set_special_tokens(spec.config, config, vocabulary)
+    source, target = (
+        [PAD_PIECE if i == config.pad_id else p for i, p in enumerate(v)] for v in (pieces, target_pieces)
+    )
+    spec.register_source_vocabulary(source)
+    spec.register_target_vocabulary(target)
+    _set_special_tokens(spec.config, config, target)
     return spec
 
 
-def _check_supported(config, pieces: list[str]) -> None:
-    """The one thing CTranslate2 cannot express here: model vocabularies unlike the tokenizer's."""
-    for name in ("src_vocab_size", "tgt_vocab_size"):
-        if getattr(config, name) != len(pieces):
+def _check_supported(config, pieces: list[str], target_pieces: list[str]) -> None:
+    """What CTranslate2 cannot express here: model vocabularies unlike the tokenizer's, and special
+    tokens named differently on the two sides (its config names each once)."""
+    for name, side in (("src_vocab_size", pieces), ("tgt_vocab_size", target_pieces)):
+        if getattr(config, name) != len(side):
             raise UserError(
                 f"{name}: the model has {getattr(config, name)} tokens but the tokenizer "
-                f"{len(pieces)}; CTranslate2 needs one vocabulary entry per embedding row"
+                f"{len(side)}; CTranslate2 needs one vocabulary entry per embedding row"
             )
-    if len(set(pieces)) != len(pieces):
-        raise UserError("tokenizer: duplicate pieces; CTranslate2 needs unique vocabulary entries")
+        if len(set(side)) != len(side):
+            raise UserError("tokenizer: duplicate pieces; CTranslate2 needs unique vocabulary entries")
+    for name in ("unk_id", "eos_id"):
+        i = getattr(config, name)
+        if pieces[i] != target_pieces[i]:
+            raise UserError(
+                f"tokenizer: the {name[:3]} pieces differ ({pieces[i]!r}, {target_pieces[i]!r} on the "
+                "target side); CTranslate2 names each special token once"
+            )
 
 
 def _set_special_tokens(ct2_config, config, vocabulary: list[str]) -> None:
@@ -342,7 +355,8 @@ README = """\
 # aiayn translation model for CTranslate2
 
 Exported by `aiayn export` (weights: {quantization}). Files: `model.bin`, `config.json`,
-`shared_vocabulary.json` (CTranslate2), `sentencepiece.model` (the tokenizer), `aiayn_export.json`.
+`shared_vocabulary.json` or a source and a target one (CTranslate2), `sentencepiece.model` (the
+tokenizer), `aiayn_export.json`.
 
 ```python
 import ctranslate2, sentencepiece as spm

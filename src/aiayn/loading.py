@@ -92,7 +92,7 @@ def translation_model(ckpt: Checkpoint) -> tuple[nn.Module, Tokenizer, Transform
         tokenizer = Tokenizer.from_bytes(ckpt.tokenizer_bytes)
     except UserError as err:
         raise UserError(f"corrupt checkpoint file {ckpt.path / TOKENIZER_FILE}: {err}") from None
-    _check_vocabulary(ckpt.path, config, tokenizer.vocab_size)
+    _check_vocabulary(ckpt.path, config, tokenizer)
     model = build_model(config)
     load_weights(model, ckpt.weights, ckpt.path / MODEL_FILE)
     return model, tokenizer, config
@@ -116,10 +116,13 @@ BUILDERS: dict[str, Callable[[Checkpoint], tuple[nn.Module, Any, Any]]] = {
 }
 
 
-def _check_vocabulary(path: Path, config: TransformerConfig, pieces: int) -> None:
-    """The tokenizer's ids must be the model's: more pieces overrun the embeddings, fewer cannot
-    decode every output id."""
-    for name in ("src_vocab_size", "tgt_vocab_size"):
+def _check_vocabulary(path: Path, config: TransformerConfig, tokenizer: Tokenizer) -> None:
+    """The tokenizer's ids must be the model's, on each side: more pieces overrun the embeddings,
+    fewer cannot decode every output id."""
+    for name, pieces in (
+        ("src_vocab_size", tokenizer.vocab_size),
+        ("tgt_vocab_size", tokenizer.target_vocab_size),
+    ):
         if getattr(config, name) != pieces:
             raise UserError(
                 f"{path}: {TOKENIZER_FILE} has {pieces} pieces but {CONFIG_FILE} says "

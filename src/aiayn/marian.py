@@ -1,7 +1,8 @@
 """MarianMT models in and out: ``aiayn import marian`` and ``aiayn export --format huggingface``.
 
 The opus-mt models of the Hugging Face Hub are MarianMT models: the paper's post-norm
-encoder-decoder with sinusoidal positions, embeddings x sqrt(d_model) and one shared vocabulary.
+encoder-decoder with sinusoidal positions, embeddings x sqrt(d_model) and one shared vocabulary
+(some, e.g. among the Tatoeba-Challenge ones, a source and a target vocabulary).
 An imported model is an ordinary aiayn checkpoint (translate, evaluate, serve, plot, export to
 CTranslate2, fine-tune with ``aiayn train --init``); an exported one is a directory that
 ``MarianMTModel.from_pretrained`` and ``MarianTokenizer.from_pretrained`` load.
@@ -21,16 +22,26 @@ What differs, and how it is bridged:
   ids 0-3 are Marian's pad, unk, decoder start and eos, then every other piece in Marian's order.
   When the decoder starts from ``<pad>``, its row serves twice (aiayn's PAD and BOS; the searches
   never generate either), so the vocabulary grows by one. An export keeps aiayn's ids.
+* **Separate vocabularies.** Where ``tokenizer_config.json`` sets ``separate_vocabs`` (MarianTokenizer
+  then reads the target's ids from ``target_vocab.json``; the config has
+  ``share_encoder_decoder_embeddings: false`` and a ``decoder_vocab_size``), each side is reordered
+  on its own: the target as above, the source with the target's pad, unk and eos pieces found by
+  name (its BOS, never fed to the encoder, is the pad's row again). The model's embeddings are
+  then untied (``tie_embeddings: decoder``), the tokenizer a VocabTokenizer with ``target_pieces``,
+  and an export writes ``target_vocab.json`` with ``separate_vocabs: true``.
 * **Activation and bias.** ``activation_function: swish`` is aiayn's ``silu``; ``final_logits_bias``
   is the generator's bias (``generator_bias``; off when the bias is all zero, as the paper's).
 * **Tokenizer.** Marian's two SentencePiece models and ``vocab.json`` become a
   :class:`~aiayn.data.tokenizer.VocabTokenizer`; an aiayn SentencePiece model is written as both
   ``source.spm`` and ``target.spm`` with its pieces as ``vocab.json``.
+* **Memory.** The weights are read one tensor at a time from the memory-mapped file
+  (:class:`MarianWeights`) and each aiayn tensor is made in one copy, so an import's peak memory is
+  about the checkpoint's weights (``benchmarks/marian_import_memory.py``).
 
-Refused, with one line naming the setting: pre-norm, learned or no positions (exports); separate
-source and target vocabularies, unscaled embeddings, a final LayerNorm or embedding LayerNorm
-(imports). Weights are read with safetensors or ``torch.load(weights_only=True)``, nothing else.
-``transformers`` is needed only to export (``pip install transformers``).
+Refused, with one line naming the setting: pre-norm, learned or no positions (exports); unscaled
+embeddings, a final LayerNorm or embedding LayerNorm (imports). Weights are read with safetensors or
+``torch.load(weights_only=True)``, nothing else. ``transformers`` is needed only to export
+(``pip install transformers``).
 """
 
 from __future__ import annotations
@@ -38,23 +49,25 @@ from __future__ import annotations
 import json
 import pickle
 import shutil
+import zipfile
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file
+from safetensors import SafetensorError, safe_open
 from torch import Tensor
 
-from aiayn.checkpoint import load_weights, resolve_checkpoint, save_checkpoint
+from aiayn.checkpoint import resolve_checkpoint, save_checkpoint
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID, TransformerConfig
-from aiayn.data.tokenizer import VocabTokenizer
+from aiayn.data.tokenizer import VocabTokenizer, vocabularies
 from aiayn.errors import Setting, SettingError, UserError, naming_flags
 from aiayn.io import check_output_dir, remove_abandoned_temporaries, replace_dir, temporary_path
 from aiayn.loading import load_translation_model
-from aiayn.model import build_model
 
-CONFIG, VOCAB, SOURCE_SPM, TARGET_SPM = "config.json", "vocab.json", "source.spm", "target.spm"
+CONFIG, SOURCE_SPM, TARGET_SPM = "config.json", "source.spm", "target.spm"
+VOCAB, TARGET_VOCAB = "vocab.json", "target_vocab.json"  # the target's: MarianTokenizer's separate_vocabs
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 ACTIVATIONS = {"swish": "silu", "silu": "silu", "relu": "relu", "gelu": "gelu"}  # Marian's -> aiayn's
 MARIAN_ACTIVATIONS = {"silu": "swish", "relu": "relu", "gelu": "gelu"}
@@ -86,10 +99,16 @@ FLAGS = {"source": "SOURCE", "out": "--out", "force": "--force"}
 @naming_flags(FLAGS)
 def _run(args) -> int:
     out = import_marian(args.source, args.out, force=args.force)
-    config = TransformerConfig.from_dict(json.loads((out / "config.json").read_text())["model"])
+    stored = json.loads((out / "config.json").read_text())
+    config = TransformerConfig.from_dict(stored["model"])
+    vocabulary = (
+        f"vocabularies {config.src_vocab_size} (source) and {config.tgt_vocab_size} (target)"
+        if stored["imported"]["separate_vocabs"]
+        else f"vocabulary {config.tgt_vocab_size}"
+    )
     print(
         f"imported {args.source} to {out}: d_model {config.d_model}, {config.n_encoder_layers}+"
-        f"{config.n_decoder_layers} layers, {config.n_heads} heads, vocabulary {config.tgt_vocab_size}"
+        f"{config.n_decoder_layers} layers, {config.n_heads} heads, {vocabulary}"
     )
     return 0
 
@@ -116,8 +135,11 @@ class _Axis:
     def rows(self, t: Tensor) -> Tensor:  # (D, *): projections that write the residual stream
         return t[self.index]
 
-    def columns(self, t: Tensor) -> Tensor:  # (*, D): embeddings, projections that read it
+    def columns(self, t: Tensor) -> Tensor:  # (*, D): projections that read it
         return t[:, self.index]
+
+    def table(self, t: Tensor, order: Tensor) -> Tensor:  # (V, D) embeddings: rows ``order``, one copy
+        return t[order[:, None], self.index]
 
 
 def _layer_names(n_encoder: int, n_decoder: int):
@@ -136,30 +158,6 @@ def _layer_names(n_encoder: int, n_decoder: int):
         yield f"{a}.cross_block.norm", f"{m}.encoder_attn_layer_norm", "norm"
         yield f"{a}.feed_forward", m, "ffn"
         yield f"{a}.ff_block.norm", f"{m}.final_layer_norm", "norm"
-
-
-def _layers_to_aiayn(marian: dict[str, Tensor], config: TransformerConfig) -> dict[str, Tensor]:
-    axis, out = _Axis(config.d_model, to_aiayn=True), {}
-    for a, m, kind in _layer_names(config.n_encoder_layers, config.n_decoder_layers):
-        if kind == "norm":
-            out[f"{a}.weight"], out[f"{a}.bias"] = (
-                axis.vector(marian[f"{m}.weight"]),
-                axis.vector(marian[f"{m}.bias"]),
-            )
-        elif kind == "attention":
-            q, k, v = (marian[f"{m}.{p}_proj.weight"] for p in "qkv")
-            out[f"{a}.in_proj.weight"] = axis.columns(torch.cat([q, k, v]))
-            out[f"{a}.in_proj.bias"] = torch.cat([marian[f"{m}.{p}_proj.bias"] for p in "qkv"])
-            out[f"{a}.out_proj.weight"] = axis.rows(marian[f"{m}.out_proj.weight"])
-            out[f"{a}.out_proj.bias"] = axis.vector(marian[f"{m}.out_proj.bias"])
-        else:
-            out[f"{a}.w_1.weight"], out[f"{a}.w_1.bias"] = (
-                axis.columns(marian[f"{m}.fc1.weight"]),
-                marian[f"{m}.fc1.bias"],
-            )
-            out[f"{a}.w_2.weight"] = axis.rows(marian[f"{m}.fc2.weight"])
-            out[f"{a}.w_2.bias"] = axis.vector(marian[f"{m}.fc2.bias"])
-    return out
 
 
 def _layers_to_marian(aiayn: dict[str, Tensor], config: TransformerConfig) -> dict[str, Tensor]:
@@ -202,39 +200,100 @@ def import_marian(source: str | Path, out: str | Path, *, force: bool = False) -
         result="an import",
         earlier=("manifest.json",),
     )
-    tokenizer_files = _tokenizer_files(source)
-    weights = read_marian_weights(source)
-    config, order, pieces, bias = _plan(source, marian, weights, tokenizer_files["vocab"])
-    tokenizer = VocabTokenizer(
-        tokenizer_files["source"], tokenizer_files["target"], pieces, decode_with_source=True
-    )
-    model = build_model(config)
-    state = _to_aiayn(weights, marian, config, order, bias, source)
-    load_weights(model, state, source)
+    files = _tokenizer_files(source)
+    weights = MarianWeights(source)
+    plan = _plan(source, marian, weights, files)
+    state = _to_aiayn(weights, plan, source)
+    tmp = temporary_path(out)
+    shutil.rmtree(tmp, ignore_errors=True)
+    save_checkpoint(tmp, state, _checkpoint_config(source, plan), plan.tokenizer.to_bytes())
+    replace_dir(tmp, out)
+    remove_abandoned_temporaries(out.parent)
+    return out
+
+
+def _checkpoint_config(source: Path, plan: _Plan) -> dict[str, Any]:
+    """The checkpoint's config: the model's, its languages (opus-mt's tokenizer_config.json) and
+    where it came from."""
     extra = _tokenizer_config(source)
-    run = {
-        "data": {
-            k: v
-            for k, v in (("src_lang", extra.get("source_lang")), ("tgt_lang", extra.get("target_lang")))
-            if v
-        }
-    }
+    languages = (("src_lang", extra.get("source_lang")), ("tgt_lang", extra.get("target_lang")))
     info = {
         "format": "marian",
         "source": str(source.resolve()),
         "files": sorted(p.name for p in source.iterdir()),
+        "separate_vocabs": plan.tokenizer.separate,
     }
-    tmp = temporary_path(out)
-    shutil.rmtree(tmp, ignore_errors=True)
-    save_checkpoint(
-        tmp,
-        model,
-        {"kind": "translation", "model": config.to_dict(), "run": run, "imported": info},
-        tokenizer.to_bytes(),
-    )
-    replace_dir(tmp, out)
-    remove_abandoned_temporaries(out.parent)
-    return out
+    run = {"data": {k: v for k, v in languages if v}}
+    return {"kind": "translation", "model": plan.config.to_dict(), "run": run, "imported": info}
+
+
+# --- reading a MarianMT directory -----------------------------------------------------------------
+
+
+class MarianWeights:
+    """The weights of a MarianMT directory, read one tensor at a time.
+
+    ``model.safetensors`` is memory-mapped with ``safetensors.safe_open``, opened anew for each
+    tensor: the pages a tensor was read from are let go with it, so an import holds the aiayn weights
+    made so far and the tensor in hand, not the file besides. ``pytorch_model.bin`` is mapped once
+    with ``torch.load(mmap=True, weights_only=True)`` (which unpickles tensors and plain containers,
+    never code; loading it again for each tensor would parse its whole pickle each time, minutes at
+    opus-mt's size): torch maps the file as one storage, so the pages read stay mapped until the
+    import ends (file pages, which the kernel may drop and read again). A ``pytorch_model.bin`` in
+    torch's legacy format, which cannot be mapped, is read whole.
+    """
+
+    def __init__(self, source: Path) -> None:
+        self.file = next((source / name for name in WEIGHT_FILES if (source / name).is_file()), None)
+        if self.file is None:
+            raise UserError(f"{source}: no weights ({' or '.join(WEIGHT_FILES)})")
+        self._loaded = self._load() if self.file.suffix == ".bin" else None
+        self.names = _model_names(self._loaded if self._loaded is not None else self._safetensors_names())
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.names
+
+    def first(self, *names: str) -> str:
+        """The first of ``names`` the file has (else the first: reading it says it is missing)."""
+        return next((name for name in names if name in self.names), names[0])
+
+    def get(self, name: str) -> Tensor:
+        """The tensor ``name`` (MarianMTModel's name) as stored, mapped from the file."""
+        if name not in self.names:
+            raise UserError(f"{self.file.parent}: weights missing: {name}; the weights do not match {CONFIG}")
+        if self._loaded is not None:
+            return self._loaded[self.names[name]]
+        with _reading(self.file), safe_open(self.file, framework="pt") as weights:
+            return weights.get_tensor(self.names[name])
+
+    def _safetensors_names(self) -> list[str]:
+        with _reading(self.file), safe_open(self.file, framework="pt") as weights:
+            return list(weights.keys())
+
+    def _load(self) -> dict[str, Tensor]:
+        mmap = zipfile.is_zipfile(self.file)  # torch's legacy format cannot be mapped
+        with _reading(self.file):
+            weights = torch.load(self.file, map_location="cpu", weights_only=True, mmap=mmap)
+        if not isinstance(weights, dict) or not all(isinstance(t, Tensor) for t in weights.values()):
+            raise UserError(f"{self.file}: not a mapping of weight names to tensors")
+        return weights
+
+
+@contextmanager
+def _reading(file: Path):
+    """Errors reading the weights file as one line naming it."""
+    try:
+        yield
+    except (SafetensorError, OSError, RuntimeError, ValueError, EOFError, pickle.UnpicklingError) as err:
+        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise UserError(f"{file}: cannot read the weights: {reason}") from None
+
+
+def _model_names(stored) -> dict[str, str]:
+    """MarianMTModel's name of each stored tensor (a MarianModel's lack the ``model.`` prefix)."""
+    if not stored or any(k.startswith("model.") for k in stored):
+        return {k: k for k in stored}
+    return {(k if k in ("final_logits_bias", "lm_head.weight") else f"model.{k}"): k for k in stored}
 
 
 def read_marian_config(source: Path) -> dict[str, Any]:
@@ -253,52 +312,36 @@ def read_marian_config(source: Path) -> dict[str, Any]:
     return values
 
 
-def read_marian_weights(source: Path) -> dict[str, Tensor]:
-    """The weights, from ``model.safetensors`` or else ``pytorch_model.bin`` (``weights_only``)."""
-    for name in WEIGHT_FILES:
-        file = source / name
-        if not file.is_file():
-            continue
-        try:
-            if name.endswith(".safetensors"):
-                weights = load_file(file)
-            else:
-                weights = torch.load(file, map_location="cpu", weights_only=True)
-        except (SafetensorError, OSError, RuntimeError, ValueError, EOFError, pickle.UnpicklingError) as err:
-            reason = str(err).splitlines()[0] if str(err) else type(err).__name__
-            raise UserError(f"{file}: cannot read the weights: {reason}") from None
-        if not isinstance(weights, dict) or not all(isinstance(t, Tensor) for t in weights.values()):
-            raise UserError(f"{file}: not a mapping of weight names to tensors")
-        if weights and not any(k.startswith("model.") for k in weights):  # saved from MarianModel
-            weights = {
-                (k if k in ("final_logits_bias", "lm_head.weight") else f"model.{k}"): t
-                for k, t in weights.items()
-            }
-        return {k: t.float() for k, t in weights.items()}
-    raise UserError(f"{source}: no weights ({' or '.join(WEIGHT_FILES)})")
-
-
 def _tokenizer_files(source: Path) -> dict[str, Any]:
-    if (source / "target_vocab.json").is_file():
+    """The two SentencePiece models (bytes) and the vocabularies: ``vocab`` and, where
+    ``tokenizer_config.json`` sets ``separate_vocabs`` (as MarianTokenizer reads it), ``target_vocab``
+    (else None)."""
+    separate = _tokenizer_config(source).get("separate_vocabs") is True
+    if not separate and (source / TARGET_VOCAB).is_file():
         raise UserError(
-            f"{source}: separate source and target vocabularies (target_vocab.json) are not supported"
+            f"{source}: has {TARGET_VOCAB} but tokenizer_config.json does not set separate_vocabs: true "
+            "(MarianTokenizer would not read it); set it or remove the file"
         )
-    files = {}
-    for key, name in (("source", SOURCE_SPM), ("target", TARGET_SPM), ("vocab", VOCAB)):
-        file = source / name
-        if not file.is_file():
-            raise UserError(
-                f"{source}: {name} missing (a MarianMT model has {SOURCE_SPM}, {TARGET_SPM}, {VOCAB})"
-            )
-        files[key] = file.read_bytes()
-    try:
-        vocab = json.loads(files["vocab"].decode("utf-8"))
-    except (ValueError, UnicodeDecodeError) as err:
-        raise UserError(f"{source / VOCAB}: not valid JSON: {err}") from None
-    if not isinstance(vocab, dict) or not all(isinstance(i, int) for i in vocab.values()):
-        raise UserError(f"{source / VOCAB}: must map pieces to integer ids")
-    files["vocab"] = vocab
+    names = {"source": SOURCE_SPM, "target": TARGET_SPM, "vocab": VOCAB}
+    names.update({"target_vocab": TARGET_VOCAB} if separate else {})
+    files: dict[str, Any] = {"target_vocab": None}
+    for key, name in names.items():
+        if not (source / name).is_file():
+            raise UserError(f"{source}: {name} missing (a MarianMT model has {', '.join(names.values())})")
+        files[key] = (source / name).read_bytes()
+    for key in ("vocab", "target_vocab") if separate else ("vocab",):
+        files[key] = _vocabulary(source / names[key], files[key])
     return files
+
+
+def _vocabulary(file: Path, data: bytes) -> dict[str, int]:
+    try:
+        vocab = json.loads(data.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError) as err:
+        raise UserError(f"{file}: not valid JSON: {err}") from None
+    if not isinstance(vocab, dict) or not all(isinstance(i, int) for i in vocab.values()):
+        raise UserError(f"{file}: must map pieces to integer ids")
+    return vocab
 
 
 def _tokenizer_config(source: Path) -> dict[str, Any]:
@@ -309,21 +352,51 @@ def _tokenizer_config(source: Path) -> dict[str, Any]:
     return values if isinstance(values, dict) else {}
 
 
-def _plan(source: Path, marian: dict[str, Any], weights: dict[str, Tensor], vocab: dict[str, int]):
-    """aiayn's config, the vocabulary order (aiayn id -> Marian id), the pieces and whether a bias."""
-    file = source / CONFIG
+# --- the plan of an import ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What an import makes: aiayn's config and tokenizer, and for each side the Marian row of each
+    aiayn id (``*_order``) and the number of rows of Marian's embeddings (``*_rows``)."""
+
+    config: TransformerConfig
+    tokenizer: VocabTokenizer
+    source_order: Tensor
+    target_order: Tensor
+    source_rows: int
+    target_rows: int
+
+
+def _plan(source: Path, marian: dict[str, Any], weights: MarianWeights, files: dict[str, Any]) -> _Plan:
+    activation = _check_architecture(source / CONFIG, marian)
+    rows = _marian_sizes(marian)
+    (source_order, source_pieces), (target_order, target_pieces) = _sides(source, marian, files, rows)
+    separate = files["target_vocab"] is not None
+    tokenizer = VocabTokenizer(
+        files["source"],
+        files["target"],
+        source_pieces,
+        decode_with_source=not separate,  # MarianTokenizer's choice
+        target_pieces=target_pieces if separate else None,
+    )
+    share = bool(marian.get("share_encoder_decoder_embeddings", True))
+    tie_word = bool(marian.get("tie_word_embeddings", True))
+    tie = "all" if share and tie_word and not separate else "decoder" if tie_word else "none"
+    bias = weights.get("final_logits_bias") if "final_logits_bias" in weights else None
+    sizes = (len(source_order), len(target_order))
+    config = _config(marian, activation, sizes, tie, bias is not None and bool(bias.abs().sum() > 0))
+    return _Plan(config, tokenizer, torch.tensor(source_order), torch.tensor(target_order), *rows)
+
+
+def _check_architecture(file: Path, marian: dict[str, Any]) -> str:
+    """What aiayn's Transformer cannot be, refused naming the setting; returns aiayn's activation."""
 
     def need(key: str, ok: bool, why: str) -> None:
         if not ok:
             raise UserError(f"{file}: {key}: {why}")
 
     get = marian.get
-    v = int(get("vocab_size", 0))
-    need(
-        "decoder_vocab_size",
-        get("decoder_vocab_size") in (None, v),
-        "separate target vocabularies are not supported",
-    )
     need(
         "scale_embedding",
         bool(get("scale_embedding", False)),
@@ -344,42 +417,108 @@ def _plan(source: Path, marian: dict[str, Any], weights: dict[str, Tensor], voca
     )
     need("decoder_ffn_dim", get("decoder_ffn_dim") == get("encoder_ffn_dim"), "must equal encoder_ffn_dim")
     activation = ACTIVATIONS.get(str(get("activation_function")))
+    choices = ", ".join(ACTIVATIONS)
     need(
         "activation_function",
         activation is not None,
-        f"{get('activation_function')!r} is not one of {', '.join(ACTIVATIONS)}",
+        f"{get('activation_function')!r} is not one of {choices}",
     )
     d = int(get("d_model", 0))
     need("d_model", d > 0 and d % 2 == 0, "must be a positive even number")
+    return activation
+
+
+def _marian_sizes(marian: dict[str, Any]) -> tuple[int, int]:
+    """The rows of Marian's source and target embeddings (one shared matrix: ``vocab_size`` both)."""
+    source = int(marian.get("vocab_size", 0))
+    if marian.get("share_encoder_decoder_embeddings", True):
+        return source, source
+    return source, int(marian.get("decoder_vocab_size") or source)
+
+
+def _sides(source: Path, marian: dict[str, Any], files: dict[str, Any], rows: tuple[int, int]):
+    """``(order, pieces)`` of the source side and of the target side (see :func:`_side`)."""
+    joint = files["target_vocab"] is None
+    target_file = source / (VOCAB if joint else TARGET_VOCAB)
+    target_vocab = files["vocab"] if joint else files["target_vocab"]
+    _check_ids(source / VOCAB, files["vocab"], rows[0], "vocab_size")
+    _check_ids(target_file, target_vocab, rows[1], "vocab_size" if joint else "decoder_vocab_size")
+    specials = _target_specials(source / CONFIG, target_file, marian, target_vocab)
+    target = _side(target_vocab, specials)
+    if joint:
+        return target, target
+    return _side(
+        files["vocab"], _source_specials(source / VOCAB, files["vocab"], target_vocab, specials)
+    ), target
+
+
+def _check_ids(file: Path, vocab: dict[str, int], size: int, key: str) -> None:
     ids = sorted(vocab.values())
-    if ids != list(range(v)):
+    if ids != list(range(size)):
         raise UserError(
-            f"{source / VOCAB}: has {len(vocab)} pieces with ids {ids[:1]}..{ids[-1:]} but the model has "
-            f"vocab_size={v}; the vocabulary does not match the weights"
+            f"{file}: has {len(vocab)} pieces with ids {ids[:1]}..{ids[-1:]} but the model has "
+            f"{key}={size}; the vocabulary does not match the weights"
         )
+
+
+def _target_specials(config: Path, file: Path, marian: dict[str, Any], vocab: dict[str, int]) -> list[int]:
+    """Marian's ids of aiayn's pad, unk, bos (the decoder's start) and eos on the target side."""
+
+    def setting(key: str, default: int) -> int:
+        value = int(marian[key]) if marian.get(key) is not None else default
+        if not 0 <= value < len(vocab):
+            raise UserError(
+                f"{config}: {key}: {value} is not an id of the {len(vocab)} pieces of {file.name}"
+            )
+        return value
+
+    pad = setting("pad_token_id", len(vocab) - 1)
+    eos, start = setting("eos_token_id", 0), setting("decoder_start_token_id", pad)
+    if "<unk>" not in vocab:
+        raise UserError(f"{file}: has no <unk> piece")
+    return [pad, vocab["<unk>"], start, eos]
+
+
+def _source_specials(
+    file: Path, vocab: dict[str, int], target: dict[str, int], specials: list[int]
+) -> list[int]:
+    """The source vocabulary's ids of the target side's pad, unk and eos pieces, found by name; its
+    bos (which aiayn never feeds the encoder) is the decoder start's piece where the source has it
+    (an aiayn export's ``<s>``), else the pad's row."""
+    piece_of = {i: p for p, i in target.items()}
+    ids = []
+    for role, i in (("pad", specials[PAD_ID]), ("unk", specials[UNK_ID]), ("eos", specials[EOS_ID])):
+        if piece_of[i] not in vocab:
+            raise UserError(f"{file}: has no {piece_of[i]!r} piece (the target vocabulary's {role})")
+        ids.append(vocab[piece_of[i]])
+    pad, unk, eos = ids
+    start = specials[BOS_ID]
+    bos = vocab.get(piece_of[start], pad) if start != specials[PAD_ID] else pad
+    return [pad, unk, bos, eos]
+
+
+def _side(vocab: dict[str, int], specials: list[int]) -> tuple[list[int], list[str]]:
+    """The Marian id of each aiayn id (``specials``, Marian's pad, unk, bos and eos, at aiayn's ids
+    0-3, then every other piece in Marian's order) and aiayn's pieces. A bos that is the pad's row
+    serves twice and is named apart (aiayn's searches generate neither)."""
     piece_of = {i: p for p, i in vocab.items()}
-    pad, eos = int(get("pad_token_id", v - 1)), int(get("eos_token_id", 0))
-    start = int(get("decoder_start_token_id", pad) if get("decoder_start_token_id") is not None else pad)
-    unk = vocab.get("<unk>")
-    need("vocab.json", unk is not None, "has no <unk> piece")
-    specials = [pad, unk, start, eos]
-    order = specials + [i for i in range(v) if i not in set(specials)]
+    order = specials + [i for i in range(len(vocab)) if i not in set(specials)]
     pieces = [piece_of[i] for i in order]
-    if start == pad:
+    if specials[BOS_ID] == specials[PAD_ID]:
         bos = BOS_PIECE
         while bos in vocab:
             bos = f"<{bos}>"
         pieces[BOS_ID] = bos
-    share = bool(get("share_encoder_decoder_embeddings", True))
-    tie_word = bool(get("tie_word_embeddings", True))
-    tie = "all" if share and tie_word else "decoder" if tie_word else "none"
-    bias = weights.get("final_logits_bias")
-    has_bias = bias is not None and bool(bias.abs().sum() > 0)
-    config = TransformerConfig(
-        src_vocab_size=len(order),
-        tgt_vocab_size=len(order),
-        d_model=d,
-        n_heads=int(heads),
+    return order, pieces
+
+
+def _config(marian: dict[str, Any], activation: str, sizes: tuple[int, int], tie: str, bias: bool):
+    get = marian.get
+    return TransformerConfig(
+        src_vocab_size=sizes[0],
+        tgt_vocab_size=sizes[1],
+        d_model=int(get("d_model")),
+        n_heads=int(get("encoder_attention_heads")),
         n_encoder_layers=int(get("encoder_layers")),
         n_decoder_layers=int(get("decoder_layers")),
         d_ff=int(get("encoder_ffn_dim")),
@@ -388,50 +527,105 @@ def _plan(source: Path, marian: dict[str, Any], weights: dict[str, Tensor], voca
         max_len=int(get("max_position_embeddings", 512)),
         tie_embeddings=tie,
         activation=activation,
-        generator_bias=has_bias,
+        generator_bias=bias,
         pad_id=PAD_ID,
         unk_id=UNK_ID,
         bos_id=BOS_ID,
         eos_id=EOS_ID,
     )
-    return config, torch.tensor(order), pieces, has_bias
 
 
-def _to_aiayn(weights, marian, config: TransformerConfig, order: Tensor, bias: bool, source: Path):
-    def weight(*names: str) -> Tensor:
-        for name in names:
-            if name in weights:
-                return weights[name]
-        raise UserError(f"{source}: weights missing: {names[0]}; the weights do not match {CONFIG}")
+# --- the weights ----------------------------------------------------------------------------------
 
-    axis = _Axis(config.d_model, to_aiayn=True)
-    shared = weight("model.shared.weight", "model.encoder.embed_tokens.weight")
-    enc = weight("model.encoder.embed_tokens.weight", "model.shared.weight")
-    dec = weight("model.decoder.embed_tokens.weight", "model.shared.weight")
-    head = weights.get("lm_head.weight", dec if config.tie_embeddings != "none" else None)
-    if head is None:
-        raise UserError(f"{source}: weights missing: lm_head.weight (tie_word_embeddings is false)")
-    v = int(marian.get("vocab_size"))
-    for name, t in (("embeddings", shared), ("lm_head.weight", head)):
-        if tuple(t.shape) != (v, config.d_model):
-            raise UserError(
-                f"{source}: {name} has shape {list(t.shape)}, not [{v}, {config.d_model}] "
-                f"(vocab_size, d_model in {CONFIG}); the weights do not match the config"
-            )
-    state = {
-        "src_embed.lut.weight": axis.columns(enc[order]),
-        "tgt_embed.lut.weight": axis.columns(dec[order]),
-        "generator.proj.weight": axis.columns(head[order]),
+#: How an aiayn tensor is made: the Marian tensors it is made of, the function making it of them,
+#: and its shape
+Recipe = tuple[tuple[str, ...], Callable[..., Tensor], tuple[int, ...]]
+
+
+def _to_aiayn(weights: MarianWeights, plan: _Plan, source: Path) -> dict[str, Tensor]:
+    """aiayn's weights, made one at a time, each stored once (tied ones under their first name, as
+    a checkpoint keeps them)."""
+    config = plan.config
+    recipes = {**_embedding_recipes(weights, plan), **_layer_recipes(config)}
+    tied = {"all": ("tgt_embed.lut.weight", "generator.proj.weight"), "decoder": ("generator.proj.weight",)}
+    skipped = {
+        *tied.get(config.tie_embeddings, ()),
+        *(() if config.generator_bias else ("generator.proj.bias",)),
     }
-    if bias:
-        state["generator.proj.bias"] = weights["final_logits_bias"].reshape(-1)[order]
+    return {name: _made(weights, *recipe, source) for name, recipe in recipes.items() if name not in skipped}
+
+
+def _made(
+    weights: MarianWeights, names: tuple[str, ...], make, shape: tuple[int, ...], source: Path
+) -> Tensor:
+    """One aiayn tensor of ``shape`` (float32, in memory of its own), made by ``make`` of the Marian
+    tensors ``names``; Marian tensors of other shapes are a :class:`UserError`."""
+    tensors = [weights.get(name) for name in names]
     try:
-        state.update(_layers_to_aiayn(weights, config))
-    except KeyError as err:
+        made = make(*(t.float() for t in tensors))
+    except (IndexError, RuntimeError, ValueError):
+        made = None
+    if made is None or tuple(made.shape) != shape:
         raise UserError(
-            f"{source}: weights missing: {err.args[0]}; the weights do not match {CONFIG}"
-        ) from None
-    return {k: t.contiguous() for k, t in state.items()}
+            f"{source}: {names[0]} has shape {list(tensors[0].shape)}: the weights do not match the config "
+            f"({CONFIG})"
+        )
+    return made.contiguous()
+
+
+def _embedding_recipes(weights: MarianWeights, plan: _Plan) -> dict[str, Recipe]:
+    """The embeddings, the generator and its bias, their rows in aiayn's order."""
+    axis, d = _Axis(plan.config.d_model, to_aiayn=True), plan.config.d_model
+    source_shape, target_shape = (len(plan.source_order), d), (len(plan.target_order), d)
+
+    def table(order: Tensor, rows: int):
+        return lambda t: axis.table(_shaped(t, (rows, d)), order)
+
+    source, target = table(plan.source_order, plan.source_rows), table(plan.target_order, plan.target_rows)
+    encoder = weights.first("model.encoder.embed_tokens.weight", "model.shared.weight")
+    decoder = weights.first("model.decoder.embed_tokens.weight", "model.shared.weight")
+    return {
+        "src_embed.lut.weight": ((encoder,), source, source_shape),
+        "tgt_embed.lut.weight": ((decoder,), target, target_shape),
+        "generator.proj.weight": (("lm_head.weight",), target, target_shape),  # read when not tied
+        "generator.proj.bias": (
+            ("final_logits_bias",),
+            lambda t: _shaped(t, (1, plan.target_rows))[0, plan.target_order],
+            target_shape[:1],
+        ),
+    }
+
+
+def _shaped(t: Tensor, shape: tuple[int, ...]) -> Tensor:
+    if tuple(t.shape) != shape:
+        raise ValueError(f"shape {list(t.shape)}, not {list(shape)}")
+    return t
+
+
+def _layer_recipes(config: TransformerConfig) -> dict[str, Recipe]:
+    """Each encoder and decoder layer's weights: Q, K and V fused, the d_model axis permuted."""
+    axis, d, ff, out = _Axis(config.d_model, to_aiayn=True), config.d_model, config.d_ff, {}
+    for a, m, kind in _layer_names(config.n_encoder_layers, config.n_decoder_layers):
+        if kind == "norm":
+            out[f"{a}.weight"] = (f"{m}.weight",), axis.vector, (d,)
+            out[f"{a}.bias"] = (f"{m}.bias",), axis.vector, (d,)
+        elif kind == "attention":
+            q_k_v = tuple(f"{m}.{p}_proj" for p in "qkv")
+            out[f"{a}.in_proj.weight"] = tuple(f"{n}.weight" for n in q_k_v), _fused(axis), (3 * d, d)
+            out[f"{a}.in_proj.bias"] = tuple(f"{n}.bias" for n in q_k_v), lambda *b: torch.cat(b), (3 * d,)
+            out[f"{a}.out_proj.weight"] = (f"{m}.out_proj.weight",), axis.rows, (d, d)
+            out[f"{a}.out_proj.bias"] = (f"{m}.out_proj.bias",), axis.vector, (d,)
+        else:
+            out[f"{a}.w_1.weight"] = (f"{m}.fc1.weight",), axis.columns, (ff, d)
+            out[f"{a}.w_1.bias"] = (f"{m}.fc1.bias",), torch.clone, (ff,)
+            out[f"{a}.w_2.weight"] = (f"{m}.fc2.weight",), axis.rows, (d, ff)
+            out[f"{a}.w_2.bias"] = (f"{m}.fc2.bias",), axis.vector, (d,)
+    return out
+
+
+def _fused(axis: _Axis):
+    """Q, K and V weights as aiayn's one input projection (rows Q, K, V; columns permuted)."""
+    return lambda q, k, v: axis.columns(torch.cat([q, k, v]))
 
 
 # --- export ---------------------------------------------------------------------------------------
@@ -559,12 +753,14 @@ def _write_tokenizer(out: Path, tokenizer, config: TransformerConfig, data: dict
         source_spm, target_spm = tokenizer.spm_models
     else:
         source_spm = target_spm = tokenizer.to_bytes()
-    pieces = [tokenizer.id_to_piece(i) for i in range(tokenizer.vocab_size)]
+    pieces, target_pieces = vocabularies(tokenizer)
     (out / SOURCE_SPM).write_bytes(source_spm)
     (out / TARGET_SPM).write_bytes(target_spm)
-    (out / VOCAB).write_text(
-        json.dumps({p: i for i, p in enumerate(pieces)}, ensure_ascii=False, indent=1), encoding="utf-8"
-    )
+    files = {VOCAB: pieces, **({TARGET_VOCAB: target_pieces} if tokenizer.separate else {})}
+    for name, side in files.items():
+        (out / name).write_text(
+            json.dumps({p: i for i, p in enumerate(side)}, ensure_ascii=False, indent=1), encoding="utf-8"
+        )
     tokenizer_config = {
         "tokenizer_class": "MarianTokenizer",
         "source_lang": data.get("src_lang"),
@@ -573,7 +769,7 @@ def _write_tokenizer(out: Path, tokenizer, config: TransformerConfig, data: dict
         "eos_token": pieces[config.eos_id],
         "pad_token": pieces[config.pad_id],
         "model_max_length": config.max_len,
-        "separate_vocabs": False,
+        "separate_vocabs": tokenizer.separate,
         "sp_model_kwargs": {},
     }
     (out / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2), encoding="utf-8")

@@ -84,7 +84,7 @@ def prepare(
     work = _partial_dir(out, settings, files, chunk_pairs, tokenizer)
     tokenizer = tokenizer or _tokenizer(work, files, n_pairs, settings, log)
     _save_tokenizer(work, tokenizer)
-    dtype = token_dtype(tokenizer.vocab_size)
+    dtype = token_dtype(max(tokenizer.vocab_size, tokenizer.target_vocab_size))
     chunks = _encode_chunks(
         work,
         files,

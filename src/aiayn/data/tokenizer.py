@@ -29,8 +29,11 @@ Training is deterministic: one thread, the whole input (no sampling), a fixed ra
 
 :class:`VocabTokenizer` is the other kind, for models trained elsewhere (an imported MarianMT
 model): two SentencePiece models (source and target) that cut text into pieces, and a vocabulary
-that gives each piece its id (a piece outside it is ``<unk>``). :meth:`Tokenizer.from_bytes` reads
-either kind from a checkpoint's ``tokenizer.model``.
+that gives each piece its id (a piece outside it is ``<unk>``), one for both sides or one for each.
+:meth:`Tokenizer.from_bytes` reads either kind from a checkpoint's ``tokenizer.model``.
+
+Both kinds answer for each side: ``encode(text, target=...)``, ``id_to_piece(i, target=...)``,
+``vocab_size`` (the source's) and ``target_vocab_size``; ``decode`` reads target ids.
 """
 
 from __future__ import annotations
@@ -53,6 +56,8 @@ SPECIAL_IDS = frozenset((PAD_ID, BOS_ID, EOS_ID))
 
 class Tokenizer:
     """Encode text to subword ids (no BOS/EOS added) and decode ids back to text."""
+
+    separate = False  #: one vocabulary for both sides (see VocabTokenizer)
 
     def __init__(self, model_proto: bytes):
         self._sp = spm.SentencePieceProcessor(model_proto=model_proto)
@@ -125,12 +130,17 @@ class Tokenizer:
             if not (sp.is_control(i) or sp.is_unknown(i) or sp.is_unused(i) or sp.is_byte(i))
         }
 
-    def id_to_piece(self, token_id: int) -> str:
+    def id_to_piece(self, token_id: int, target: bool = False) -> str:
+        """The piece of ``token_id`` (one vocabulary for both sides: ``target`` changes nothing here)."""
         return self._sp.id_to_piece(int(token_id))
 
     @property
     def vocab_size(self) -> int:
         return self._sp.get_piece_size()
+
+    @property
+    def target_vocab_size(self) -> int:
+        return self.vocab_size
 
     @property
     def lowercases(self) -> bool:
@@ -179,6 +189,12 @@ class Tokenizer:
 
     def __repr__(self) -> str:
         return f"Tokenizer(vocab_size={self.vocab_size})"
+
+
+def vocabularies(tokenizer: "Tokenizer | VocabTokenizer") -> tuple[list[str], list[str]]:
+    """The tokenizer's source and target pieces in id order (equal lists for one vocabulary)."""
+    source = [tokenizer.id_to_piece(i) for i in range(tokenizer.vocab_size)]
+    return source, [tokenizer.id_to_piece(i, target=True) for i in range(tokenizer.target_vocab_size)]
 
 
 def _model_path(prefix: Path) -> Path:
@@ -289,41 +305,51 @@ class VocabTokenizer:
     ``<unk>``), a source and a target SentencePiece model, a leading ``>>xx<<`` language code split
     off first. Gives MarianTokenizer's ids and text (``skip_special_tokens=True``).
 
-    ``pieces`` lists the vocabulary in id order; ``pieces[pad/unk/bos/eos id]`` are the special
-    tokens, which encoding never produces from text and decoding drops.
+    ``pieces`` lists the vocabulary in id order; ``target_pieces``, when given, the target side's
+    own (MarianTokenizer's ``separate_vocabs``; else ``pieces`` serve both sides). The pieces at the
+    pad/unk/bos/eos ids are the special tokens, which encoding never produces from text and
+    decoding drops.
     """
 
     MAGIC = b'{"aiayn_tokenizer": "vocab"'
 
-    def __init__(self, source_spm: bytes, target_spm: bytes, pieces: Sequence[str], decode_with_source: bool):
+    def __init__(
+        self,
+        source_spm: bytes,
+        target_spm: bytes,
+        pieces: Sequence[str],
+        decode_with_source: bool,
+        target_pieces: Sequence[str] | None = None,
+    ):
         self._source = _processor(source_spm, "source")
         self._target = _processor(target_spm, "target")
         self._protos = (bytes(source_spm), bytes(target_spm))
-        self._pieces = list(pieces)
-        if len(set(self._pieces)) != len(self._pieces):
-            raise UserError("vocabulary: the same piece has two ids")
+        self._pieces = _unique(pieces, "vocabulary")
+        self._target_pieces = (
+            self._pieces if target_pieces is None else _unique(target_pieces, "target vocabulary")
+        )
+        self.separate = target_pieces is not None  #: a vocabulary of its own for the target side
         self._ids = {piece: i for i, piece in enumerate(self._pieces)}
+        self._target_ids = {piece: i for i, piece in enumerate(self._target_pieces)}
         self._specials = {PAD_ID, UNK_ID, BOS_ID, EOS_ID}
-        self._special_pieces = {self._pieces[i] for i in self._specials if i < len(self._pieces)}
         #: MarianTokenizer decodes with the source model when the vocabulary is shared (its default)
         self.decode_with_source = decode_with_source
-        self.codes = {p for p in self._pieces if p.startswith(">>") and p.endswith("<<")}
 
     # --- encoding and decoding ---------------------------------------------------------------------
     def encode(self, text: str, target: bool = False) -> list[int]:
         code = []
         if text.startswith(">>") and (end := text.find("<<")) != -1:  # a language code, as Marian
             code, text = [text[: end + 2]], text[end + 2 :]
-        model = self._target if target else self._source
-        return [self._ids.get(piece, UNK_ID) for piece in [*code, *model.encode(text, out_type=str)]]
+        model, ids = (self._target, self._target_ids) if target else (self._source, self._ids)
+        return [ids.get(piece, UNK_ID) for piece in [*code, *model.encode(text, out_type=str)]]
 
     def encode_batch(self, texts: Sequence[str], threads: int = -1, target: bool = False) -> list[list[int]]:
         return [self.encode(text, target) for text in texts]
 
     def decode(self, ids: Sequence[int]) -> str:
-        """Text of ``ids`` without the special tokens (PAD, UNK, BOS, EOS)."""
+        """Text of the target ``ids`` without the special tokens (PAD, UNK, BOS, EOS)."""
         model = self._source if self.decode_with_source else self._target
-        pieces = [self._pieces[int(i)] for i in ids if int(i) not in self._specials]
+        pieces = [self._target_pieces[int(i)] for i in ids if int(i) not in self._specials]
         return model.decode_pieces(pieces).replace("\u2581", " ").strip()
 
     def decode_batch(self, batch: Iterable[Sequence[int]]) -> list[str]:
@@ -332,12 +358,17 @@ class VocabTokenizer:
     def pieces(self, text: str) -> list[str]:
         return [self._pieces[i] for i in self.encode(text)]
 
-    def id_to_piece(self, token_id: int) -> str:
-        return self._pieces[int(token_id)]
+    def id_to_piece(self, token_id: int, target: bool = False) -> str:
+        return (self._target_pieces if target else self._pieces)[int(token_id)]
 
     @property
     def vocab_size(self) -> int:
+        """The source vocabulary's size (the target's too unless :attr:`separate`)."""
         return len(self._pieces)
+
+    @property
+    def target_vocab_size(self) -> int:
+        return len(self._target_pieces)
 
     @property
     def spm_models(self) -> tuple[bytes, bytes]:
@@ -350,13 +381,16 @@ class VocabTokenizer:
 
     # --- persistence -------------------------------------------------------------------------------
     def to_bytes(self) -> bytes:
-        """A JSON document: the two SentencePiece models (base64) and the pieces in id order."""
+        """A JSON document: the two SentencePiece models (base64) and the pieces in id order (and
+        the target's, ``target_pieces``, when it has its own)."""
         document = {
             "source_spm": base64.b64encode(self._protos[0]).decode("ascii"),
             "target_spm": base64.b64encode(self._protos[1]).decode("ascii"),
             "decode_with_source": self.decode_with_source,
             "pieces": self._pieces,
         }
+        if self.separate:
+            document["target_pieces"] = self._target_pieces
         return self.MAGIC + b", " + json.dumps(document, ensure_ascii=False).encode("utf-8")[1:]
 
     @classmethod
@@ -368,12 +402,21 @@ class VocabTokenizer:
                 base64.b64decode(document["target_spm"]),
                 document["pieces"],
                 bool(document["decode_with_source"]),
+                document.get("target_pieces"),
             )
         except (ValueError, KeyError, TypeError) as err:
             raise UserError(f"not a vocabulary tokenizer: {err}") from None
 
     def __repr__(self) -> str:
-        return f"VocabTokenizer(vocab_size={self.vocab_size})"
+        sizes = f", target_vocab_size={self.target_vocab_size}" if self.separate else ""
+        return f"VocabTokenizer(vocab_size={self.vocab_size}{sizes})"
+
+
+def _unique(pieces: Sequence[str], name: str) -> list[str]:
+    pieces = list(pieces)
+    if len(set(pieces)) != len(pieces):
+        raise UserError(f"{name}: the same piece has two ids")
+    return pieces
 
 
 def _processor(proto: bytes, side: str) -> spm.SentencePieceProcessor:

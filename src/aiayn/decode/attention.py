@@ -67,7 +67,8 @@ def sentence_attention(
             .log_softmax(dim=-1)
             .gather(-1, torch.tensor(predicted, device=device)[:, None])
         )
-    source, target, after = ([tokenizer.id_to_piece(i) for i in ids] for ids in (src_ids, tgt_ids, predicted))
+    source = [tokenizer.id_to_piece(i) for i in src_ids]
+    target, after = ([tokenizer.id_to_piece(i, target=True) for i in ids] for ids in (tgt_ids, predicted))
     heads = {kind: [m[0].float().cpu() for m in layers] for kind, layers in maps.items()}  # (H, T_q, T_k)
     probabilities = chosen[:, 0].exp().cpu().tolist()
     return SentenceAttention(source, target, translation, score, heads, after, probabilities)

@@ -69,7 +69,7 @@ import torch
 from aiayn.checkpoint import resolve_checkpoint
 from aiayn.config import TransformerConfig
 from aiayn.data.batching import token_batches
-from aiayn.data.tokenizer import Tokenizer
+from aiayn.data.tokenizer import Tokenizer, vocabularies
 from aiayn.decode.align import word_alignment
 from aiayn.decode.search import DecodeOptions, length_penalty
 from aiayn.decode.step import max_output_lengths
@@ -278,9 +278,8 @@ class CTranslate2Backend:
         self.tokenizer, self.config = tokenizer, config
         self.batch_tokens, self.warn = batch_tokens, warn
         self.progress: Callable[[int], None] | None = None
-        pieces = [tokenizer.id_to_piece(i) for i in range(tokenizer.vocab_size)]
-        self.piece_ids = {piece: i for i, piece in enumerate(pieces)}
-        self.pieces = pieces
+        self.pieces, self.target_pieces = vocabularies(tokenizer)  # the pieces CTranslate2 reads, writes
+        self.piece_ids = {piece: i for i, piece in enumerate(self.target_pieces)}  # its outputs' ids
 
     @classmethod
     def load(cls, checkpoint, *, device, ct2_dir, compute_type: str, batch_tokens: int, warn: Warn):
@@ -392,7 +391,7 @@ class CTranslate2Backend:
             return {}
         room = self.config.max_len - 1
         return {
-            i: [self.pieces[t] for t in self.tokenizer.encode(prefixes[i], target=True)][:room]
+            i: [self.target_pieces[t] for t in self.tokenizer.encode(prefixes[i], target=True)][:room]
             for i in sources
         }
 

@@ -60,7 +60,7 @@ def next_choices(model, tokenizer, text: str, prefix: str, k: int = 5, device="c
 
 
 def _choice(tokenizer, config, ids: list[int], prefix: str, token: int, probability: float) -> Choice:
-    piece = tokenizer.id_to_piece(token)
+    piece = tokenizer.id_to_piece(token, target=True)
     if token == config.eos_id:
         return Choice(token, piece, "", probability, prefix, end=True)
     continued = with_prefix(tokenizer.decode([*ids, token]), prefix, tokenizer)

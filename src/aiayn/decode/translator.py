@@ -301,7 +301,7 @@ class Translator:
         piece = self.tokenizer.id_to_piece
         flags = [
             not p.startswith(WORD_START) and p[:1].isalnum()
-            for p in (piece(i) for i in range(self.model.config.tgt_vocab_size))
+            for p in (piece(i, target=True) for i in range(self.model.config.tgt_vocab_size))
         ]
         return torch.tensor(flags, dtype=torch.bool)
 
@@ -314,7 +314,7 @@ class Translator:
 
     def _scored(self, hypothesis: Hypothesis, text: str, alignment: Pairs, asked: int) -> Scored:
         lps = hypothesis.token_log_probs
-        pieces = [self.tokenizer.id_to_piece(t) for t in hypothesis.tokens]
+        pieces = [self.tokenizer.id_to_piece(t, target=True) for t in hypothesis.tokens]
         confidence = sum(lps) / len(lps) if lps else 0.0
         words = word_probabilities(text, pieces, lps[: len(pieces)])
         return Scored(text, hypothesis.score, confidence, words, alignment, (hypothesis.met, asked), len(lps))
@@ -327,7 +327,7 @@ class Translator:
         pairs = []
         for row, line, hypothesis, text, rows in zip(range(len(lines)), lines, best, texts, weights):
             source = [piece(int(t)) for t in src[row] if int(t) != self.model.config.pad_id][:-1]
-            found = word_alignment(rows, source, [piece(t) for t in hypothesis.tokens])
+            found = word_alignment(rows, source, [piece(t, target=True) for t in hypothesis.tokens])
             pairs.append(clamp_pairs(found, len(line.split()), len(text.split())))
         return pairs
 

@@ -153,10 +153,13 @@ def save(model: Transformer, path: str | Path, tokenizer: Tokenizer, step: int |
 
     ``step``: recorded as the checkpoint's step (default: the optimizer's iterations, 0 without one).
     """
-    for name in ("src_vocab_size", "tgt_vocab_size"):
-        if getattr(model.config, name) != tokenizer.vocab_size:
+    for name, pieces in (
+        ("src_vocab_size", tokenizer.vocab_size),
+        ("tgt_vocab_size", tokenizer.target_vocab_size),
+    ):
+        if getattr(model.config, name) != pieces:
             raise UserError(
-                f"the tokenizer has {tokenizer.vocab_size} pieces but the model's {name} is "
+                f"the tokenizer has {pieces} pieces but the model's {name} is "
                 f"{getattr(model.config, name)}; save the tokenizer the model was trained with"
             )
     if step is None:

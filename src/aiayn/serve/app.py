@@ -346,7 +346,7 @@ async def attention(body: AttentionRequest, request: Request) -> dict[str, Any]:
         prefix=body.prefix,
     )
     found = await asyncio.get_running_loop().run_in_executor(request.app.state.executor, run)
-    eos = served.backend.tokenizer.id_to_piece(served.model.config.eos_id)
+    eos = served.backend.tokenizer.id_to_piece(served.model.config.eos_id, target=True)
     pieces = found.predicted_pieces[:-1] if found.predicted_pieces[-1:] == [eos] else found.predicted_pieces
     log_probs = [math.log(p) if p > 0 else -math.inf for p in found.probabilities]
     return {
