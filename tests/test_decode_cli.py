@@ -252,7 +252,7 @@ def test_a_failed_translation_leaves_the_existing_output_as_it_was(
 ) -> None:
     src, out = write(tmp_path / "in.txt", LINES), write(tmp_path / "out.txt", ["an earlier translation"])
 
-    def interrupted(self, lines):
+    def interrupted(self, lines, prefixes=None):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(Translator, "translate", interrupted)

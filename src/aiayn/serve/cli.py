@@ -186,7 +186,7 @@ def load_served(args: argparse.Namespace):
 
 def _translation_served(loaded, args: argparse.Namespace, device):
     from aiayn.serve.app import Served  # the serve extra (FastAPI): only when serving
-    from aiayn.serve.documents import backend_warning
+    from aiayn.serve.documents import backend_warning  # with the serve extra, as Served
 
     check_backend(args.engine, args.compute_type)
     if args.engine == "torch":
