@@ -92,3 +92,18 @@ def peak_rss_mib(children: bool = False) -> float:
 # The checkout's commit when the benchmark started (this module is imported first): a long run
 # (Multi30k, ~2 h) records the code it ran, not the commit the checkout has moved on to by its end.
 STARTED_AT = git_revision()
+
+
+def test2016_arguments(description: str, results: str):
+    """An argument parser with what the test2016 benchmarks share: ``--checkpoint``, ``--data-dir``
+    (default ``$AIAYN_DATA/multi30k``, ``AIAYN_DATA`` defaulting to ``../shared/data``), ``--threads``
+    and ``--results``."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--checkpoint", required=True)
+    data = Path(os.environ.get("AIAYN_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
+    parser.add_argument("--data-dir", default=str(data / "multi30k"))
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--results", default=results)
+    return parser
