@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import inspect
 import json
 import statistics
 import subprocess
@@ -74,7 +75,7 @@ def main() -> None:
     if not hasattr(old_attention.KVCache, "attend"):  # called by this tree's MultiHeadAttention
         old_attention.KVCache.attend = attention.KVCache.attend
     variants = {
-        args.rev: (old_search.generate, old_attention.KVCache),
+        args.rev: (with_controls(old_search.generate), old_attention.KVCache),
         "this tree": (current_search.generate, attention.KVCache),
     }
     translator = Translator(model, tokenizer, beam=args.beam)
@@ -123,6 +124,14 @@ def main() -> None:
     Path(args.results).parent.mkdir(parents=True, exist_ok=True)
     Path(args.results).write_text(json.dumps(results, indent=2) + "\n")
     print(f"wrote {args.results}")
+
+
+def with_controls(generate):
+    """A revision's ``generate`` from before per-sentence controls (prefixes, glossaries) as this
+    tree's Translator calls it: with its controls, which hold none here (no prefix, no glossary)."""
+    if "controls" in inspect.signature(generate).parameters:
+        return generate
+    return lambda model, src, options, controls=None: generate(model, src, options)
 
 
 if __name__ == "__main__":
