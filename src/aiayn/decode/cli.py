@@ -129,9 +129,22 @@ def _engine_loader(args, **overrides) -> tuple[DecodeOptions, Callable]:
             ct2_dir=args.ct2_dir,
             compute_type=args.compute_type or "default",
             batch_tokens=args.batch_tokens,
+            warn=_once(),
         )
 
     return options, load
+
+
+def _once() -> Callable[[str], None]:
+    """A warning printer that says each message once (a run translates stdin block by block)."""
+    said: set[str] = set()
+
+    def warn(message: str) -> None:
+        if message not in said:
+            said.add(message)
+            print(f"aiayn: warning: {message}", file=sys.stderr)
+
+    return warn
 
 
 def _check_engine_options(args, options: DecodeOptions) -> None:

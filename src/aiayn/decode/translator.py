@@ -15,9 +15,10 @@ convention as training (src = ids + [EOS], tgt_in = [BOS] + ids, tgt_out = ids +
 * A **prefix** (per line, target text) is tokenized as the target side is, forced as the start of
   the output, and kept exactly as given in the text (the model continues after it).
 * A **glossary** (``options.glossary``, :mod:`aiayn.decode.glossary`) makes each line's target terms
-  constraints of a beam search (:mod:`aiayn.decode.constraints`), searched with a beam of at least
-  one more than their tokens (widened for that line, said once per call); terms that do not fit
-  the line's maximum output length are left out from the last, with a warning naming the line.
+  constraints of a beam search (:mod:`aiayn.decode.constraints`), searched with the beam widened by
+  one slot per term token for that line (said through ``warn`` in one message, the same each call);
+  terms that do not fit the line's maximum output length are left out from the last, with a warning
+  naming the line.
 """
 
 from __future__ import annotations
@@ -279,10 +280,10 @@ class Translator:
         for i in sources:
             terms = controls[i].terms if i in controls else []
             groups.setdefault(beam_for(options.beam, terms), []).append(i)
-        wider = {beam: len(group) for beam, group in groups.items() if beam > options.beam}
-        if wider:
-            widths = ", ".join(f"{beam} for {count} line(s)" for beam, count in sorted(wider.items()))
-            self.warn(f"glossary: beam {options.beam} widened to {widths} (one slot per term token, and one)")
+        if any(beam > options.beam for beam in groups):
+            self.warn(
+                f"glossary: lines with terms are searched with beam {options.beam} + one per term token"
+            )
         return groups
 
     def _batch_controls(self, batch: list[int], controls: dict[int, _Line]) -> Controls:
