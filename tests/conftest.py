@@ -173,6 +173,11 @@ def small_csv(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(autouse=True)
 def _seed() -> None:
     torch.manual_seed(0)
+    # every test starts on one thread (below), whatever the one before left: a CTranslate2 translator
+    # opened without intra_threads sets the OpenMP threads torch shares to the cores' number, and
+    # on two shared cores every later test of that worker then took up to 9x the CPU time
+    if torch.get_num_threads() != 1:
+        torch.set_num_threads(1)
 
 
 @pytest.fixture(autouse=True, scope="session")
