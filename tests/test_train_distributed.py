@@ -22,6 +22,14 @@ from aiayn.train.translation import TranslationTask
 from conftest import _train_command, _write_config, free_port, launched, run_config
 
 
+@pytest.mark.xdist_group("torchrun")
+def test_the_torchrun_tests_are_one_group_for_xdist(request: pytest.FixtureRequest) -> None:
+    """On a worker of ``--dist loadgroup`` (the suite's default) a test of the group is named with it,
+    which is how xdist's scheduler sends the whole group to one worker (tests/conftest.py)."""
+    loadgroup = getattr(request.config.option, "loadgroup", False)
+    assert not loadgroup or request.node.nodeid.endswith("@torchrun"), request.node.nodeid
+
+
 @pytest.mark.xdist_group("torchrun")  # one launch of several processes at a time
 def test_two_processes_match_one_with_the_same_global_batch(task_dir: Path, tmp_path: Path) -> None:
     values = run_config(
