@@ -341,10 +341,13 @@ def live_server():
     servers.stop()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def shared_server():
-    """As :func:`live_server`, but one server per run directory and flags for the whole module: for
-    tests that neither stop the server nor depend on what other requests it has answered."""
+    """As :func:`live_server`, but one server per run directory and flags for the whole session: for
+    tests that neither stop the server nor depend on what other requests it has answered. A session
+    of pytest-xdist is a worker's, so the tests of :func:`tiny_translation_run` are one group,
+    ``xdist_group("served")``, which runs on one worker: the model is trained once and each shared
+    server started once (each start costs ~3.5 s of CPU)."""
     servers = _Servers(shared=True)
     yield servers
     servers.stop()
