@@ -170,9 +170,37 @@ def small_csv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_ett_like_csv(tmp_path_factory.mktemp("series") / "small.csv")
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The tests of one ``xdist_group`` go to one worker under ``--dist loadgroup`` (the default:
+    pyproject.toml) because each worker appends the group's name to their node ids
+    (``...::test@torchrun``), which xdist's scheduler reads. pytest-xdist 3.8 sets ``item._nodeid``,
+    which pytest 9.2's structured node ids no longer read, so every group ran spread over the workers
+    as other tests do (the torchrun launches side by side): the name is appended here where it is not."""
+    if not getattr(config.option, "loadgroup", False):  # set on xdist's workers under loadgroup
+        return
+    for item in items:
+        names = {
+            str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+            for m in item.iter_markers("xdist_group")
+        }
+        suffix = "@" + "_".join(sorted(names))
+        if not names or item.nodeid.endswith(suffix):
+            continue
+        if hasattr(item, "_id"):  # pytest >= 9.2: a NodeId, parsed from its string
+            item._id = type(item._id).parse(item.nodeid + suffix)
+        else:
+            item._nodeid = item.nodeid + suffix
+
+
 @pytest.fixture(autouse=True)
 def _seed() -> None:
     torch.manual_seed(0)
+    # every test starts on one thread (below), whatever the one before left: a CTranslate2 translator
+    # opened without intra_threads sets the OpenMP threads torch shares to the cores' number, and
+    # on two shared cores every later test of that worker then took up to 9x the CPU time
+    if torch.get_num_threads() != 1:
+        torch.set_num_threads(1)
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -313,10 +341,13 @@ def live_server():
     servers.stop()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def shared_server():
-    """As :func:`live_server`, but one server per run directory and flags for the whole module: for
-    tests that neither stop the server nor depend on what other requests it has answered."""
+    """As :func:`live_server`, but one server per run directory and flags for the whole session: for
+    tests that neither stop the server nor depend on what other requests it has answered. A session
+    of pytest-xdist is a worker's, so the tests of :func:`tiny_translation_run` are one group,
+    ``xdist_group("served")``, which runs on one worker: the model is trained once and each shared
+    server started once (each start costs ~3.5 s of CPU)."""
     servers = _Servers(shared=True)
     yield servers
     servers.stop()

@@ -108,11 +108,13 @@ def _config(tmp_path: Path, data_dir: Path, **data) -> Path:
     return path
 
 
-def test_a_killed_prepare_run_again_finishes_like_an_uninterrupted_one(tmp_path: Path) -> None:
+def test_a_killed_prepare_run_again_finishes_like_an_uninterrupted_one(tmp_path: Path, capsys) -> None:
+    """The uninterrupted preparation and the one run again run in this process (``main``); only the
+    killed one needs a process of its own."""
     corpus = write_parallel_text(tmp_path / "corpus", {"train": 12000, "val": 100}, seed=1)
     config = _config(tmp_path, corpus, src_lang="de", tgt_lang="en", vocab_size=2000)
     flags = ("--chunk-pairs", "500", "--workers", "1")  # 24 chunks, one at a time
-    subprocess.run(_prepare_command(config, tmp_path / "straight", *flags), check=True, capture_output=True)
+    assert main(_prepare_command(config, tmp_path / "straight", *flags)[3:]) == 0
     victim = subprocess.Popen(
         _prepare_command(config, tmp_path / "killed", *flags), stdout=subprocess.DEVNULL
     )
@@ -122,11 +124,9 @@ def test_a_killed_prepare_run_again_finishes_like_an_uninterrupted_one(tmp_path:
     victim.send_signal(signal.SIGKILL)
     assert victim.wait() == -signal.SIGKILL, "the preparation finished before it could be killed"
     assert not (tmp_path / "killed" / MANIFEST).exists()
-    again = subprocess.run(
-        _prepare_command(config, tmp_path / "killed", *flags), capture_output=True, text=True
-    )
-    assert again.returncode == 0, again.stderr
-    encoded = [line for line in again.stdout.splitlines() if line.startswith("encoded")][-1]
+    capsys.readouterr()
+    assert main(_prepare_command(config, tmp_path / "killed", *flags)[3:]) == 0, capsys.readouterr().err
+    encoded = [line for line in capsys.readouterr().out.splitlines() if line.startswith("encoded")][-1]
     assert int(encoded.split("/")[1].split()[0]) < 24, encoded  # the chunks written before the kill were kept
     straight = sorted(p.name for p in (tmp_path / "straight").iterdir())
     assert straight == sorted(p.name for p in (tmp_path / "killed").iterdir())
@@ -285,9 +285,7 @@ def test_two_nodes_with_c10d_rendezvous_match_one_process(prepared: Path, tmp_pa
     config.write_text(yaml.safe_dump(values))
     env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
     train = ["-m", "aiayn", "train", "--config", str(config), "--no-progress"]
-    subprocess.run(
-        [sys.executable, *train, "--out", str(tmp_path / "one")], check=True, env=env, capture_output=True
-    )
+    assert main([*train[2:], "--out", str(tmp_path / "one")]) == 0  # one process: this one
     codes, outputs = launched(lambda: _two_nodes(train, tmp_path / "two", env), tmp_path / "two")
     assert all(code == 0 for code in codes), "\n".join(o[-2000:] for o in outputs)
     one = load_file(str(list_checkpoints(tmp_path / "one")[-1] / MODEL_FILE))

@@ -156,7 +156,7 @@ def test_export_files_and_int8(tmp_path, tokenizer, val) -> None:
     info = json.loads((out / "aiayn_export.json").read_text())
     assert info["quantization"] == "int8" and info["model"] == config.to_dict()
     assert "translate_batch" in (out / "README.md").read_text()
-    results = ctranslate2.Translator(str(out), device="cpu").translate_batch(
+    results = ctranslate2.Translator(str(out), device="cpu", intra_threads=1).translate_batch(
         [pieces(tokenizer, val[0][0])], beam_size=1, max_decoding_length=5, suppress_sequences=SUPPRESS
     )
     assert 1 <= len(results[0].hypotheses[0]) <= 5

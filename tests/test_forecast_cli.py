@@ -412,9 +412,11 @@ def _train_command(config: Path, data: Path, out: Path) -> list[str]:
     return [sys.executable, "-m", "aiayn", *forecast, "--threads", "1"]
 
 
-def test_sigkill_then_resume_is_bit_identical(tmp_path, kill_after_checkpoints) -> None:
+def test_sigkill_then_resume_is_bit_identical(tmp_path, kill_after_checkpoints, capfd) -> None:
     """A run killed after its first checkpoint and resumed ends with the uninterrupted run's weights,
-    best/ and log (dropout and the weight average on: the RNG state and the average are restored)."""
+    best/ and log (dropout and the weight average on: the RNG state and the average are restored).
+    The uninterrupted and the resumed runs run in this process (``main``, on one thread as the
+    killed process is, their output on files as a log's: capfd); only the killed one needs its own."""
     data = write_ett_like_csv(tmp_path / "series.csv", rows=1000)
     config = tmp_path / "run.yaml"
     config.write_text(
@@ -427,20 +429,16 @@ def test_sigkill_then_resume_is_bit_identical(tmp_path, kill_after_checkpoints) 
     )
     assert "ema: 0.5" in config.read_text()
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    straight = subprocess.run(
-        _train_command(config, data, tmp_path / "straight"), env=env, capture_output=True
-    )
-    assert straight.returncode == 0, straight.stderr[-2000:]
-    assert b"\r" not in straight.stderr and b"split=train" in straight.stdout  # no bar in a log: lines
+    assert cli.main(_train_command(config, data, tmp_path / "straight")[3:]) == 0
+    straight = capfd.readouterr()
+    assert "\r" not in straight.err and "split=train" in straight.out  # no bar in a log: lines
 
     killed_at = kill_after_checkpoints(
         _train_command(config, data, tmp_path / "killed"), tmp_path / "killed", 1, env
     )
-    resumed = subprocess.run(
-        _train_command(config, data, tmp_path / "killed"), env=env, capture_output=True, text=True
-    )
-    assert resumed.returncode == 0, resumed.stderr[-2000:]
-    assert "resuming from" in resumed.stdout
+    resumed = cli.main(_train_command(config, data, tmp_path / "killed")[3:])
+    assert resumed == 0, capfd.readouterr().err[-2000:]
+    assert "resuming from" in capfd.readouterr().out
 
     final = [p.name for p in list_checkpoints(tmp_path / "straight")]
     assert [p.name for p in list_checkpoints(tmp_path / "killed")] == final and final[-1] != killed_at

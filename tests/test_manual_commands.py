@@ -176,6 +176,7 @@ def _feed_stdin(monkeypatch: pytest.MonkeyPatch, text: str) -> None:
     monkeypatch.setattr(sys, "stdin", os.fdopen(read, "r", encoding="utf-8"))
 
 
+@pytest.mark.xdist_group("served")  # tiny_translation_run: tests/conftest.py, shared_server
 def test_the_tour_on_the_demo_model_runs(
     tiny_translation_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd
 ) -> None:

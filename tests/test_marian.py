@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 import torch
 
+# one worker builds the module-scoped models (the Marian model, its import, the native model, ~11 s of CPU)
+pytestmark = pytest.mark.xdist_group("marian")
 transformers = pytest.importorskip("transformers")  # the `test` extra installs it
 
 from aiayn import load  # noqa: E402

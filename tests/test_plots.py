@@ -105,6 +105,7 @@ def test_curves_bad_input_is_a_user_error(tmp_path: Path) -> None:
         plot_curves(tmp_path / "nothing", tmp_path / "c.png")
 
 
+@pytest.mark.xdist_group("served")  # tiny_translation_run: tests/conftest.py, shared_server
 def test_aiayn_plot_attention_labels_target_rows_by_the_piece_they_predict(
     tiny_translation_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

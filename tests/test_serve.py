@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 
+pytestmark = pytest.mark.xdist_group("served")  # on one worker with the other tests of the tiny served model
 httpx = pytest.importorskip("httpx")
 # one client for the module: CLIENT.post() makes a new one per call, ~60 ms (its SSL context) each
 CLIENT = httpx.Client(timeout=60.0)
@@ -503,8 +504,8 @@ def test_the_sentences_of_documents_arriving_together_share_a_batch(tiny_transla
     assert first.text == "<907042>\n\n<13>" and second.text == "<500>"
 
 
-def test_the_api_key_guards_the_api_only(tiny_translation_run, live_server) -> None:
-    url = live_server(tiny_translation_run, "--api-key", "s3cret")
+def test_the_api_key_guards_the_api_only(tiny_translation_run, shared_server) -> None:
+    url = shared_server(tiny_translation_run, "--api-key", "s3cret")
     assert post(url, "/v1/translate", {"text": ["1"]}).status_code == 401
     wrong = post(url, "/v1/translate", {"text": ["1"]}, headers={"authorization": "Bearer nope"})
     assert wrong.status_code == 401 and "API key" in wrong.json()["error"]

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.xdist_group("served")  # on one worker with the other tests of the tiny served model
 webdriver = pytest.importorskip(
     "selenium.webdriver", reason="Selenium is not installed (pip install -e '.[test]')"
 )
@@ -258,8 +259,8 @@ def test_a_document_is_shown_sentence_by_sentence_with_the_attention_of_the_one_
     assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []
 
 
-def test_the_api_key_field_is_sent_when_the_server_needs_one(browser, tiny_translation_run, live_server):
-    base_url = live_server(tiny_translation_run, "--api-key", "s3cret")
+def test_the_api_key_field_is_sent_when_the_server_needs_one(browser, tiny_translation_run, shared_server):
+    base_url = shared_server(tiny_translation_run, "--api-key", "s3cret")
     browser.get(base_url + "/")
     browser.execute_script("sessionStorage.clear()")
     assert _translate(browser, SENTENCE) == "error"  # no key yet: the server refuses

@@ -16,6 +16,7 @@ import urllib.error
 
 import pytest
 
+pytestmark = pytest.mark.xdist_group("served")  # on one worker with the other tests of the tiny served model
 httpx = pytest.importorskip("httpx")
 # one client for the module: CLIENT.post() makes a new one per call, ~60 ms (its SSL context) each
 CLIENT = httpx.Client(timeout=60.0)

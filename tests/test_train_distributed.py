@@ -14,12 +14,21 @@ import torch
 from torch import Tensor
 
 from aiayn.checkpoint import checkpoint_name, load_checkpoint
+from aiayn.cli import main
 from aiayn.data.prepare import prepare
 from aiayn.train import distributed
 from aiayn.train.config import run_config_from_dict
 from aiayn.train.engine import Engine, start
 from aiayn.train.translation import TranslationTask
 from conftest import _train_command, _write_config, free_port, launched, run_config
+
+
+@pytest.mark.xdist_group("torchrun")
+def test_the_torchrun_tests_are_one_group_for_xdist(request: pytest.FixtureRequest) -> None:
+    """On a worker of ``--dist loadgroup`` (the suite's default) a test of the group is named with it,
+    which is how xdist's scheduler sends the whole group to one worker (tests/conftest.py)."""
+    loadgroup = getattr(request.config.option, "loadgroup", False)
+    assert not loadgroup or request.node.nodeid.endswith("@torchrun"), request.node.nodeid
 
 
 @pytest.mark.xdist_group("torchrun")  # one launch of several processes at a time
@@ -32,7 +41,7 @@ def test_two_processes_match_one_with_the_same_global_batch(task_dir: Path, tmp_
     )
     config = _write_config(tmp_path / "run.yaml", values)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    subprocess.run(_train_command(config, tmp_path / "one"), check=True, env=env, capture_output=True)
+    assert main(_train_command(config, tmp_path / "one")[3:]) == 0  # one process: this one
     torchrun = [
         sys.executable,
         "-m",
@@ -65,10 +74,12 @@ def test_two_processes_match_one_with_the_same_global_batch(task_dir: Path, tmp_
 def test_a_sharded_optimizer_gives_the_same_run_bit_for_bit(task_dir: Path, tmp_path: Path) -> None:
     """Two processes with ``train.shard_optimizer`` (each keeps Adam's moments for half the weights)
     against two without: the same weights and the same whole optimizer state in every checkpoint;
-    a run sharded from an unsharded checkpoint (and the other way round) goes on as either would."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    port = free_port()
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port"]
+    a run sharded from an unsharded checkpoint (and the other way round) goes on as either would.
+
+    The two processes are started as torchrun starts them (its variables: rank 0 hosts the store),
+    without its launcher, which costs each of the 4 launches ~3.5 s of CPU to import torch: the
+    launcher is tested above and in test_data_prepare.py."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MASTER_ADDR": "127.0.0.1", "WORLD_SIZE": "2"}
 
     def train(out: Path, shard: bool, max_steps: int) -> None:
         values = run_config(
@@ -79,16 +90,29 @@ def test_a_sharded_optimizer_gives_the_same_run_bit_for_bit(task_dir: Path, tmp_
         config = _write_config(tmp_path / f"{out.name}.yaml", values)
 
         def launch() -> tuple[list[int], list[str]]:
-            run = subprocess.run(
-                [*torchrun, str(port), "-m", "aiayn", *_train_command(config, out)[3:]],
-                env=env,
-                capture_output=True,
-                text=True,
-            )
-            return [run.returncode], [run.stdout + run.stderr]
+            port, logs = str(free_port()), [tmp_path / f"{out.name}.rank{rank}.log" for rank in range(2)]
+            ranks = []
+            for rank, log in enumerate(logs):
+                with log.open("w") as file:  # the child holds its own descriptor
+                    ranks.append(
+                        subprocess.Popen(
+                            _train_command(config, out),
+                            env={**env, "MASTER_PORT": port, "RANK": str(rank), "LOCAL_RANK": str(rank)},
+                            stdout=file,
+                            stderr=subprocess.STDOUT,
+                        )
+                    )
+            try:
+                codes = [rank.wait(timeout=240) for rank in ranks]
+            finally:  # a rank left waiting for the other, or past the time
+                for rank in ranks:
+                    if rank.poll() is None:
+                        rank.kill()
+                        rank.wait()
+            return codes, [log.read_text() for log in logs]
 
         codes, outputs = launched(launch, out)
-        assert codes == [0], outputs[0][-2000:]
+        assert codes == [0, 0], [output[-2000:] for output in outputs]
         assert ("optimizer state split between the 2 processes" in outputs[0]) == shard
 
     def checkpoint(out: Path, step: int) -> dict[str, Tensor]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -24,8 +23,10 @@ from conftest import _train_command, _write_config, run_config
     "bpe_dropout", [0.0, 0.1]
 )  # with BPE-dropout: the 40 steps span 3 epochs, each resampled
 def test_sigkill_then_resume_is_bit_identical(
-    task_dir: Path, tmp_path: Path, bpe_dropout: float, kill_after_checkpoints
+    task_dir: Path, tmp_path: Path, bpe_dropout: float, kill_after_checkpoints, capsys
 ) -> None:
+    """The uninterrupted run and the resumed one run in this process (``aiayn train`` as ``main``,
+    on one thread as the killed process is); only the killed run needs a process of its own."""
     values = run_config(
         task_dir,
         optim={"cooldown": 0.5},  # a cool-down over max_steps is deterministic too
@@ -34,16 +35,14 @@ def test_sigkill_then_resume_is_bit_identical(
     )
     config = _write_config(tmp_path / "run.yaml", values)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    subprocess.run(_train_command(config, tmp_path / "straight"), check=True, env=env, capture_output=True)
+    assert main(_train_command(config, tmp_path / "straight")[3:]) == 0
 
     killed_at = kill_after_checkpoints(
         _train_command(config, tmp_path / "killed"), tmp_path / "killed", 3, env
     )
-    resumed = subprocess.run(
-        _train_command(config, tmp_path / "killed"), env=env, capture_output=True, text=True
-    )
-    assert resumed.returncode == 0, resumed.stderr
-    assert "resuming from" in resumed.stdout
+    capsys.readouterr()
+    assert main(_train_command(config, tmp_path / "killed")[3:]) == 0, capsys.readouterr().err
+    assert "resuming from" in capsys.readouterr().out
 
     final = lambda run: load_file(str(list_checkpoints(run)[-1] / MODEL_FILE))  # noqa: E731
     straight, again = final(tmp_path / "straight"), final(tmp_path / "killed")
