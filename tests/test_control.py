@@ -17,6 +17,8 @@ from aiayn.decode.glossary import check_glossary, read_glossary, targets
 from aiayn.errors import UserError
 from aiayn.loading import load_translation_model
 
+pytestmark = pytest.mark.xdist_group("served")  # on one worker with the other tests of the tiny served model
+
 NUMBERS = ["42", "907042", "1042", "42"]
 GLOSSARY = (("42", "seven"),)  # a word the model never writes for 42 ("forty-two")
 
