@@ -184,3 +184,43 @@ def train(model, source_lines: list[str], target_lines: list[str], files: Path, 
 def copy_model(source: Path, out: Path) -> Path:
     shutil.copytree(source, out)
     return out
+
+
+def backends(checkpoint: Path, ct2_dir: Path):
+    """The torch and CTranslate2 backends of an imported checkpoint (one export, in ``ct2_dir``)."""
+    from aiayn.decode.backends import load_backend
+
+    return load_backend(checkpoint, "torch"), load_backend(checkpoint, "ctranslate2", ct2_dir=ct2_dir)
+
+
+def check_control(torch_backend, ct2_backend, max_out: int) -> list[str]:
+    """Terminology, prefixes and confidence on an imported model, as on a native one: a target word
+    the model did not write appears with the glossary (whole words, as often as its source term);
+    a prefix starts the greedy output alike on both engines; the engines' confidence agrees.
+    Returns the sentences it translated."""
+    import re
+    from dataclasses import replace
+
+    import pytest
+
+    from aiayn.decode.search import DecodeOptions
+
+    def count(word: str, text: str) -> int:  # whole words (punctuation may follow a term)
+        return len(re.findall(rf"(?<!\w){word}(?!\w)", text))
+
+    texts = sentences(SOURCE_WORDS, 12, 47)
+    beam = DecodeOptions(beam=4, alpha=0.0, max_len_a=0.0, max_len_b=max_out)
+    plain = torch_backend.translate(texts[:1], beam)[0]
+    term, target = texts[0].split()[0], next(word for word in TARGET_WORDS if not count(word, plain))
+    constrained = torch_backend.translate(texts[:1], replace(beam, glossary=((term, target),)))[0]
+    assert count(target, constrained) == texts[0].split().count(term) >= 1
+    greedy = DecodeOptions(beam=1, max_len_a=0.0, max_len_b=max_out)
+    prefixes = ["the big"] + [""] * (len(texts) - 1)
+    ours = torch_backend.translate(texts, greedy, prefixes)
+    assert ours[0].startswith("the big") and ours == ct2_backend.translate(texts, greedy, prefixes)
+    for a, b in zip(
+        torch_backend.translate_scored(texts, greedy), ct2_backend.translate_scored(texts, greedy)
+    ):
+        assert a.text == b.text and a.confidence == pytest.approx(b.confidence, abs=1e-3)
+        assert len(a.words) == len(a.text.split())
+    return texts

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import copy
 import json
-import re
 import shutil
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -28,7 +26,7 @@ from aiayn.data.batching import pad  # noqa: E402
 from aiayn.data.tokenizer import Tokenizer, VocabTokenizer  # noqa: E402
 from aiayn.decode.search import DecodeOptions, generate  # noqa: E402
 from aiayn.marian import residual_order  # noqa: E402
-from marian_model import SOURCE_WORDS, TARGET_WORDS, make_marian, sentences  # noqa: E402
+from marian_model import SOURCE_WORDS, TARGET_WORDS, backends, check_control, make_marian, sentences  # noqa: E402
 
 MAX_OUT = 20  # tokens before EOS, both sides
 UNSEEN = [
@@ -399,10 +397,7 @@ def test_pytorch_model_bin_imports_like_safetensors(marian_dir, imported, tmp_pa
 @pytest.fixture(scope="module")
 def imported_engines(imported, tmp_path_factory):
     """The imported model's torch and CTranslate2 backends (one export for the module's tests)."""
-    from aiayn.decode.backends import load_backend
-
-    ct2_dir = tmp_path_factory.mktemp("imported") / "ct2"
-    return load_backend(imported, "torch"), load_backend(imported, "ctranslate2", ct2_dir=ct2_dir)
+    return backends(imported, tmp_path_factory.mktemp("imported") / "ct2")
 
 
 def test_an_imported_model_decodes_alike_with_ctranslate2(imported_engines) -> None:
@@ -600,26 +595,4 @@ def test_out_is_never_the_source_and_force_replaces_only_an_earlier_result(
 
 
 def test_an_imported_model_takes_a_glossary_a_prefix_and_gives_its_confidence(imported_engines) -> None:
-    """Terminology, prefixes and confidence work on an imported model as on a native one: a term
-    the model does not write appears with the glossary; a prefix starts the greedy output alike on
-    both engines; the confidence of both engines agrees."""
-    torch_backend, ct2_backend = imported_engines
-    texts = sentences(SOURCE_WORDS, 12, 47)
-    options = DecodeOptions(beam=4, alpha=0.0, max_len_a=0.0, max_len_b=MAX_OUT)
-
-    def count(word: str, text: str) -> int:  # whole words (punctuation may follow a term)
-        return len(re.findall(rf"(?<!\w){word}(?!\w)", text))
-
-    plain = torch_backend.translate(texts[:1], options)[0]
-    term, target = texts[0].split()[0], next(word for word in TARGET_WORDS if not count(word, plain))
-    constrained = torch_backend.translate(texts[:1], replace(options, glossary=((term, target),)))[0]
-    assert count(target, constrained) == texts[0].split().count(term) >= 1
-    greedy = DecodeOptions(beam=1, max_len_a=0.0, max_len_b=MAX_OUT)
-    prefixes = ["the big"] + [""] * (len(texts) - 1)
-    ours = torch_backend.translate(texts, greedy, prefixes)
-    assert ours[0].startswith("the big") and ours == ct2_backend.translate(texts, greedy, prefixes)
-    for a, b in zip(
-        torch_backend.translate_scored(texts, greedy), ct2_backend.translate_scored(texts, greedy)
-    ):
-        assert a.text == b.text and a.confidence == pytest.approx(b.confidence, abs=1e-3)
-        assert len(a.words) == len(a.text.split())
+    check_control(*imported_engines, MAX_OUT)

@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import copy
 import json
-import re
 import shutil
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -27,7 +25,7 @@ from aiayn.cli import main  # noqa: E402
 from aiayn.data.batching import pad  # noqa: E402
 from aiayn.data.tokenizer import Tokenizer  # noqa: E402
 from aiayn.decode.search import DecodeOptions, generate  # noqa: E402
-from marian_model import SOURCE_WORDS, TARGET_WORDS, make_marian, sentences  # noqa: E402
+from marian_model import SOURCE_WORDS, TARGET_WORDS, backends, check_control, make_marian, sentences  # noqa: E402
 
 pytestmark = pytest.mark.xdist_group("marian_separate")  # one worker builds the model, once
 
@@ -155,10 +153,7 @@ def test_greedy_and_the_translate_command_equal_transformers(imported, hf, tmp_p
 @pytest.fixture(scope="module")
 def engines(imported, tmp_path_factory):
     """The imported model's torch and CTranslate2 backends (one export for the module's tests)."""
-    from aiayn.decode.backends import load_backend
-
-    ct2_dir = tmp_path_factory.mktemp("imported") / "ct2"
-    return load_backend(imported, "torch"), load_backend(imported, "ctranslate2", ct2_dir=ct2_dir)
+    return backends(imported, tmp_path_factory.mktemp("imported") / "ct2")
 
 
 def test_ctranslate2_decodes_and_aligns_as_torch(engines) -> None:
@@ -178,25 +173,7 @@ def test_a_glossary_a_prefix_confidence_and_choices_read_the_target_vocabulary(i
     the confidence agrees; the model's next choices are target pieces."""
     from aiayn.decode.choices import next_choices
 
-    torch_backend, ct2_backend = engines
-    texts = sentences(SOURCE_WORDS, 12, 47)
-    beam = DecodeOptions(beam=4, alpha=0.0, max_len_a=0.0, max_len_b=MAX_OUT)
-
-    def count(word: str, text: str) -> int:  # whole words (punctuation may follow a term)
-        return len(re.findall(rf"(?<!\w){word}(?!\w)", text))
-
-    plain = torch_backend.translate(texts[:1], beam)[0]
-    term, target = texts[0].split()[0], next(word for word in TARGET_WORDS if not count(word, plain))
-    constrained = torch_backend.translate(texts[:1], replace(beam, glossary=((term, target),)))[0]
-    assert count(target, constrained) == texts[0].split().count(term) >= 1
-    prefixes = ["the big"] + [""] * (len(texts) - 1)
-    ours = torch_backend.translate(texts, GREEDY, prefixes)
-    assert ours[0].startswith("the big") and ours == ct2_backend.translate(texts, GREEDY, prefixes)
-    for a, b in zip(
-        torch_backend.translate_scored(texts, GREEDY), ct2_backend.translate_scored(texts, GREEDY)
-    ):
-        assert a.text == b.text and a.confidence == pytest.approx(b.confidence, abs=1e-3)
-        assert len(a.words) == len(a.text.split())
+    texts = check_control(*engines, MAX_OUT)
     model, tokenizer, _ = load(imported)
     choices = next_choices(model, tokenizer, texts[0], "the", k=5).choices
     assert [c.piece for c in choices] == [tokenizer.id_to_piece(c.token, target=True) for c in choices]
