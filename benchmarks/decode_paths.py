@@ -10,9 +10,13 @@ Translator's own batches):
   block-wise two-stage ones (``SearchPaths(two_stage=False)``);
 * ``one encoder batch``: the encoder run on the whole padded batch at once instead of on buckets
   of sources of similar length (``SearchPaths(by_length=False)``);
+* ``the model's own step``: the decoder step run by the model's modules on their key/value cache
+  (:class:`~aiayn.decode.step.ModelStep`) instead of the inference step of
+  :mod:`aiayn.decode.fast_step` (``SearchPaths(fast_step=False)``);
 * ``written-out attention formula``: attention computed by the formula written out (two batched
-  matmuls around an fp32 softmax) instead of the fused ``F.scaled_dot_product_attention`` that
-  decoding takes (``path = "formula"`` on every ``MultiHeadAttention`` of the model);
+  matmuls around an fp32 softmax) instead of the fused ``F.scaled_dot_product_attention``
+  (``path = "formula"`` on every ``MultiHeadAttention`` of the model: since the inference step
+  writes out its own decoder attention, this moves the encoder only);
 * ``memory per row`` (beam search): the encoder memory and cross-attention keys/values copied for
   every beam instead of kept once per sentence (``SearchPaths(group_rows=False)``);
 * ``scores`` (greedy search): hypotheses scored (a log-softmax per step), as ``translate_nbest``
@@ -53,6 +57,7 @@ OPTIONS = {  # SearchPaths fields (DecodeOptions.paths)
     "one-stage selection": "two_stage",
     "memory per row": "group_rows",
     "one encoder batch": "by_length",
+    "the model's own step": "fast_step",
 }
 FORMULA = "written-out attention formula"  # MultiHeadAttention.path, on the model
 

@@ -57,6 +57,7 @@ from torch import Tensor
 
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID
 from aiayn.decode import constraints as lexical
+from aiayn.decode import fast_step
 from aiayn.decode.constraints import Constraints, State, Terms
 from aiayn.decode.step import FAST_PATHS, ModelStep, SearchPaths, max_output_lengths, source_lengths
 from aiayn.errors import UserError
@@ -667,7 +668,7 @@ def generate(
     greedy = options.beam == 1 and not options.sample and not constrained
     with torch.inference_mode():
         # greedy: argmax of the logits
-        step = ModelStep(model, src, use_cache=options.use_cache, log_probs=not greedy, paths=options.paths)
+        step = _step(model, src, options, log_probs=not greedy)
         if options.sample:
             return sample_search(
                 step,
@@ -703,3 +704,19 @@ def generate(
             prefixes=prefixes,
             constraints=constraints,
         )
+
+
+def _step(model, src: Tensor, options: DecodeOptions, *, log_probs: bool) -> StepFunction:
+    """The step function ``generate`` decodes with: :class:`~aiayn.decode.fast_step.FastStep` unless
+    ``options.paths.fast_step`` is off, the cache is off or the model is not in eval mode, then
+    :class:`~aiayn.decode.step.ModelStep` (the reference)."""
+    paths = options.paths
+    if paths.fast_step and options.use_cache and fast_step.supported(model):
+        return fast_step.FastStep(
+            model,
+            src,
+            log_probs=log_probs,
+            group_rows=paths.group_rows,
+            by_length=paths.by_length,
+        )
+    return ModelStep(model, src, use_cache=options.use_cache, log_probs=log_probs, paths=paths)

@@ -1,0 +1,270 @@
+"""The decoder's one-token step written for inference: the default step function of the searches.
+
+:class:`FastStep` is another implementation of the step protocol of :mod:`aiayn.decode.step` (the
+same ``__call__(prefix)``, ``reorder(new_order)``, ``vocab_size``, ``device``), with the same
+results as :class:`~aiayn.decode.step.ModelStep` (the reference, ``SearchPaths(fast_step=False)``)
+up to float rounding. It computes the same layers (§3.1-3.4) on one new position per row, and
+differs from the model's own forward only where decoding allows it:
+
+* **The generator's weight packed once** (CPU, fp32): reordered into oneDNN's blocked layout and
+  run by oneDNN's inner-product kernel (``torch.ops.mkldnn._linear_pointwise``, what
+  ``torch.compile`` uses for frozen CPU graphs). On a 2-core AMD EPYC the ``(N, 256) x (256, 8000)``
+  vocabulary projection runs about 1.5x faster than through PyTorch's default (MKL), while the
+  decoder's smaller matmuls do not gain (``benchmarks/README.md``, *Decoding speed*). The packed
+  weight is kept per model and made again when a parameter changes (training-time validation
+  decodes a model in training). Elsewhere (GPU, bf16) the plain ``F.linear``.
+* **One query's attention written out** (two batched matmuls and a softmax over the contiguous
+  cache): for one query per row over a short cache this is faster on the CPU than PyTorch's fused
+  kernel, which pays a fixed cost per (row, head).
+* No module calls, masks or per-step checks: the layers' weights are read once per batch.
+* The cross-attention keys/values computed once per source and shared by the rows of that source
+  (beam search's beams, sampling's samples), as :mod:`aiayn.decode.cache` does.
+
+The encoder is the model's own (:func:`~aiayn.decode.step.encode_by_length`).
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from aiayn.decode.cache import fold
+from aiayn.decode.step import BUCKET_RATIO, encode_by_length
+from aiayn.model.masks import padding_mask
+
+
+def supported(model) -> bool:
+    """Whether :class:`FastStep` can decode ``model``: a model in eval mode (dropout off)."""
+    return not model.training
+
+
+# --- linear layers, packed for oneDNN on the CPU ---------------------------------------------------
+
+
+def _can_pack(weight: Tensor) -> bool:
+    return (
+        weight.device.type == "cpu"
+        and weight.dtype == torch.float32
+        and torch.backends.mkldnn.is_available()
+        and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
+        and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+    )
+
+
+class Linear:
+    """``y = x W^T + b`` (``relu``: then ReLU), from ``weight`` ``(out, in)``; ``pack``: packed for
+    oneDNN where it can be (CPU, fp32), else ``F.linear``. Inputs ``(N, in)`` contiguous."""
+
+    def __init__(self, weight: Tensor, bias: Tensor | None, relu: bool = False, pack: bool = False) -> None:
+        self.relu, self.bias = relu, None if bias is None else bias.detach()
+        self.packed = pack and _can_pack(weight)
+        weight = weight.detach()
+        self.weight = torch.ops.mkldnn._reorder_linear_weight(weight, None) if self.packed else weight
+
+    def __call__(self, x: Tensor) -> Tensor:
+        if self.packed:
+            return torch.ops.mkldnn._linear_pointwise(
+                x, self.weight, self.bias, "relu" if self.relu else "none", [], ""
+            )
+        y = F.linear(x, self.weight, self.bias)
+        return F.relu(y) if self.relu else y
+
+
+class _Layer:
+    """One decoder layer's weights as the step uses them."""
+
+    def __init__(self, layer, d_model: int) -> None:
+        d = d_model
+        self_attn, cross = layer.self_attn, layer.cross_attn
+        self.qkv = Linear(self_attn.in_proj.weight, self_attn.in_proj.bias)  # (3D, D)
+        self.self_out = Linear(self_attn.out_proj.weight, self_attn.out_proj.bias)
+        self.cross_q = Linear(cross.in_proj.weight[:d], cross.in_proj.bias[:d])
+        self.cross_kv = (cross.in_proj.weight[d:].detach(), cross.in_proj.bias[d:].detach())  # memory, once
+        self.cross_out = Linear(cross.out_proj.weight, cross.out_proj.bias)
+        ff = layer.feed_forward
+        relu = ff.activation is F.relu
+        self.ff_in, self.activation = (
+            Linear(ff.w_1.weight, ff.w_1.bias, relu),
+            None if relu else ff.activation,
+        )
+        self.ff_out = Linear(ff.w_2.weight, ff.w_2.bias)
+        self.norms = [block.norm for block in (layer.self_block, layer.cross_block, layer.ff_block)]
+        self.norm_first = layer.self_block.norm_first
+
+
+class _Weights:
+    """Every decoder weight of a model as :class:`FastStep` uses them (packed once per model)."""
+
+    def __init__(self, model) -> None:
+        config = model.config
+        self.layers = [_Layer(layer, config.d_model) for layer in model.decoder.layers]
+        generator = model.generator.proj
+        self.generator = Linear(generator.weight, generator.bias, pack=True)
+        self.version = _version(model)
+
+
+def _version(model) -> tuple:
+    """What identifies a model's weights: each parameter's storage and in-place version counter."""
+    return tuple((p.data_ptr(), p._version) for p in model.parameters())
+
+
+_PACKED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> its _Weights
+
+
+def weights(model) -> _Weights:
+    """``model``'s decoder weights for :class:`FastStep`, packed on first use and again whenever a
+    parameter has changed since (an optimizer step, a loaded state dict)."""
+    cached = _PACKED.get(model)
+    if cached is None or cached.version != _version(model):
+        cached = _PACKED[model] = _Weights(model)
+    return cached
+
+
+# --- the step -------------------------------------------------------------------------------------
+
+
+class FastStep:
+    """The decoder as a step function (see the module docstring), for a model in eval mode.
+
+    ``src`` ``(B, S)`` padded source ids; ``log_probs=False``: calls return logits (greedy search).
+    ``group_rows``, ``by_length``: as :class:`~aiayn.decode.step.ModelStep`'s ``paths``.
+    """
+
+    def __init__(
+        self,
+        model,
+        src: Tensor,
+        *,
+        log_probs: bool = True,
+        group_rows: bool = True,
+        by_length: bool = True,
+    ) -> None:
+        config = model.config
+        self.model, self.log_probs, self.group_rows = model, log_probs, group_rows
+        self.heads, self.d_model = config.n_heads, config.d_model
+        self.d_k = config.d_model // config.n_heads
+        self.weights = weights(model)
+        src_mask = padding_mask(src, config.pad_id)  # (B, 1, 1, S)
+        with torch.inference_mode():
+            memory = (
+                encode_by_length(model, src, src_mask, BUCKET_RATIO)
+                if by_length
+                else model.encode(src, src_mask)
+            )  # (B, S, D)
+            self.cross = [self._memory_keys(layer, memory) for layer in self.weights.layers]
+        keep = src_mask[:, 0, 0, :]  # (B, S)
+        # masked keys: the most negative float (softmax gives them 0); a source with no key at all
+        # gets zeros, as the model's attention does
+        self.bias = torch.zeros(keep.shape, dtype=memory.dtype, device=memory.device)
+        self.bias = self.bias.masked_fill(~keep, torch.finfo(memory.dtype).min)[:, None, None, :]
+        self.empty = None if bool(keep.any(dim=-1).all()) else keep.any(dim=-1)[:, None, None, None]
+        self.memory_dtype, self.group = memory.dtype, 1
+        self.sources = torch.arange(src.size(0), device=src.device)  # memory row of each row
+        empty = memory.new_empty(src.size(0), self.heads, 0, self.d_k)
+        self.keys = [empty] * len(self.weights.layers)  # self-attention, per layer (N, H, t, d_k)
+        self.values = [empty] * len(self.weights.layers)
+        self.t = 0  # positions decoded
+
+    @property
+    def device(self) -> torch.device:
+        return self.bias.device
+
+    @property
+    def vocab_size(self) -> int:
+        return self.model.config.tgt_vocab_size
+
+    def _memory_keys(self, layer: _Layer, memory: Tensor) -> tuple[Tensor, Tensor]:
+        """The cross-attention keys and values of ``memory``, each ``(B, H, S, d_k)`` contiguous."""
+        k, v = F.linear(memory, *layer.cross_kv).chunk(2, dim=-1)  # (B, S, D) each
+        return tuple(x.unflatten(-1, (self.heads, self.d_k)).transpose(1, 2).contiguous() for x in (k, v))
+
+    def __call__(self, prefix: Tensor) -> Tensor:
+        """``prefix`` ``(N, t)`` -> next-token log-probs (or logits) ``(N, V)``, fp32."""
+        t = prefix.size(1) - 1  # the new token's position
+        if t != self.t:
+            raise ValueError(f"FastStep holds {self.t} positions; a prefix of {t + 1} tokens came")
+        model = self.model
+        x = model.tgt_pos(model.tgt_embed(prefix[:, -1:]), t)[:, 0]  # (N, D)
+        for i, layer in enumerate(self.weights.layers):
+            x = self._layer(i, layer, x, t)
+        x = model.decoder.norm(x)
+        out = self.weights.generator(x)  # (N, V)
+        self.t += 1
+        return F.log_softmax(out.float(), dim=-1) if self.log_probs else out.float()
+
+    def _layer(self, i: int, layer: _Layer, x: Tensor, t: int) -> Tensor:
+        """One decoder layer on the new position of every row: ``x`` ``(N, D)``."""
+        self_norm, cross_norm, ff_norm = layer.norms
+        x = self._residual(x, self_norm, layer.norm_first, lambda y: self._self_attention(i, layer, y, t))
+        x = self._residual(x, cross_norm, layer.norm_first, lambda y: self._cross_attention(i, layer, y))
+        return self._residual(x, ff_norm, layer.norm_first, lambda y: self._feed_forward(layer, y))
+
+    @staticmethod
+    def _residual(x: Tensor, norm, norm_first: bool, sublayer) -> Tensor:
+        if norm_first:
+            return x + sublayer(norm(x))
+        return norm(x + sublayer(x))
+
+    def _self_attention(self, i: int, layer: _Layer, x: Tensor, t: int) -> Tensor:
+        n, h, d_k = x.size(0), self.heads, self.d_k
+        q, k, v = layer.qkv(x).view(n, 3, h, 1, d_k).unbind(1)  # (N, H, 1, d_k) each
+        if t:  # contiguous, so that the batched matmuls read it without a copy
+            k, v = torch.cat([self.keys[i], k], dim=2), torch.cat([self.values[i], v], dim=2)
+        self.keys[i], self.values[i] = k, v  # (N, H, t + 1, d_k)
+        out = _attend(q, k, v, None)  # (N, H, 1, d_k)
+        return layer.self_out(out.reshape(n, self.d_model))
+
+    def _cross_attention(self, i: int, layer: _Layer, x: Tensor) -> Tensor:
+        n, h, d_k = x.size(0), self.heads, self.d_k
+        q = layer.cross_q(x).view(n, h, 1, d_k)  # (N, H, 1, d_k): as (N, 1, H, d_k) transposed
+        keys, values = self.cross[i]
+        out = _attend(fold(q, self.group), keys, values, self.bias)  # (B, H, g, d_k): a group's rows
+        if self.empty is not None:  # sources with no key: a zero output, as the model's
+            out = out * self.empty
+        return layer.cross_out(fold(out, self.group, inverse=True).reshape(n, self.d_model))
+
+    @staticmethod
+    def _feed_forward(layer: _Layer, x: Tensor) -> Tensor:
+        hidden = layer.ff_in(x)
+        return layer.ff_out(hidden if layer.activation is None else layer.activation(hidden))
+
+    def reorder(self, new_order: Tensor) -> None:
+        """Row i becomes old row ``new_order[i]`` (rows may repeat or go; see
+        :meth:`~aiayn.decode.cache.GroupedDecoderCache.reorder`)."""
+        rows = self.sources.numel()
+        if new_order.numel() == rows and torch.equal(new_order, torch.arange(rows, device=new_order.device)):
+            return
+        for cache in (self.keys, self.values):
+            cache[:] = [x.index_select(0, new_order) for x in cache]
+        sources = self.sources.index_select(0, new_order)
+        if not torch.equal(sources, self.sources):
+            self._regroup(sources)
+
+    def _regroup(self, sources: Tensor) -> None:
+        """As :meth:`aiayn.decode.cache.GroupedDecoderCache._regroup`: each run of rows with the same
+        source reads one memory row when the runs are of equal length (and ``group_rows``)."""
+        runs, counts = torch.unique_consecutive(sources, return_counts=True)
+        group = int(counts[0]) if counts.numel() else 1
+        if not self.group_rows or not bool((counts == group).all()):
+            runs, group = sources, 1
+        self.group = group
+        self.sources = torch.arange(runs.numel(), device=runs.device).repeat_interleave(group)
+        if torch.equal(runs, torch.arange(self.bias.size(0), device=runs.device)):
+            return
+        self.cross = [(k.index_select(0, runs), v.index_select(0, runs)) for k, v in self.cross]
+        self.bias = self.bias.index_select(0, runs)
+        if self.empty is not None:
+            self.empty = self.empty.index_select(0, runs)
+
+
+def _attend(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None) -> Tensor:
+    """softmax(q k^T / sqrt(d_k) + bias) v for few queries: ``q`` ``(B, H, T_q, d_k)``, ``k``/``v``
+    ``(B, H, T_k, d_k)``, ``bias`` broadcastable to ``(B, H, T_q, T_k)``."""
+    scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.size(-1)))  # (B, H, T_q, T_k)
+    if bias is not None:
+        scores = scores + bias
+    return scores.softmax(dim=-1) @ v

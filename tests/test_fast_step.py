@@ -1,0 +1,170 @@
+"""The inference step (:mod:`aiayn.decode.fast_step`) against the reference, the model's own forward
+on its key/value cache (:class:`~aiayn.decode.step.ModelStep`): step by step through reorders, and
+whole searches (greedy, beam, sampling, prefixes, constraints) on models of every layout."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+
+from aiayn import TransformerConfig, build_model
+from aiayn.decode import DecodeOptions, ModelStep, SearchPaths, fast_step, generate
+from aiayn.decode.fast_step import FastStep
+from aiayn.decode.search import Controls
+
+PAD, BOS, EOS = 0, 2, 3
+REFERENCE = SearchPaths(fast_step=False)
+
+LAYOUTS = {
+    "paper": {},
+    "pre-norm, gelu, learned positions, generator bias, untied": dict(
+        norm_first=True, activation="gelu", positional="learned", generator_bias=True, tie_embeddings="none"
+    ),
+}
+
+
+def model_of(**overrides):
+    values = dict(
+        src_vocab_size=40, tgt_vocab_size=1100, d_model=32, n_heads=4, n_encoder_layers=2,
+        n_decoder_layers=2, d_ff=64, dropout=0.0, max_len=64,
+    )  # fmt: skip
+    torch.manual_seed(1)
+    model = build_model(TransformerConfig.from_dict({**values, **overrides})).eval()
+    with torch.no_grad():  # biases are zeros at initialisation: random ones, so that each one counts
+        for name, parameter in model.named_parameters():
+            if name.endswith("bias"):
+                parameter.normal_(0.0, 0.1)
+    return model
+
+
+def sources(lengths: list[int], seed: int = 0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    rows = [torch.randint(4, 40, (n - 1,), generator=g).tolist() + [EOS] for n in lengths]
+    width = max(map(len, rows))
+    return torch.tensor([r + [PAD] * (width - len(r)) for r in rows])
+
+
+def both_steps(model, src, log_probs: bool = True):
+    return FastStep(model, src, log_probs=log_probs), ModelStep(model, src, log_probs=log_probs)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS, ids=list(LAYOUTS))
+def test_each_step_equals_the_model_step_through_reorders(layout) -> None:
+    """Outputs agree at every call while rows expand (beams), shuffle within a sentence, repeat,
+    split into unequal groups and drop out."""
+    model = model_of(**LAYOUTS[layout])
+    src = sources([5, 9, 3, 7])
+    fast, reference = both_steps(model, src)
+    orders = [
+        torch.arange(4).repeat_interleave(3),  # 3 rows per sentence: grouped memory
+        torch.tensor([2, 1, 0, 3, 3, 5, 8, 7, 6, 11, 9, 9]),  # beams move within their sentence
+        torch.tensor([0, 1, 2, 6, 7, 8, 9, 10, 11]),  # a sentence leaves
+        torch.tensor([0, 1, 3, 4, 5, 6, 7]),  # unequal groups: one memory row per row
+        torch.tensor([6, 5, 0]),
+    ]
+    prefix = torch.full((4, 1), BOS)
+    g = torch.Generator().manual_seed(0)
+    with torch.inference_mode():
+        for order in [None, *orders]:
+            if order is not None:
+                fast.reorder(order)
+                reference.reorder(order)
+                prefix = prefix[order]
+            ours, theirs = fast(prefix), reference(prefix)
+            assert ours.shape == theirs.shape
+            torch.testing.assert_close(ours, theirs, atol=2e-5, rtol=1e-5)
+            prefix = torch.cat([prefix, torch.randint(4, 1100, (prefix.size(0), 1), generator=g)], dim=1)
+    assert fast.group == 1 and len(fast.cross[0][0]) == 3
+
+
+def test_rows_of_one_source_share_its_memory_keys() -> None:
+    model, src = model_of(), sources([5, 9, 3, 7])
+    with torch.inference_mode():
+        step = FastStep(model, src)
+        step(torch.full((4, 1), BOS))
+        step.reorder(torch.arange(4).repeat_interleave(3))
+    assert step.group == 3 and step.cross[0][0].size(0) == 4
+
+
+def test_a_source_with_no_token_gives_what_the_model_gives() -> None:
+    """A row whose source is all padding attends to nothing: a zero cross-attention output."""
+    model = model_of()
+    src = sources([5, 9])
+    src[1] = PAD
+    fast, reference = both_steps(model, src)
+    with torch.inference_mode():
+        torch.testing.assert_close(fast(torch.full((2, 1), BOS)), reference(torch.full((2, 1), BOS)))
+
+
+OPTIONS = {
+    "greedy": DecodeOptions(beam=1, alpha=0.0, max_len_b=12),
+    "greedy, no scores": DecodeOptions(beam=1, max_len_b=12, scores=False),
+    "beam": DecodeOptions(beam=4, alpha=0.6, nbest=3, max_len_b=12),
+    "beam, memory per row": DecodeOptions(beam=3, max_len_b=12, paths=SearchPaths(group_rows=False)),
+    "sampling": DecodeOptions(sample=True, seed=5, nbest=2, top_p=0.9, max_len_b=12),
+}
+
+
+@pytest.mark.parametrize("layout", LAYOUTS, ids=list(LAYOUTS))
+@pytest.mark.parametrize("name", OPTIONS, ids=list(OPTIONS))
+def test_searches_give_the_reference_hypotheses(layout, name) -> None:
+    model, options = model_of(**LAYOUTS[layout]), OPTIONS[name]
+    src = sources([5, 9, 3, 7, 12, 2], seed=3)
+    reference = replace(options, paths=replace(options.paths, fast_step=False))
+    _same(generate(model, src, options), generate(model, src, reference))
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_prefixes_and_constraints_give_the_reference_hypotheses(beam) -> None:
+    model, src = model_of(), sources([5, 9, 3, 7], seed=4)
+    controls = Controls(prefixes=[[5, 6], [], [7], [8, 9, 10]])
+    if beam > 1:
+        controls = replace(controls, terms=[[[17, 18]], [], [[21], [22, 23]], [[19]]])
+    options = DecodeOptions(beam=beam, max_len_b=12)
+    _same(
+        generate(model, src, options, controls),
+        generate(model, src, replace(options, paths=REFERENCE), controls),
+    )
+
+
+def test_packed_weights_follow_a_change_of_the_parameters() -> None:
+    """Training-time validation decodes a model between optimizer steps: an in-place update of a
+    weight makes the step pack it again (a stale packed generator would decode the old model)."""
+    model, src = model_of(), sources([5, 9, 3], seed=2)
+    options = DecodeOptions(beam=2, max_len_b=10)
+    before = fast_step.weights(model)
+    assert fast_step.weights(model) is before  # kept between batches
+    generate(model, src, options)
+    with torch.no_grad():
+        model.generator.proj.weight.mul_(-1.5)  # an optimizer's in-place update (tied: the embeddings too)
+    assert fast_step.weights(model) is not before
+    _same(generate(model, src, options), generate(model, src, replace(options, paths=REFERENCE)))
+
+
+def test_a_model_in_training_mode_decodes_with_the_reference_step() -> None:
+    model = model_of(dropout=0.0).train()
+    assert not fast_step.supported(model)
+    src = sources([5, 9])
+    options = DecodeOptions(beam=2, max_len_b=8)
+    _same(generate(model, src, options), generate(model, src, replace(options, paths=REFERENCE)))
+
+
+def test_the_generator_is_packed_on_the_cpu_in_fp32_only() -> None:
+    """The one weight packed for oneDNN (where PyTorch has it): the vocabulary projection."""
+    model = model_of()
+    packed = fast_step.weights(model)
+    assert packed.generator.packed == fast_step._can_pack(model.generator.proj.weight)
+    assert not any(
+        linear.packed for layer in packed.layers for linear in (layer.qkv, layer.ff_in, layer.ff_out)
+    )
+    assert not fast_step.weights(model_of().to(torch.bfloat16)).generator.packed
+
+
+def _same(ours, theirs) -> None:
+    assert [[h.tokens for h in hyps] for hyps in ours] == [[h.tokens for h in hyps] for hyps in theirs]
+    for a, b in zip(ours, theirs):
+        for x, y in zip(a, b):
+            assert x.score == pytest.approx(y.score, abs=1e-4, nan_ok=True)
+            assert x.token_log_probs == pytest.approx(y.token_log_probs, abs=1e-4)
