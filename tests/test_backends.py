@@ -21,6 +21,7 @@ from aiayn.cli import main
 from aiayn.data.tokenizer import Tokenizer
 from aiayn.decode import DecodeOptions
 from aiayn.decode.backends import CTranslate2Backend, TorchBackend, load_backend
+from aiayn.errors import UserError
 
 N_SENTENCES = 200
 EOS_BONUS = 0.7  # mean output ~10 tokens, none at its limit, ~66 distinct outputs of 200
@@ -198,7 +199,7 @@ def test_checkpoint_directory_and_ct2_dir(tmp_path, tokenizer, sources) -> None:
         (["--engine", "onnx"], "--engine: unknown engine 'onnx'"),
         (["--engine", "ctranslate2", "--compute-type", "int4"], "--compute-type: unknown value 'int4'"),
         (["--engine", "ctranslate2", "--no-cache"], "--no-cache"),
-        (["--compute-type", "int8"], "--compute-type needs --engine ctranslate2"),
+        (["--compute-type", "int8_float16"], "--compute-type: 'int8_float16' needs --engine ctranslate2"),
         (["--ct2-dir", "x"], "--ct2-dir needs --engine ctranslate2"),
     ],
 )
@@ -231,3 +232,21 @@ def test_without_ctranslate2_says_how_to_install(run, sources, monkeypatch, caps
     assert translate("--checkpoint", str(run), "--input", str(sources), "--engine", "ctranslate2") == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "pip install ctranslate2" in err
+
+
+def test_the_torch_engine_translates_in_int8(run, sources, tmp_path) -> None:
+    """``--compute-type int8`` with the torch engine decodes the model's int8 copy (not the fp32
+    model: this random model's near ties move; tests/test_fast_step.py checks int8 against fp32);
+    on a GPU it is one line saying int8 runs on the CPU."""
+    from aiayn.decode.backends import TorchBackend
+
+    out = {}
+    for kind in ("default", "int8"):
+        path = tmp_path / f"{kind}.txt"
+        args = ["--input", str(sources), "--output", str(path), "--beam", "1", "--compute-type", kind]
+        assert translate("--checkpoint", str(run), *args) == 0
+        out[kind] = path.read_text().splitlines()
+    assert len(out["int8"]) == len(out["default"]) == len(sources.read_text().splitlines())
+    assert out["int8"] != out["default"]
+    with pytest.raises(UserError, match="int8 runs on the CPU"):
+        TorchBackend.load(run, device="meta", batch_tokens=64, warn=print, compute_type="int8")

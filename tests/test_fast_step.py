@@ -168,3 +168,28 @@ def _same(ours, theirs) -> None:
         for x, y in zip(a, b):
             assert x.score == pytest.approx(y.score, abs=1e-4, nan_ok=True)
             assert x.token_log_probs == pytest.approx(y.token_log_probs, abs=1e-4)
+
+
+def test_an_int8_linear_is_within_int8_rounding_of_fp32() -> None:
+    g = torch.Generator().manual_seed(0)
+    weight, bias, x = (torch.randn(*shape, generator=g) for shape in ((96, 64), (96,), (10, 64)))
+    exact = torch.nn.functional.linear(x, weight, bias)
+    error = (fast_step.Int8Linear(weight, bias)(x) - exact).abs().max() / exact.abs().max()
+    assert 0 < error < 0.02
+    relu = fast_step.Int8Linear(weight, bias, relu=True)(x)
+    assert (relu >= 0).all() and torch.allclose(relu, fast_step.Int8Linear(weight, bias)(x).relu())
+
+
+def test_the_int8_copy_decodes_close_to_the_model_and_leaves_it_alone() -> None:
+    model, src = model_of(), sources([5, 9, 3, 7], seed=6)
+    before = {name: p.clone() for name, p in model.state_dict().items()}
+    quantized = fast_step.int8(model)
+    assert fast_step.is_int8(quantized) and not fast_step.is_int8(model)
+    assert all(torch.equal(before[name], p) for name, p in model.state_dict().items())
+    assert isinstance(model.encoder.layers[0].feed_forward.w_1, torch.nn.Linear)
+    assert isinstance(fast_step.weights(quantized).generator, fast_step.Int8Linear)
+    prefix = torch.full((4, 1), BOS)
+    with torch.inference_mode():
+        ours, theirs = FastStep(quantized, src)(prefix), FastStep(model, src)(prefix)
+    assert (ours - theirs).abs().max() < 0.1 and not torch.equal(ours, theirs)
+    assert torch.equal(ours.argmax(-1), theirs.argmax(-1))

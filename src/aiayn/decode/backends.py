@@ -70,6 +70,7 @@ from aiayn.checkpoint import resolve_checkpoint
 from aiayn.config import TransformerConfig
 from aiayn.data.batching import token_batches
 from aiayn.data.tokenizer import Tokenizer, vocabularies
+from aiayn.decode import fast_step
 from aiayn.decode.align import word_alignment
 from aiayn.decode.search import DecodeOptions, length_penalty
 from aiayn.decode.step import max_output_lengths
@@ -99,6 +100,9 @@ ENGINES = ("torch", "ctranslate2")
 #: CTranslate2's compute types: "default" keeps the export's (float32) weights, "auto" lets
 #: CTranslate2 choose, the others are the export's quantizations.
 COMPUTE_TYPES = ("default", "auto", *(q for q in QUANTIZATIONS if q != "none"))
+#: The torch engine's: the checkpoint's weights, or int8 ones on the CPU
+#: (:func:`aiayn.decode.fast_step.int8`).
+TORCH_COMPUTE_TYPES = ("default", "int8")
 EOS_PIECE = "</s>"
 Warn = Callable[[str], None]
 
@@ -118,6 +122,14 @@ def check_backend(engine: str, compute_type: str = "default") -> None:
     if compute_type not in COMPUTE_TYPES:
         valid = ", ".join(COMPUTE_TYPES)
         raise SettingError(Setting("compute_type"), f": unknown value {compute_type!r}; valid: {valid}")
+    if engine == "torch" and compute_type not in TORCH_COMPUTE_TYPES:
+        valid = ", ".join(TORCH_COMPUTE_TYPES)
+        raise SettingError(
+            Setting("compute_type"),
+            f": {compute_type!r} needs ",
+            Setting("engine"),
+            f" ctranslate2; torch runs {valid}",
+        )
 
 
 def load_backend(
@@ -134,7 +146,9 @@ def load_backend(
     directory)."""
     check_backend(engine, compute_type)
     if engine == "torch":
-        return TorchBackend.load(checkpoint, device=device, batch_tokens=batch_tokens, warn=warn)
+        return TorchBackend.load(
+            checkpoint, device=device, batch_tokens=batch_tokens, warn=warn, compute_type=compute_type
+        )
     return CTranslate2Backend.load(
         checkpoint,
         device=device,
@@ -171,8 +185,15 @@ class TorchBackend:
         self.progress: Callable[[int], None] | None = None
 
     @classmethod
-    def load(cls, checkpoint, *, device, batch_tokens: int, warn: Warn) -> "TorchBackend":
+    def load(
+        cls, checkpoint, *, device, batch_tokens: int, warn: Warn, compute_type: str = "default"
+    ) -> "TorchBackend":
+        """``compute_type`` "int8": the model's int8 copy (:func:`aiayn.decode.fast_step.int8`, CPU only)."""
+        if compute_type == "int8" and torch.device(device).type != "cpu":
+            raise SettingError(Setting("compute_type"), ": int8 runs on the CPU with the torch engine")
         model, tokenizer, _ = load_translation_model(checkpoint, device=device)
+        if compute_type == "int8":
+            model = fast_step.int8(model)
         return cls(model, tokenizer, device=device, batch_tokens=batch_tokens, warn=warn)
 
     def translator(self, options: DecodeOptions) -> Translator:

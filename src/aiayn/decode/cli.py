@@ -99,9 +99,10 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--compute-type",
-        help="with --engine ctranslate2: the arithmetic it runs (int8, float32; on a GPU also float16, "
-        "int8_float16), converting the stored weights as they load; default: the type the export "
-        "stores (aiayn export --quantization; float32 for the export made on first use)",
+        help="the arithmetic the engine runs: torch: int8 (weights quantized per row as they load, "
+        "on the CPU); ctranslate2: int8, float32 (on a GPU also float16, int8_float16), converting "
+        "the stored weights as they load; default: the checkpoint's (torch), the type the export "
+        "stores (ctranslate2: aiayn export --quantization; float32 for the export made on first use)",
     )
 
 
@@ -150,9 +151,8 @@ def _once() -> Callable[[str], None]:
 def _check_engine_options(args, options: DecodeOptions) -> None:
     """Options for one engine only are refused with the other."""
     if args.engine == "torch":
-        for flag, value in (("--ct2-dir", args.ct2_dir), ("--compute-type", args.compute_type)):
-            if value is not None:
-                raise UserError(f"{flag} needs --engine ctranslate2")
+        if args.ct2_dir is not None:
+            raise UserError("--ct2-dir needs --engine ctranslate2")
         return
     require_ctranslate2()  # not installed: say how, before any work
     check_ct2_options(options)

@@ -25,12 +25,14 @@ The encoder is the model's own (:func:`~aiayn.decode.step.encode_by_length`).
 
 from __future__ import annotations
 
+import copy
 import math
+import warnings
 import weakref
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
 from aiayn.decode.cache import fold
 from aiayn.decode.step import BUCKET_RATIO, encode_by_length
@@ -74,24 +76,52 @@ class Linear:
         return F.relu(y) if self.relu else y
 
 
+class Int8Linear:
+    """``y = x W^T + b`` with ``weight`` quantized to int8 per output row (symmetric) and ``x`` per
+    call (PyTorch's dynamic quantization: ``torch.ops.quantized.linear_dynamic``, fbgemm/x86 on the
+    CPU); ``relu``: then ReLU. Inputs ``(N, in)``.
+
+    ``x`` is quantized with one scale for the whole call, so a row's result depends slightly on the
+    other rows of its batch: in int8, unlike fp32, a sentence can translate differently in another
+    batch (CTranslate2's int8 scales each row)."""
+
+    packed = False
+
+    def __init__(self, weight: Tensor, bias: Tensor | None, relu: bool = False, pack: bool = False) -> None:
+        w = weight.detach().float()
+        scales = (w.abs().amax(dim=1).clamp(min=1e-8) / 127).double()  # (out,)
+        zeros = torch.zeros(w.size(0), dtype=torch.long)
+        with warnings.catch_warnings():  # PyTorch's notice that quantized tensors will be deprecated
+            warnings.simplefilter("ignore", UserWarning)
+            q = torch.quantize_per_channel(w, scales, zeros, 0, torch.qint8)
+        self.relu, self.weight = (
+            relu,
+            torch.ops.quantized.linear_prepack(q, None if bias is None else bias.detach().float()),
+        )
+
+    def __call__(self, x: Tensor) -> Tensor:
+        y = torch.ops.quantized.linear_dynamic(x, self.weight, True)  # reduce_range: as nn.quantized.dynamic
+        return F.relu(y) if self.relu else y
+
+
 class _Layer:
     """One decoder layer's weights as the step uses them."""
 
-    def __init__(self, layer, d_model: int) -> None:
+    def __init__(self, layer, d_model: int, linear=Linear) -> None:
         d = d_model
         self_attn, cross = layer.self_attn, layer.cross_attn
-        self.qkv = Linear(self_attn.in_proj.weight, self_attn.in_proj.bias)  # (3D, D)
-        self.self_out = Linear(self_attn.out_proj.weight, self_attn.out_proj.bias)
-        self.cross_q = Linear(cross.in_proj.weight[:d], cross.in_proj.bias[:d])
+        self.qkv = linear(self_attn.in_proj.weight, self_attn.in_proj.bias)  # (3D, D)
+        self.self_out = linear(self_attn.out_proj.weight, self_attn.out_proj.bias)
+        self.cross_q = linear(cross.in_proj.weight[:d], cross.in_proj.bias[:d])
         self.cross_kv = (cross.in_proj.weight[d:].detach(), cross.in_proj.bias[d:].detach())  # memory, once
-        self.cross_out = Linear(cross.out_proj.weight, cross.out_proj.bias)
+        self.cross_out = linear(cross.out_proj.weight, cross.out_proj.bias)
         ff = layer.feed_forward
         relu = ff.activation is F.relu
         self.ff_in, self.activation = (
-            Linear(ff.w_1.weight, ff.w_1.bias, relu),
+            linear(ff.w_1.weight, ff.w_1.bias, relu),
             None if relu else ff.activation,
         )
-        self.ff_out = Linear(ff.w_2.weight, ff.w_2.bias)
+        self.ff_out = linear(ff.w_2.weight, ff.w_2.bias)
         self.norms = [block.norm for block in (layer.self_block, layer.cross_block, layer.ff_block)]
         self.norm_first = layer.self_block.norm_first
 
@@ -100,11 +130,42 @@ class _Weights:
     """Every decoder weight of a model as :class:`FastStep` uses them (packed once per model)."""
 
     def __init__(self, model) -> None:
-        config = model.config
-        self.layers = [_Layer(layer, config.d_model) for layer in model.decoder.layers]
+        config, linear = model.config, Int8Linear if is_int8(model) else Linear
+        self.layers = [_Layer(layer, config.d_model, linear) for layer in model.decoder.layers]
         generator = model.generator.proj
-        self.generator = Linear(generator.weight, generator.bias, pack=True)
+        self.generator = linear(generator.weight, generator.bias, pack=True)
         self.version = _version(model)
+
+
+def int8(model):
+    """A copy of ``model`` that decodes with int8 weights on the CPU: the encoder's linear layers
+    replaced by int8 ones, and :class:`FastStep` running the decoder's and the generator's in int8
+    (:class:`Int8Linear`; the reference step keeps the decoder in fp32). ``benchmarks/decode_int8.py``
+    measures its speed and BLEU against fp32 and CTranslate2's int8."""
+    quantized = copy.deepcopy(model).float().eval()
+    for module in quantized.encoder.modules():
+        for name, child in list(module.named_children()):
+            if isinstance(child, nn.Linear):
+                setattr(module, name, _Int8Module(child))
+    quantized.int8 = True
+    return quantized
+
+
+def is_int8(model) -> bool:
+    """Whether ``model`` is an :func:`int8` copy."""
+    return getattr(model, "int8", False) is True
+
+
+class _Int8Module(nn.Module):
+    """An ``nn.Linear`` of the encoder as :class:`Int8Linear` (any leading dimensions)."""
+
+    def __init__(self, linear: nn.Linear) -> None:
+        super().__init__()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.linear = Int8Linear(linear.weight, linear.bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.linear(x.reshape(-1, self.in_features)).reshape(*x.shape[:-1], self.out_features)
 
 
 def _version(model) -> tuple:
