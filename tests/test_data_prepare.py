@@ -242,7 +242,9 @@ def test_a_corpus_with_a_bom_crlf_and_no_final_newline(tmp_path: Path) -> None:
     for lang, text in (("de", b"ein\rHund\n"), ("en", b"a dog\n")):  # a CR inside a sentence stays in it
         (corpus / f"val.{lang}").write_bytes(text)
     settings = PrepareSettings("de", "en", vocab_size=300, max_ratio=9.0)
-    data = prepare(corpus, tmp_path / "bin", settings, chunk_pairs=2, log=print)
+    # chunks of 2 pairs, encoded in this process (the parallel encoding is tested above; a pool would
+    # spawn 2 processes, ~2 s of CPU each to import aiayn)
+    data = prepare(corpus, tmp_path / "bin", settings, workers=1, chunk_pairs=2, log=print)
     pairs, _ = read_parallel(corpus, "train", "de", "en")
     decoded = [tuple(data.tokenizer.decode(ids) for ids in pair) for pair in data.split("train")]
     assert decoded == pairs == [("ein Hund", "a dog"), ("zwei Katzen", "two cats"), ("drei", "three")]

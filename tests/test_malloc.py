@@ -55,12 +55,20 @@ def probe(mode: str, **env: str) -> dict:
     return json.loads(done.stdout)
 
 
+@pytest.fixture(scope="module")
+def kept() -> dict:
+    """The probe with the setting applied, in a fresh interpreter: both tests below read it (and run
+    on one worker, so that it is run once: each probe imports torch, ~3 s of CPU)."""
+    return probe("keep")
+
+
 @needs_glibc
-def test_a_freed_large_block_is_reused_without_page_faults():
+@pytest.mark.xdist_group("malloc")
+def test_a_freed_large_block_is_reused_without_page_faults(kept):
     """With the setting the block's pages are reused; without it (the control, which shows the probe
     sees the faults) every round faults the block in again: 4 KiB pages, or 2 MiB pages where the
     kernel's transparent huge pages are ``always``."""
-    kept, default = probe("keep"), probe("default")
+    default = probe("default")
     assert kept["applied"] is True and default["applied"] is False
     assert default["faults"] >= 32 * ROUNDS, default  # 64 MiB in pages of at most 2 MiB, every round
     assert kept["faults"] < 1000, kept  # here 0, against 8 x 16,384 under glibc's default
@@ -75,7 +83,8 @@ def test_aiayn_malloc_opts_out(monkeypatch, value):
 
 @needs_glibc
 @pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler to build a stand-in allocator")
-def test_a_preloaded_allocator_is_left_alone(tmp_path):
+@pytest.mark.xdist_group("malloc")
+def test_a_preloaded_allocator_is_left_alone(tmp_path, kept):
     """Under another malloc (jemalloc, tcmalloc via LD_PRELOAD) mallopt succeeds and does nothing:
     the setting must say it was not applied. The stand-in defines ``malloc`` and forwards to glibc's."""
     source = tmp_path / "stand_in.c"
@@ -86,7 +95,7 @@ def test_a_preloaded_allocator_is_left_alone(tmp_path):
     library = tmp_path / "libstandin.so"
     subprocess.run(["cc", "-shared", "-fPIC", "-o", str(library), str(source)], check=True)
     assert probe("keep", LD_PRELOAD=str(library))["applied"] is False
-    assert probe("keep")["applied"] is True  # the same probe without it
+    assert kept["applied"] is True  # the same probe without it
 
 
 # In a fresh interpreter, as the aiayn command starts: keep freed memory, optionally bound oneDNN's

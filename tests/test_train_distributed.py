@@ -70,6 +70,21 @@ def test_two_processes_match_one_with_the_same_global_batch(task_dir: Path, tmp_
     assert sum(r["split"] == "train" for r in two_log) == 5
 
 
+# One process of a launch: each run of the JSON list (its store's port, name, `aiayn train` arguments)
+# in turn, as `aiayn train` (main) in this process: one start (~5 s of CPU) for several runs.
+RUNS = """
+import json, os, sys
+from aiayn.cli import main
+for port, name, argv in json.loads(sys.argv[1]):
+    os.environ["MASTER_PORT"] = str(port)
+    print(f"=== run {name}", flush=True)
+    code = main(argv)
+    sys.stdout.flush()
+    if code:
+        sys.exit(code)
+"""
+
+
 @pytest.mark.xdist_group("torchrun")
 def test_a_sharded_optimizer_gives_the_same_run_bit_for_bit(task_dir: Path, tmp_path: Path) -> None:
     """Two processes with ``train.shard_optimizer`` (each keeps Adam's moments for half the weights)
@@ -77,27 +92,32 @@ def test_a_sharded_optimizer_gives_the_same_run_bit_for_bit(task_dir: Path, tmp_
     a run sharded from an unsharded checkpoint (and the other way round) goes on as either would.
 
     The two processes are started as torchrun starts them (its variables: rank 0 hosts the store),
-    without its launcher, which costs each of the 4 launches ~3.5 s of CPU to import torch: the
-    launcher is tested above and in test_data_prepare.py."""
+    without its launcher (tested above and in test_data_prepare.py), and each runs two trainings
+    one after the other (:data:`RUNS`): 2 launches of 2 processes for the 4 runs, instead of 4
+    launches of a launcher and 2 processes, each of which imports torch and aiayn."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MASTER_ADDR": "127.0.0.1", "WORLD_SIZE": "2"}
 
-    def train(out: Path, shard: bool, max_steps: int) -> None:
-        values = run_config(
-            task_dir,
-            data={"batch_multiple": 2},
-            train={"max_steps": max_steps, "save_every": 2, "valid_every": 0, "shard_optimizer": shard},
-        )
-        config = _write_config(tmp_path / f"{out.name}.yaml", values)
+    def train(root: Path, runs: dict[str, bool]) -> None:
+        """The runs (name: sharded or not) to step 4 in ``root``/name, in one launch."""
+        argvs = []
+        for name, shard in runs.items():
+            values = run_config(
+                task_dir,
+                data={"batch_multiple": 2},
+                train={"max_steps": 4, "save_every": 2, "valid_every": 0, "shard_optimizer": shard},
+            )
+            config = _write_config(tmp_path / f"{name}.yaml", values)
+            argvs.append([free_port(), name, _train_command(config, root / name)[3:]])
 
         def launch() -> tuple[list[int], list[str]]:
-            port, logs = str(free_port()), [tmp_path / f"{out.name}.rank{rank}.log" for rank in range(2)]
+            logs = [tmp_path / f"{root.name}.rank{rank}.log" for rank in range(2)]
             ranks = []
             for rank, log in enumerate(logs):
                 with log.open("w") as file:  # the child holds its own descriptor
                     ranks.append(
                         subprocess.Popen(
-                            _train_command(config, out),
-                            env={**env, "MASTER_PORT": port, "RANK": str(rank), "LOCAL_RANK": str(rank)},
+                            [sys.executable, "-c", RUNS, json.dumps(argvs)],
+                            env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank)},
                             stdout=file,
                             stderr=subprocess.STDOUT,
                         )
@@ -111,9 +131,12 @@ def test_a_sharded_optimizer_gives_the_same_run_bit_for_bit(task_dir: Path, tmp_
                         rank.wait()
             return codes, [log.read_text() for log in logs]
 
-        codes, outputs = launched(launch, out)
+        codes, outputs = launched(launch, root)
         assert codes == [0, 0], [output[-2000:] for output in outputs]
-        assert ("optimizer state split between the 2 processes" in outputs[0]) == shard
+        said = dict(part.split("\n", 1) for part in outputs[0].split("=== run ")[1:])  # rank 0's, by run
+        assert list(said) == list(runs), outputs[0][-2000:]
+        for name, shard in runs.items():
+            assert ("optimizer state split between the 2 processes" in said[name]) == shard, name
 
     def checkpoint(out: Path, step: int) -> dict[str, Tensor]:
         found = load_checkpoint(out / "checkpoints" / checkpoint_name(step))
@@ -126,18 +149,20 @@ def test_a_sharded_optimizer_gives_the_same_run_bit_for_bit(task_dir: Path, tmp_
         for name in a:
             assert torch.equal(a[name], b[name]), name
 
-    train(tmp_path / "plain", False, 4)
-    train(tmp_path / "sharded", True, 4)
+    first, then = tmp_path / "first", tmp_path / "then"
+    train(first, {"plain": False, "sharded": True})
+    plain = first / "plain"
     for step in (2, 4):
-        same(checkpoint(tmp_path / "plain", step), checkpoint(tmp_path / "sharded", step))
-    assert not torch.equal(*(checkpoint(tmp_path / "plain", s)["0.exp_avg"] for s in (2, 4)))
-    for first, then in ((False, True), (True, False)):  # resumed at step 2 with the other setting
-        out = tmp_path / f"switched-{then}"
-        # the first setting's run as if killed after its step-2 checkpoint (equal in both, above)
-        shutil.copytree(tmp_path / ("sharded" if first else "plain"), out)
+        same(checkpoint(plain, step), checkpoint(first / "sharded", step))
+    assert not torch.equal(*(checkpoint(plain, s)["0.exp_avg"] for s in (2, 4)))
+    for sharded in (False, True):  # each resumed at step 2 with the other setting
+        # the run as if killed after its step-2 checkpoint (equal in both, above)
+        out = then / f"switched-{not sharded}"
+        shutil.copytree(first / ("sharded" if sharded else "plain"), out)
         shutil.rmtree(out / "checkpoints" / checkpoint_name(4))
-        train(out, then, 4)
-        same(checkpoint(tmp_path / "plain", 4), checkpoint(out, 4))
+    train(then, {"switched-True": True, "switched-False": False})
+    for out in (then / "switched-True", then / "switched-False"):
+        same(checkpoint(plain, 4), checkpoint(out, 4))
 
 
 def test_each_process_draws_its_own_dropout_masks_and_resumes_them(
