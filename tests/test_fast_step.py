@@ -193,3 +193,12 @@ def test_the_int8_copy_decodes_close_to_the_model_and_leaves_it_alone() -> None:
         ours, theirs = FastStep(quantized, src)(prefix), FastStep(model, src)(prefix)
     assert (ours - theirs).abs().max() < 0.1 and not torch.equal(ours, theirs)
     assert torch.equal(ours.argmax(-1), theirs.argmax(-1))
+
+
+def test_a_model_built_under_inference_mode_decodes() -> None:
+    """Its parameters keep no version counter: the packed weights are told apart by storage alone."""
+    with torch.inference_mode():
+        model = model_of()
+    src = sources([5, 9, 3], seed=7)
+    options = DecodeOptions(beam=2, max_len_b=8)
+    _same(generate(model, src, options), generate(model, src, replace(options, paths=REFERENCE)))

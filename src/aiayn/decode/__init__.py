@@ -6,8 +6,9 @@
 
 :mod:`aiayn.decode.search` holds the searches (their conventions: length, score, stopping rule);
 :mod:`aiayn.decode.step` the model as a step function; :mod:`aiayn.decode.cache` the key/value
-cache it decodes with (rows of one source share its memory); :mod:`aiayn.decode.translator` text
-in/out.
+cache it decodes with (rows of one source share its memory); :mod:`aiayn.decode.fast_step` the
+step written for inference that the searches take by default (and int8 on the CPU);
+:mod:`aiayn.decode.translator` text in/out.
 """
 
 from aiayn.decode.cache import GroupedDecoderCache

@@ -169,8 +169,9 @@ class _Int8Module(nn.Module):
 
 
 def _version(model) -> tuple:
-    """What identifies a model's weights: each parameter's storage and in-place version counter."""
-    return tuple((p.data_ptr(), p._version) for p in model.parameters())
+    """What identifies a model's weights: each parameter's storage and in-place version counter
+    (none for a parameter made under ``torch.inference_mode``: its storage alone)."""
+    return tuple((p.data_ptr(), None if p.is_inference() else p._version) for p in model.parameters())
 
 
 _PACKED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> its _Weights
