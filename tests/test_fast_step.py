@@ -62,16 +62,16 @@ def test_each_step_equals_the_model_step_through_reorders(layout) -> None:
         torch.tensor([2, 1, 0, 3, 3, 5, 8, 7, 6, 11, 9, 9]),  # beams move within their sentence
         torch.tensor([0, 1, 2, 6, 7, 8, 9, 10, 11]),  # a sentence leaves
         torch.tensor([0, 1, 3, 4, 5, 6, 7]),  # unequal groups: one memory row per row
-        torch.tensor([6, 5, 0]),
+        (torch.tensor([6, 5, 0, 1]), torch.tensor([3, 0, 0])),  # two reorders between two steps
     ]
     prefix = torch.full((4, 1), BOS)
     g = torch.Generator().manual_seed(0)
     with torch.inference_mode():
         for order in [None, *orders]:
-            if order is not None:
-                fast.reorder(order)
-                reference.reorder(order)
-                prefix = prefix[order]
+            for each in (order,) if isinstance(order, torch.Tensor) else order or ():
+                fast.reorder(each)
+                reference.reorder(each)
+                prefix = prefix[each]
             ours, theirs = fast(prefix), reference(prefix)
             assert ours.shape == theirs.shape
             torch.testing.assert_close(ours, theirs, atol=2e-5, rtol=1e-5)

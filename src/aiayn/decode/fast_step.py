@@ -230,6 +230,7 @@ class FastStep:
         self.keys = [empty] * len(self.weights.layers)  # self-attention, per layer (N, H, t, d_k)
         self.values = [empty] * len(self.weights.layers)
         self.t = 0  # positions decoded
+        self.order: Tensor | None = None  # a reorder of the self-attention cache not yet applied
 
     @property
     def device(self) -> torch.device:
@@ -255,7 +256,7 @@ class FastStep:
             x = self._layer(i, layer, x, t)
         x = model.decoder.norm(x)
         out = self.weights.generator(x)  # (N, V)
-        self.t += 1
+        self.t, self.order = self.t + 1, None
         return F.log_softmax(out.float(), dim=-1) if self.log_probs else out.float()
 
     def _layer(self, i: int, layer: _Layer, x: Tensor, t: int) -> Tensor:
@@ -275,10 +276,20 @@ class FastStep:
         n, h, d_k = x.size(0), self.heads, self.d_k
         q, k, v = layer.qkv(x).view(n, 3, h, 1, d_k).unbind(1)  # (N, H, 1, d_k) each
         if t:  # contiguous, so that the batched matmuls read it without a copy
-            k, v = torch.cat([self.keys[i], k], dim=2), torch.cat([self.values[i], v], dim=2)
+            k, v = self._append(self.keys[i], k), self._append(self.values[i], v)
         self.keys[i], self.values[i] = k, v  # (N, H, t + 1, d_k)
         out = _attend(q, k, v, None)  # (N, H, 1, d_k)
         return layer.self_out(out.reshape(n, self.d_model))
+
+    def _append(self, cache: Tensor, new: Tensor) -> Tensor:
+        """``cache`` ``(N', H, t, d_k)`` with the rows of the pending reorder, then ``new``
+        ``(N, H, 1, d_k)``: one copy of the cache (a reorder and a concatenation would be two)."""
+        if self.order is None:
+            return torch.cat([cache, new], dim=2)
+        out = new.new_empty(new.size(0), new.size(1), cache.size(2) + 1, new.size(3))
+        torch.index_select(cache, 0, self.order, out=out[:, :, :-1])
+        out[:, :, -1:] = new
+        return out
 
     def _cross_attention(self, i: int, layer: _Layer, x: Tensor) -> Tensor:
         n, h, d_k = x.size(0), self.heads, self.d_k
@@ -300,8 +311,8 @@ class FastStep:
         rows = self.sources.numel()
         if new_order.numel() == rows and torch.equal(new_order, torch.arange(rows, device=new_order.device)):
             return
-        for cache in (self.keys, self.values):
-            cache[:] = [x.index_select(0, new_order) for x in cache]
+        # the self-attention cache is reordered as the next step appends to it (one copy)
+        self.order = new_order if self.order is None else self.order.index_select(0, new_order)
         sources = self.sources.index_select(0, new_order)
         if not torch.equal(sources, self.sources):
             self._regroup(sources)
