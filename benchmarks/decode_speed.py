@@ -61,6 +61,9 @@ a CUDA 13 machine may lack: tried first in a child process, which can fail witho
 the results say why (``"ctranslate2": {"skipped": ...}``) and the other two systems are timed.
 ``--on-check-failure warn`` records failed checks in the results instead of stopping.
 
+``--precision fp16|bf16`` puts all three systems in that type (aiayn's and Marian's weights, CTranslate2's
+``compute_type``), the logits check's tolerance multiplied by 100 (fp16) or 1,000 (bf16).
+
 Writes ``benchmarks/results/decode_speed.json`` (``--results``; ``decode_speed_gpu.json`` with
 ``--device cuda``): command, versions, machine, settings, the checks, figures.
 """
@@ -98,6 +101,12 @@ ROOT = Path(__file__).resolve().parents[1]
 SYSTEMS = ("aiayn", "transformers", "ctranslate2")
 PEERS = SYSTEMS[1:]
 CPU = torch.device("cpu")
+#: --precision: torch's dtype and CTranslate2's compute type, and the logits check's tolerance factor
+PRECISIONS = {
+    "fp32": (torch.float32, "float32", 1.0),
+    "fp16": (torch.float16, "float16", 100.0),
+    "bf16": (torch.bfloat16, "bfloat16", 1000.0),
+}
 # A child process translates one sentence with CTranslate2 on the device before this one relies on it.
 CT2_PROBE = """
 import sys, ctranslate2
@@ -137,6 +146,13 @@ def parse_args() -> argparse.Namespace:
         "--max-differ", type=float, default=0.01, help="fail above this fraction of greedy differences"
     )
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument(
+        "--precision",
+        choices=tuple(PRECISIONS),
+        default="fp32",
+        help="the weights' and arithmetic's type of all three systems (fp16/bf16: on a GPU, or bf16 on a "
+        "CPU that has it natively); the logits check's tolerance grows with it",
+    )
     parser.add_argument(
         "--on-check-failure",
         choices=("exit", "warn"),
@@ -224,8 +240,10 @@ def main() -> None:
     searches = {"greedy": 1, f"beam{args.beam}": args.beam}
     options = {name: DecodeOptions(beam=beam, alpha=args.alpha) for name, beam in searches.items()}
     rss = {"after_loading_aiayn": peak_rss_mib()}
-    marian = to_marian(model).to(device)  # from aiayn's weights while both are on the CPU
-    aiayn = Aiayn(model, tokenizer, options, args.batch_tokens, device)
+    dtype, compute_type, tolerance = PRECISIONS[args.precision]
+    args.logits_tol *= tolerance
+    marian = to_marian(model).to(device, dtype)  # from aiayn's weights while both are on the CPU
+    aiayn = Aiayn(model.to(dtype), tokenizer, options, args.batch_tokens, device)
     batches, limits = aiayn.plan(lines)
     log(
         f"{ckpt.path}: {src}->{tgt}, {len(lines)} sentences of {args.split} in {len(batches)} batches, "
@@ -257,6 +275,7 @@ def main() -> None:
                         options,
                         args.threads,
                         device,
+                        compute_type,
                     )
                 else:
                     ct2_status["skipped"] = reason
@@ -441,9 +460,10 @@ class CTranslate2:
         options,
         threads: int,
         device: torch.device = CPU,
+        compute_type: str = "float32",
     ) -> None:
         self.translator = ctranslate2.Translator(
-            str(directory), device=device.type, compute_type="float32", intra_threads=threads
+            str(directory), device=device.type, compute_type=compute_type, intra_threads=threads
         )
         self.tokenizer, self.aiayn, self.batches, self.options = tokenizer, aiayn, batches, options
         c = aiayn.model.config
@@ -714,7 +734,7 @@ def settings(args, ckpt, src: str, tgt: str, lines, batches, options, peers) -> 
         "batch_tokens": args.batch_tokens,
         "threads": args.threads,
         "rounds": args.rounds,
-        "precision": "fp32",
+        "precision": args.precision,
         "aiayn_options": {name: asdict(o) for name, o in options.items()},
         "aiayn_timed": "Translator.translate: text only, so scores=False (greedy skips the log-softmax)",
         "transformers": {
@@ -725,7 +745,7 @@ def settings(args, ckpt, src: str, tgt: str, lines, batches, options, peers) -> 
         },
         "ctranslate2": {
             **({"device": args.device} if args.device != "cpu" else {}),
-            "compute_type": "float32",
+            "compute_type": PRECISIONS[args.precision][1],
             "intra_threads": args.threads,
             "translate_batch": "beam_size 1|B, length_penalty alpha, suppress_sequences "
             f"{SUPPRESS}, max_decoding_length = batch's largest aiayn limit + 1, "

@@ -5,7 +5,7 @@
 #   B  a Multi30k de->en training with the shipped recipe (configs/multi30k_de_en.yaml) on the GPU for
 #      a few minutes, the last checkpoints averaged, test2016 scored with `aiayn evaluate`;
 #   C  decoding speed on test2016 with B's model (benchmarks/decode_speed.py --device cuda): aiayn,
-#      HF Marian and, where it can run on the GPU, CTranslate2.
+#      HF Marian and, where it can run on the GPU, CTranslate2; in fp32, then all three in bf16.
 #
 #   OUT=/folder bash benchmarks/gpu_run.sh            # from the repository root
 #   TINY=1 DATA_DIR=../shared/data/multi30k OUT=/tmp/gpu_rehearsal PYTHON=.venv/bin/python \
@@ -14,9 +14,9 @@
 # Every stage runs under `timeout`, sized from what is left of TOTAL_S (450 s); a stage that fails
 # leaves its error in the log and the next stage still runs. Wheels in .whl/ (ctranslate2, sacremoses:
 # what the machine lacks) are installed into $SITE, never torch. DATA_DIR holds Multi30k's
-# {train,val,test2016}.{de,en} (default .gpudata/multi30k). At most 8 files are written to $OUT:
+# {train,val,test2016}.{de,en} (default .gpudata/multi30k). At most 9 files are written to $OUT:
 # gpu_run.log, train_throughput_gpu.json, multi30k_gpu_train.log, multi30k_gpu_metrics.jsonl,
-# multi30k_gpu_eval.json, decode_speed_gpu.json, gpu_summary.json.
+# multi30k_gpu_eval.json, decode_speed_gpu.json, decode_speed_bf16_gpu.json, gpu_summary.json.
 set -u
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -207,8 +207,12 @@ else
     C_ARGS=(--device cpu --threads 1 --rounds 1 --limit 20)
 fi
 echo "stage C environment: ${C_ENV[*]:-(as is)}"
-stage C_decode_speed 150 15 env "${C_ENV[@]}" "$PY" benchmarks/decode_speed.py --checkpoint "$CKPT" --data-dir "$DATA" \
+stage C_decode_speed 150 75 env "${C_ENV[@]}" "$PY" benchmarks/decode_speed.py --checkpoint "$CKPT" --data-dir "$DATA" \
     --split test2016 --beam 4 --on-check-failure warn "${C_ARGS[@]}" --results "$OUT/decode_speed_gpu.json"
+# the same in bf16 (all three systems; issue 44's goal is fp16/bf16 as well as fp32)
+stage C_decode_speed_bf16 90 15 env "${C_ENV[@]}" "$PY" benchmarks/decode_speed.py --checkpoint "$CKPT" \
+    --data-dir "$DATA" --split test2016 --beam 4 --on-check-failure warn --precision bf16 "${C_ARGS[@]}" \
+    --results "$OUT/decode_speed_bf16_gpu.json"
 
 # ------------------------------------------------------------------------------------------ summary
 for name in "${!STATUS[@]}"; do echo "$name=${STATUS[$name]}"; done >"$WORK/status.txt"
@@ -293,8 +297,8 @@ def multi30k():
     return result
 
 
-def decoding():
-    data = json.loads((out / "decode_speed_gpu.json").read_text())
+def decoding(name="decode_speed_gpu.json"):
+    data = json.loads((out / name).read_text())
     figures = {
         search: {
             name: {k: row[k] for k in ("sentences_per_s", "target_tokens_per_s", "bleu")}
@@ -320,6 +324,7 @@ print("stages:", summary["stages"])
 part("train_throughput", throughput)
 part("multi30k", multi30k)
 part("decode_speed", decoding)
+part("decode_speed_bf16", lambda: decoding("decode_speed_bf16_gpu.json"))
 (out / "gpu_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
 print(f"wrote {out / 'gpu_summary.json'}")
 EOF

@@ -202,3 +202,13 @@ def test_a_model_built_under_inference_mode_decodes() -> None:
     src = sources([5, 9, 3], seed=7)
     options = DecodeOptions(beam=2, max_len_b=8)
     _same(generate(model, src, options), generate(model, src, replace(options, paths=REFERENCE)))
+
+
+def test_a_bf16_model_decodes_close_to_its_fp32_self() -> None:
+    """On a GPU the step runs in fp16/bf16 (``F.linear``; the attention's softmax in fp32)."""
+    model, src = model_of(), sources([5, 9, 3], seed=8)
+    prefix = torch.full((3, 1), BOS)
+    with torch.inference_mode():
+        half = FastStep(model_of().to(torch.bfloat16), src)(prefix)
+        exact = FastStep(model, src)(prefix)
+    assert half.dtype == torch.float32 and (half - exact).abs().max() < 0.25

@@ -340,4 +340,6 @@ def _attend(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None) -> Tensor:
     scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.size(-1)))  # (B, H, T_q, T_k)
     if bias is not None:
         scores = scores + bias
+    if scores.dtype != torch.float32:  # fp16/bf16: the softmax in fp32, as the model's attention
+        return scores.float().softmax(dim=-1).to(v.dtype) @ v
     return scores.softmax(dim=-1) @ v
