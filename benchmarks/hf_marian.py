@@ -37,5 +37,6 @@ def check_positions(hf: MarianMTModel, model: nn.Module) -> None:
     d, n = model.config.d_model, hf.config.max_position_embeddings
     table = MarianSinusoidalPositionalEmbedding(n, d).create_weight()
     for stack in (hf.model.encoder, hf.model.decoder):
-        if not torch.equal(stack.embed_positions.weight.detach().float().cpu(), table):
+        weight = stack.embed_positions.weight.detach().cpu()  # fp32, or the table cast (--precision)
+        if not torch.equal(weight, table.to(weight.dtype)):
             raise RuntimeError("Marian's position table is not its sinusoid table")
