@@ -193,6 +193,8 @@ def test_the_int8_copy_decodes_close_to_the_model_and_leaves_it_alone() -> None:
         ours, theirs = FastStep(quantized, src)(prefix), FastStep(model, src)(prefix)
     assert (ours - theirs).abs().max() < 0.1 and not torch.equal(ours, theirs)
     assert torch.equal(ours.argmax(-1), theirs.argmax(-1))
+    with pytest.raises(ValueError, match="runs on the CPU"):
+        fast_step.int8(model.to("meta"))
 
 
 def test_a_model_built_under_inference_mode_decodes() -> None:

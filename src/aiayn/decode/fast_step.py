@@ -142,6 +142,8 @@ def int8(model):
     replaced by int8 ones, and :class:`FastStep` running the decoder's and the generator's in int8
     (:class:`Int8Linear`; the reference step keeps the decoder in fp32). ``benchmarks/decode_int8.py``
     measures its speed and BLEU against fp32 and CTranslate2's int8."""
+    if next(model.parameters()).device.type != "cpu":
+        raise ValueError("int8 decoding runs on the CPU: move the model there first")
     quantized = copy.deepcopy(model).float().eval()
     for module in quantized.encoder.modules():
         for name, child in list(module.named_children()):
