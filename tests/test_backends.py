@@ -200,6 +200,7 @@ def test_checkpoint_directory_and_ct2_dir(tmp_path, tokenizer, sources) -> None:
         (["--engine", "ctranslate2", "--compute-type", "int4"], "--compute-type: unknown value 'int4'"),
         (["--engine", "ctranslate2", "--no-cache"], "--no-cache"),
         (["--compute-type", "int8_float16"], "--compute-type: 'int8_float16' needs --engine ctranslate2"),
+        (["--compute-type", "int8", "--no-cache"], "--compute-type int8 decodes on the key/value cache"),
         (["--ct2-dir", "x"], "--ct2-dir needs --engine ctranslate2"),
     ],
 )
@@ -248,5 +249,20 @@ def test_the_torch_engine_translates_in_int8(run, sources, tmp_path) -> None:
         out[kind] = path.read_text().splitlines()
     assert len(out["int8"]) == len(out["default"]) == len(sources.read_text().splitlines())
     assert out["int8"] != out["default"]
-    with pytest.raises(UserError, match="int8 runs on the CPU"):
+    with pytest.raises(UserError, match="int8 runs on the CPU with the torch engine .device cpu"):
         TorchBackend.load(run, device="meta", batch_tokens=64, warn=print, compute_type="int8")
+
+
+def test_the_server_decodes_in_int8_with_the_torch_engine(run) -> None:
+    """``aiayn serve --compute-type int8``: the torch backend holds the int8 copy, the attention page
+    the checkpoint's model."""
+    from aiayn.cli import build_parser
+    from aiayn.decode import fast_step
+    from aiayn.serve.cli import load_served
+
+    pytest.importorskip("fastapi")
+    args = build_parser().parse_args(
+        ["serve", "--checkpoint", str(run), "--device", "cpu", "--compute-type", "int8"]
+    )
+    served = load_served(args)
+    assert fast_step.is_int8(served.backend.model) and not fast_step.is_int8(served.model)

@@ -141,6 +141,10 @@ def test_packed_weights_follow_a_change_of_the_parameters() -> None:
         model.generator.proj.weight.mul_(-1.5)  # an optimizer's in-place update (tied: the embeddings too)
     assert fast_step.weights(model) is not before
     _same(generate(model, src, options), generate(model, src, replace(options, paths=REFERENCE)))
+    packed = fast_step.weights(model)
+    model.generator.proj.weight.data.mul_(-1.0)  # through .data: no version counter sees it
+    assert fast_step.weights(model) is not packed
+    _same(generate(model, src, options), generate(model, src, replace(options, paths=REFERENCE)))
 
 
 def test_a_model_in_training_mode_decodes_with_the_reference_step() -> None:
@@ -197,12 +201,18 @@ def test_the_int8_copy_decodes_close_to_the_model_and_leaves_it_alone() -> None:
         fast_step.int8(model.to("meta"))
 
 
-def test_a_model_built_under_inference_mode_decodes() -> None:
-    """Its parameters keep no version counter: the packed weights are told apart by storage alone."""
+def test_a_model_built_under_inference_mode_decodes_and_follows_a_loaded_state() -> None:
+    """Its parameters keep no version counter: a state loaded in place is seen all the same."""
     with torch.inference_mode():
         model = model_of()
     src = sources([5, 9, 3], seed=7)
     options = DecodeOptions(beam=2, max_len_b=8)
+    _same(generate(model, src, options), generate(model, src, replace(options, paths=REFERENCE)))
+    with torch.inference_mode():
+        model.load_state_dict(
+            model_of(positional="sinusoidal", dropout=0.0, d_ff=64).state_dict()
+            | {"generator.proj.weight": -model.generator.proj.weight.clone()}
+        )
     _same(generate(model, src, options), generate(model, src, replace(options, paths=REFERENCE)))
 
 
@@ -214,3 +224,12 @@ def test_a_bf16_model_decodes_close_to_its_fp32_self() -> None:
         half = FastStep(model_of().to(torch.bfloat16), src)(prefix)
         exact = FastStep(model, src)(prefix)
     assert half.dtype == torch.float32 and (half - exact).abs().max() < 0.25
+
+
+def test_an_fp16_model_gives_zeros_not_nan_for_a_source_with_no_token() -> None:
+    model = model_of().half()
+    src = sources([5, 9])
+    src[1] = PAD
+    with torch.inference_mode():
+        ours = FastStep(model, src)(torch.full((2, 1), BOS))
+    assert torch.isfinite(ours).all()

@@ -132,6 +132,23 @@ def check_backend(engine: str, compute_type: str = "default") -> None:
         )
 
 
+def check_torch_compute(compute_type: str, device) -> None:
+    """One line when the torch engine cannot run ``compute_type`` on ``device`` (int8: the CPU only)."""
+    if compute_type == "int8" and torch.device(device).type != "cpu":
+        raise SettingError(
+            Setting("compute_type"),
+            ": int8 runs on the CPU with the torch engine (",
+            Setting("device"),
+            " cpu)",
+        )
+
+
+def torch_model(model, compute_type: str):
+    """The model the torch engine decodes with: ``model``, or its int8 copy for ``compute_type``
+    "int8" (:func:`aiayn.decode.fast_step.int8`; check the device first, :func:`check_torch_compute`)."""
+    return fast_step.int8(model) if compute_type == "int8" else model
+
+
 def load_backend(
     checkpoint: str | Path,
     engine: str = "torch",
@@ -188,13 +205,12 @@ class TorchBackend:
     def load(
         cls, checkpoint, *, device, batch_tokens: int, warn: Warn, compute_type: str = "default"
     ) -> "TorchBackend":
-        """``compute_type`` "int8": the model's int8 copy (:func:`aiayn.decode.fast_step.int8`, CPU only)."""
-        if compute_type == "int8" and torch.device(device).type != "cpu":
-            raise SettingError(Setting("compute_type"), ": int8 runs on the CPU with the torch engine")
+        """``compute_type`` "int8": the model's int8 copy (:func:`torch_model`)."""
+        check_torch_compute(compute_type, device)
         model, tokenizer, _ = load_translation_model(checkpoint, device=device)
-        if compute_type == "int8":
-            model = fast_step.int8(model)
-        return cls(model, tokenizer, device=device, batch_tokens=batch_tokens, warn=warn)
+        return cls(
+            torch_model(model, compute_type), tokenizer, device=device, batch_tokens=batch_tokens, warn=warn
+        )
 
     def translator(self, options: DecodeOptions) -> Translator:
         translator = Translator(

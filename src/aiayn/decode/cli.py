@@ -120,6 +120,8 @@ def _engine_loader(args, **overrides) -> tuple[DecodeOptions, Callable]:
         **overrides,
     )
     check_backend(args.engine, args.compute_type or "default")
+    if args.engine == "torch" and args.compute_type == "int8" and args.no_cache:
+        raise UserError("--compute-type int8 decodes on the key/value cache: drop --no-cache")
     _check_engine_options(args, options)
 
     def load():

@@ -17,7 +17,7 @@ import sys
 
 import torch
 
-from aiayn.decode.backends import TorchBackend, check_backend, load_backend
+from aiayn.decode.backends import TorchBackend, check_backend, check_torch_compute, load_backend, torch_model
 from aiayn.decode.cli import FLAGS
 from aiayn.device import resolve_device
 from aiayn.errors import UserError, naming_flags
@@ -45,8 +45,8 @@ def register(subparsers) -> None:
     p.add_argument(
         "--compute-type",
         default="default",
-        help="with --engine ctranslate2: the arithmetic it runs (int8, float32; float16 on a GPU); "
-        "default: the type the export stores",
+        help="the arithmetic the engine runs: torch: int8 (on the CPU); ctranslate2: int8, float32 "
+        "(float16 on a GPU); default: the checkpoint's (torch), the type the export stores (ctranslate2)",
     )
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: auto)")
     p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's, one per core)")
@@ -190,7 +190,9 @@ def _translation_served(loaded, args: argparse.Namespace, device):
 
     check_backend(args.engine, args.compute_type)
     if args.engine == "torch":
-        backend = TorchBackend(loaded.model, loaded.tokenizer, device=device, warn=backend_warning)
+        check_torch_compute(args.compute_type, device)
+        model = torch_model(loaded.model, args.compute_type)  # the page's attention: loaded.model
+        backend = TorchBackend(model, loaded.tokenizer, device=device, warn=backend_warning)
     else:
         backend = load_backend(
             args.checkpoint,
