@@ -16,7 +16,9 @@ differs from the model's own forward only where decoding allows it:
 * **One query's attention written out** (two batched matmuls and a softmax over the contiguous
   cache): for one query per row over a short cache this is faster on the CPU than PyTorch's fused
   kernel, which pays a fixed cost per (row, head).
-* No module calls, masks or per-step checks: the layers' weights are read once per batch.
+* The attention and feed-forward layers run from weights gathered once per batch, not through
+  their modules (no masks, module calls or per-call checks at each step; embeddings and LayerNorms
+  remain the model's).
 * The cross-attention keys/values computed once per source and shared by the rows of that source
   (beam search's beams, sampling's samples), as :mod:`aiayn.decode.cache` does.
 
@@ -238,7 +240,7 @@ class FastStep:
         self.bias = torch.zeros(keep.shape, dtype=memory.dtype, device=memory.device)
         self.bias = self.bias.masked_fill(~keep, torch.finfo(memory.dtype).min)[:, None, None, :]
         self.has_keys = None if bool(keep.any(dim=-1).all()) else keep.any(dim=-1)[:, None, None, None]
-        self.memory_dtype, self.group = memory.dtype, 1
+        self.group = 1  # rows per memory row (consecutive rows share it)
         self.sources = torch.arange(src.size(0), device=src.device)  # memory row of each row
         empty = memory.new_empty(src.size(0), self.heads, 0, self.d_k)
         self.keys = [empty] * len(self.weights.layers)  # self-attention, per layer (N, H, t, d_k)
