@@ -28,6 +28,22 @@ def fold(x: Tensor, group: int, inverse: bool = False) -> Tensor:
     return x.transpose(1, 2).reshape(b, t, h, d).transpose(1, 2)
 
 
+def is_identity(order: Tensor, rows: int) -> bool:
+    """Whether the reorder ``order`` keeps ``rows`` rows as they are (a reorder that copies nothing)."""
+    return order.numel() == rows and torch.equal(order, torch.arange(rows, device=order.device))
+
+
+def memory_groups(sources: Tensor, group_rows: bool = True) -> tuple[Tensor, int]:
+    """Rows reading memory rows ``sources`` ``(N,)``: the memory rows to keep and how many consecutive
+    rows read each. Each run of equal sources is kept once when the runs are of equal length (and
+    ``group_rows``), else one memory row per row (group 1)."""
+    runs, counts = torch.unique_consecutive(sources, return_counts=True)
+    group = int(counts[0]) if counts.numel() else 1  # no rows left: nothing to group
+    if not group_rows or not bool((counts == group).all()):
+        return sources, 1
+    return runs, group
+
+
 class GroupedKVCache(KVCache):
     """A static (cross-attention) cache whose row i is read by query rows ``i*g .. i*g+g-1``."""
 
@@ -69,9 +85,7 @@ class GroupedDecoderCache(DecoderCache):
         that depend on the source alone are copied only when the sources of the groups change,
         not when beam search shuffles the beams of a sentence among that sentence's rows.
         """
-        if new_order.numel() == self.sources.numel() and torch.equal(
-            new_order, torch.arange(new_order.numel(), device=new_order.device)
-        ):
+        if is_identity(new_order, self.sources.numel()):
             return
         for self_cache, _ in self.layers:
             self_cache.reorder(new_order)
@@ -82,15 +96,12 @@ class GroupedDecoderCache(DecoderCache):
     def _regroup(self, sources: Tensor) -> None:
         """Rows now read memory rows ``sources`` ``(N',)``: keep each run of equal sources once when
         the runs are of equal length (and ``group_rows``), else one memory row per row."""
-        rows, counts = torch.unique_consecutive(sources, return_counts=True)  # runs of equal sources
-        group = int(counts[0]) if counts.numel() else 1  # no rows left: nothing to group
-        if not self.group_rows or not bool((counts == group).all()):
-            rows, group = sources, 1
+        rows, group = memory_groups(sources, self.group_rows)
         self.group = group
         self.sources = torch.arange(rows.numel(), device=rows.device).repeat_interleave(group)
         for _, cross_cache in self.layers:
             cross_cache.group = group
-        if torch.equal(rows, torch.arange(self.memory.size(0), device=rows.device)):
+        if is_identity(rows, self.memory.size(0)):
             return  # the same sources, now in groups of ``group`` rows
         for _, cross_cache in self.layers:
             cross_cache.reorder(rows)

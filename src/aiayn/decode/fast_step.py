@@ -22,7 +22,7 @@ differs from the model's own forward only where decoding allows it:
 * The cross-attention keys/values computed once per source and shared by the rows of that source
   (beam search's beams, sampling's samples), as :mod:`aiayn.decode.cache` does.
 
-The encoder is the model's own (:func:`~aiayn.decode.step.encode_by_length`).
+The encoder is the model's own (:func:`~aiayn.decode.step.encode_sources`).
 """
 
 from __future__ import annotations
@@ -36,9 +36,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from aiayn.decode.cache import fold
-from aiayn.decode.step import BUCKET_RATIO, encode_by_length
-from aiayn.model.masks import padding_mask
+from aiayn.decode.cache import fold, is_identity, memory_groups
+from aiayn.decode.step import encode_sources
 
 
 def supported(model) -> bool:
@@ -226,13 +225,8 @@ class FastStep:
         self.heads, self.d_model = config.n_heads, config.d_model
         self.d_k = config.d_model // config.n_heads
         self.weights = weights(model)
-        src_mask = padding_mask(src, config.pad_id)  # (B, 1, 1, S)
         with torch.inference_mode():
-            memory = (
-                encode_by_length(model, src, src_mask, BUCKET_RATIO)
-                if by_length
-                else model.encode(src, src_mask)
-            )  # (B, S, D)
+            memory, src_mask = encode_sources(model, src, by_length)  # (B, S, D), (B, 1, 1, S)
             self.cross = [self._memory_keys(layer, memory) for layer in self.weights.layers]
         keep = src_mask[:, 0, 0, :]  # (B, S)
         # masked keys: the most negative float (softmax gives them 0); a source with no key at all
@@ -324,8 +318,7 @@ class FastStep:
     def reorder(self, new_order: Tensor) -> None:
         """Row i becomes old row ``new_order[i]`` (rows may repeat or go; see
         :meth:`~aiayn.decode.cache.GroupedDecoderCache.reorder`)."""
-        rows = self.sources.numel()
-        if new_order.numel() == rows and torch.equal(new_order, torch.arange(rows, device=new_order.device)):
+        if is_identity(new_order, self.sources.numel()):
             return
         # the self-attention cache is reordered as the next step appends to it (one copy)
         self.order = new_order if self.order is None else self.order.index_select(0, new_order)
@@ -334,15 +327,12 @@ class FastStep:
             self._regroup(sources)
 
     def _regroup(self, sources: Tensor) -> None:
-        """As :meth:`aiayn.decode.cache.GroupedDecoderCache._regroup`: each run of rows with the same
-        source reads one memory row when the runs are of equal length (and ``group_rows``)."""
-        runs, counts = torch.unique_consecutive(sources, return_counts=True)
-        group = int(counts[0]) if counts.numel() else 1
-        if not self.group_rows or not bool((counts == group).all()):
-            runs, group = sources, 1
+        """Rows now read memory rows ``sources`` ``(N',)``, grouped as the model step's cache groups
+        them (:func:`~aiayn.decode.cache.memory_groups`)."""
+        runs, group = memory_groups(sources, self.group_rows)
         self.group = group
         self.sources = torch.arange(runs.numel(), device=runs.device).repeat_interleave(group)
-        if torch.equal(runs, torch.arange(self.bias.size(0), device=runs.device)):
+        if is_identity(runs, self.bias.size(0)):
             return
         self.cross = [(k.index_select(0, runs), v.index_select(0, runs)) for k, v in self.cross]
         self.bias = self.bias.index_select(0, runs)

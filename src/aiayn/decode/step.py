@@ -82,14 +82,11 @@ class ModelStep:
         paths: SearchPaths = FAST_PATHS,
     ) -> None:
         self.model, self.use_cache, self.log_probs = model, use_cache, log_probs
-        src_mask = padding_mask(src, model.config.pad_id)  # (B, 1, 1, S), True = may attend
-        encode = encode_by_length if paths.by_length else _encode_whole
-        self.memory = encode(model, src, src_mask)  # (B, S, D)
-        self.src_mask = src_mask
+        self.memory, self.src_mask = encode_sources(model, src, paths.by_length)
         self.cache = None
         if use_cache:
             layers = len(model.decoder.layers)
-            self.cache = GroupedDecoderCache(layers, self.memory, src_mask, paths.group_rows)
+            self.cache = GroupedDecoderCache(layers, self.memory, self.src_mask, paths.group_rows)
 
     @property
     def device(self) -> torch.device:
@@ -117,6 +114,15 @@ class ModelStep:
             return
         self.memory = self.memory.index_select(0, new_order)  # (N', S, D)
         self.src_mask = self.src_mask.index_select(0, new_order)  # (N', 1, 1, S)
+
+
+def encode_sources(model, src: Tensor, by_length: bool = True) -> tuple[Tensor, Tensor]:
+    """The memory ``(B, S, D)`` of padded sources ``src`` ``(B, S)`` and their padding mask
+    ``(B, 1, 1, S)`` (True = may attend): by buckets of similar length (:func:`encode_by_length`),
+    or the whole batch at once (``by_length=False``)."""
+    src_mask = padding_mask(src, model.config.pad_id)
+    encode = encode_by_length if by_length else _encode_whole
+    return encode(model, src, src_mask), src_mask
 
 
 def _encode_whole(model, src: Tensor, src_mask: Tensor) -> Tensor:
