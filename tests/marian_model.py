@@ -224,3 +224,49 @@ def check_control(torch_backend, ct2_backend, max_out: int) -> list[str]:
         assert a.text == b.text and a.confidence == pytest.approx(b.confidence, abs=1e-3)
         assert len(a.words) == len(a.text.split())
     return texts
+
+
+def import_marian(marian_dir: Path, out: Path) -> Path:
+    """``aiayn import marian marian_dir --out out``, which must succeed."""
+    from aiayn.cli import main
+
+    assert main(["import", "marian", str(marian_dir), "--out", str(out)]) == 0
+    return out
+
+
+def logits_gap(
+    model, hf_model, hf_tok, source_order: list[int], target_order: list[int]
+) -> tuple[float, int]:
+    """Teacher-forced logits of the imported ``model`` against Marian's own on 16 sentence pairs, in
+    float64 (so that the gap measures the mapping of the weights, not float32 rounding): the largest
+    absolute difference over the real target positions, and how many there are. ``*_order``: Marian's
+    id of each aiayn id on each side (aiayn's BOS is Marian's decoder start)."""
+    import copy
+
+    import torch
+
+    model, hf_model = model.double(), copy.deepcopy(hf_model).double()
+    batch = hf_tok(
+        sentences(SOURCE_WORDS, 16, 3),
+        text_target=sentences(TARGET_WORDS, 16, 4),
+        padding=True,
+        return_tensors="pt",
+    )
+    start = hf_model.config.decoder_start_token_id
+    labels = batch["labels"].masked_fill(batch["labels"] == -100, start)
+    decoder_in = torch.cat([torch.full((len(labels), 1), start), labels[:, :-1]], 1)
+
+    def back(order: list[int]):
+        return {m: a for a, m in enumerate(order) if a != 2}.__getitem__
+
+    with torch.no_grad():
+        expected = hf_model(
+            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], decoder_input_ids=decoder_in
+        ).logits
+        src = batch["input_ids"].clone().apply_(back(source_order))
+        tgt = decoder_in.clone().apply_(back(target_order))
+        tgt[:, 0] = model.config.bos_id
+        logits = model(src, tgt)
+    real = decoder_in != start
+    real[:, 0] = True
+    return float((logits - expected[:, :, target_order]).abs()[real].max()), int(real.sum())

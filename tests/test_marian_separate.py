@@ -10,7 +10,6 @@ shows in the ids, the logits and the text.
 
 from __future__ import annotations
 
-import copy
 import json
 import shutil
 from pathlib import Path
@@ -25,7 +24,16 @@ from aiayn.cli import main  # noqa: E402
 from aiayn.data.batching import pad  # noqa: E402
 from aiayn.data.tokenizer import Tokenizer  # noqa: E402
 from aiayn.decode.search import DecodeOptions, generate  # noqa: E402
-from marian_model import SOURCE_WORDS, TARGET_WORDS, backends, check_control, make_marian, sentences  # noqa: E402
+from marian_model import (  # noqa: E402
+    SOURCE_WORDS,
+    TARGET_WORDS,
+    backends,
+    check_control,
+    import_marian,
+    logits_gap,
+    make_marian,
+    sentences,
+)
 
 pytestmark = pytest.mark.xdist_group("marian_separate")  # one worker builds the model, once
 
@@ -41,9 +49,7 @@ def marian_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def imported(marian_dir, tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("imported") / "run"
-    assert main(["import", "marian", str(marian_dir), "--out", str(out)]) == 0
-    return out
+    return import_marian(marian_dir, tmp_path_factory.mktemp("imported") / "run")
 
 
 @pytest.fixture(scope="module")
@@ -82,29 +88,9 @@ def test_imported_logits_equal_marians(imported, hf) -> None:
     """In float64, as the joint test (the bound measures the mapping, not float32 rounding)."""
     model, tokenizer, _ = load(imported)
     hf_model, hf_tok = hf
-    model, hf_model = model.double(), copy.deepcopy(hf_model).double()
     source_order, target_order = id_map(tokenizer, hf_tok, False), id_map(tokenizer, hf_tok, True)
-    batch = hf_tok(
-        sentences(SOURCE_WORDS, 16, 3),
-        text_target=sentences(TARGET_WORDS, 16, 4),
-        padding=True,
-        return_tensors="pt",
-    )
-    start = hf_model.config.decoder_start_token_id
-    labels = batch["labels"].masked_fill(batch["labels"] == -100, start)
-    decoder_in = torch.cat([torch.full((len(labels), 1), start), labels[:, :-1]], 1)
-    with torch.no_grad():
-        expected = hf_model(
-            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], decoder_input_ids=decoder_in
-        ).logits
-        src = batch["input_ids"].clone().apply_(back_map(source_order).__getitem__)
-        tgt = decoder_in.clone().apply_(back_map(target_order).__getitem__)
-        tgt[:, 0] = model.config.bos_id
-        logits = model(src, tgt)
-    real = decoder_in != start
-    real[:, 0] = True
-    assert real.sum() > 100
-    assert (logits - expected[:, :, target_order]).abs()[real].max() < 1e-5
+    gap, positions = logits_gap(model, hf_model, hf_tok, source_order, target_order)
+    assert positions > 100 and gap < 1e-5
 
 
 def test_imported_tokenizer_gives_marian_tokenizers_ids_and_text(imported, hf) -> None:
