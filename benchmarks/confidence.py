@@ -3,7 +3,7 @@
     python benchmarks/confidence.py --checkpoint RUN [--data-dir $AIAYN_DATA/multi30k] [--threads 2] \
         [--results benchmarks/results/confidence.json]
 
-Each sentence is translated with beam 4 (``translate_scored``: what ``aiayn translate --scores`` and
+Each sentence is translated with beam 4 (``Wanted(confidence=True)``: what ``aiayn translate --scores`` and
 the API's ``scores`` give): its confidence is the mean log-probability of its tokens (EOS included),
 its probability form ``exp`` of that. Its quality is sentence chrF and sentence BLEU (sacreBLEU,
 detokenized, against its one reference). Reported: Spearman's rank correlation of confidence with
@@ -23,7 +23,8 @@ import numpy as np
 import sacrebleu
 import torch
 
-from aiayn.decode.backends import TorchBackend
+from aiayn.decode import Translator
+from aiayn.decode.request import Wanted
 from aiayn.decode.search import DecodeOptions
 from aiayn.loading import load_translation_model
 from common import command, machine, test2016_arguments, versions
@@ -35,11 +36,11 @@ def main() -> None:
     args = parse_args()
     torch.set_num_threads(args.threads)
     model, tokenizer, _ = load_translation_model(args.checkpoint)
-    backend = TorchBackend(model, tokenizer)
+    backend = Translator(model, tokenizer)
     data = Path(args.data_dir)
     sources = (data / "test2016.de").read_text(encoding="utf-8").splitlines()
     references = (data / "test2016.en").read_text(encoding="utf-8").splitlines()
-    scored = backend.translate_scored(sources, DecodeOptions(beam=4, alpha=0.6))
+    scored = backend.translate(sources, DecodeOptions(beam=4, alpha=0.6), Wanted(confidence=True))
     chrf = [sacrebleu.sentence_chrf(s.text, [r]).score for s, r in zip(scored, references)]
     bleu = [sacrebleu.sentence_bleu(s.text, [r]).score for s, r in zip(scored, references)]
     confidence = [s.confidence for s in scored]

@@ -79,7 +79,8 @@ def main() -> None:
     reference = {n: replace(o, paths=SearchPaths(fast_step=False)) for n, o in options.items()}
 
     def translator(m, o):
-        return Translator(m, tokenizer, batch_tokens=args.batch_tokens, options=o).translate
+        translator = Translator(m, tokenizer, batch_tokens=args.batch_tokens, options=o)
+        return lambda texts: [t.text for t in translator.translate(texts)]
 
     with tempfile.TemporaryDirectory(prefix="aiayn-ct2-") as tmp:
         export_ctranslate2(ckpt.path, Path(tmp) / "model")

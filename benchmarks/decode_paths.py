@@ -19,8 +19,8 @@ Translator's own batches):
   writes out its own decoder attention, this moves the encoder only);
 * ``memory per row`` (beam search): the encoder memory and cross-attention keys/values copied for
   every beam instead of kept once per sentence (``SearchPaths(group_rows=False)``);
-* ``scores`` (greedy search): hypotheses scored (a log-softmax per step), as ``translate_nbest``
-  needs, where ``translate`` skips it (``DecodeOptions(scores=True)``);
+* ``scores`` (greedy search): hypotheses scored (a log-softmax per step), as ``Wanted(scores=True)``
+  needs, where the texts alone skip it (``DecodeOptions(scores=True)``);
 * ``all off``: every fast path above off at once (attention as shipped).
 
 Timing is interleaved at the finest grain that keeps the search unchanged: for every batch, every
@@ -45,6 +45,7 @@ from pathlib import Path
 import torch
 
 from aiayn.data.corpus import read_parallel
+from aiayn.decode.request import Wanted
 from aiayn.decode.search import DecodeOptions, SearchPaths
 from aiayn.decode.translator import Translator
 from aiayn.loading import load_translation_model
@@ -100,8 +101,8 @@ def run(translator: Translator, lines: list[str], off: set[str], scores: bool) -
         translator.options = replace(shipped, paths=paths)
         set_attention_path(translator.model, "formula" if FORMULA in off else "auto")
         if scores:  # what translate() returns, through the scored search
-            return [nbest[0][1] if nbest else "" for nbest in translator.translate_nbest(lines, 1)]
-        return translator.translate(lines)
+            return [t.text for t in translator.translate(lines, wanted=Wanted(scores=True))]
+        return [t.text for t in translator.translate(lines)]
     finally:
         translator.options = shipped
         set_attention_path(translator.model, "auto")

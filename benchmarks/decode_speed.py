@@ -374,7 +374,7 @@ class Aiayn:
         return batches, max_output_lengths(lengths, o.max_len_a, o.max_len_b, self.model.config.max_len)
 
     def translate(self, lines: list[str], search: str) -> tuple[list[str], None]:
-        return self.translators[search].translate(lines), None
+        return [t.text for t in self.translators[search].translate(lines)], None
 
     def token_ids(self, lines: list[str], search: str, batches: list[list[int]]) -> list[list[int]]:
         """The best hypothesis' tokens (no BOS/EOS) per sentence, through ``generate`` with the options

@@ -44,7 +44,7 @@ import torch
 
 from aiayn import TransformerConfig, build_model
 from aiayn.checkpoint import save_checkpoint
-from aiayn.decode.backends import TorchBackend
+from aiayn.decode import Translator
 from aiayn.decode.search import DecodeOptions
 from aiayn.device import resolve_device
 from aiayn.documents.translate import DocumentTranslator
@@ -87,7 +87,7 @@ def main() -> None:
     sizes = paragraph_sizes(len(src), args.seed)
     device = resolve_device(args.device, "--device")
     model, tokenizer, _ = load_translation_model(args.checkpoint, device=device)
-    backend = TorchBackend(model, tokenizer, device=device, batch_tokens=args.batch_tokens)
+    backend = Translator(model, tokenizer, device, batch_tokens=args.batch_tokens)
     documents = DocumentTranslator(backend, language=model_languages(args.checkpoint)[0] or "de")
     options = DecodeOptions(beam=args.beam, alpha=args.alpha)
     paragraphs = group(src, sizes)
@@ -202,7 +202,7 @@ def escape(text: str) -> str:
 def speed(backend, documents, src, paragraphs, html, options, rounds: int):
     """Interleaved rounds of the three modes on the same sentences: seconds, medians, ratios."""
     modes = {
-        "lines": lambda: backend.translate(src, options),
+        "lines": lambda: [t.text for t in backend.translate(src, options)],
         "text": lambda: documents.translate(["\n\n".join(" ".join(p) for p in paragraphs)], options)[0],
         "html": lambda: documents.translate(html, options, fmt="html"),
     }
@@ -250,7 +250,7 @@ def long_line(documents, backend, src, ref, options) -> dict:
     whole = DocumentTranslator(backend, language=documents.language, warn=warnings.append)
     line = " ".join(src)
     out = whole.translate([line], options)[0]
-    lines = " ".join(backend.translate(src, options))
+    lines = " ".join(t.text for t in backend.translate(src, options))
     reference = " ".join(ref)
     return {
         "source_tokens": len(backend.tokenizer.encode(line)) + 1,

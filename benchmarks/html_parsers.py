@@ -34,9 +34,9 @@ from pathlib import Path
 
 import markupever
 
+from aiayn.decode.request import Translation
 from aiayn.documents.html import parse_html
 from aiayn.documents.markdown import _parser, parse_markdown
-from aiayn.documents.types import Aligned
 
 MALFORMED = "<p>a <b>b</p> c"
 SENTENCES = (
@@ -188,9 +188,9 @@ def split(text: str) -> list[tuple[int, int]]:
     return spans
 
 
-def changed(sentence: str) -> Aligned:
+def changed(sentence: str) -> Translation:
     """Every word changed (no word copied), each aligned to its source word."""
-    return Aligned(sentence.upper(), tuple((i, i) for i in range(len(sentence.split()))))
+    return Translation(sentence.upper(), tuple((i, i) for i in range(len(sentence.split()))))
 
 
 def document_mode(parse, document: str, repeat: int) -> dict:

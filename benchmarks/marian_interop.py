@@ -157,9 +157,9 @@ def shape_part(args, work: Path) -> dict:
         return out
 
     systems = {
-        "aiayn": lambda: aiayn.translate(texts, options),
+        "aiayn": lambda: [t.text for t in aiayn.translate(texts, options)],
         "transformers": lambda: transformers_generate(texts),
-        "ctranslate2": lambda: ct2.translate(texts, options),
+        "ctranslate2": lambda: [t.text for t in ct2.translate(texts, options)],
     }
     outputs = {name: run_() for name, run_ in systems.items()}  # warm-up, and the outputs compared
     rates: dict[str, list[float]] = {name: [] for name in systems}
@@ -224,7 +224,7 @@ def export_part(args, work: Path) -> dict:
     model, tokenizer, _ = load(run)
     texts = lines(Path(args.data_dir) / "val.de")
     options = DecodeOptions(beam=1, max_len_a=0.0, max_len_b=60)
-    ours = [t.strip() for t in Translator(model, tokenizer, options=options).translate(texts)]
+    ours = [t.text.strip() for t in Translator(model, tokenizer, options=options).translate(texts)]
     hf, hf_tok = MarianMTModel.from_pretrained(out).eval(), MarianTokenizer.from_pretrained(out)
     theirs = []
     for i in range(0, len(texts), 64):

@@ -216,7 +216,7 @@ def decode_and_score(
     translator = Translator(model, tokenizer, beam=beam, alpha=alpha)
     started = time.perf_counter()
     with torch.inference_mode():
-        hypotheses = translator.translate(sources)
+        hypotheses = [t.text for t in translator.translate(sources)]
     seconds = time.perf_counter() - started
     scores = sacrebleu_scores(
         hypotheses, references, lowercase=tokenizer.lowercases

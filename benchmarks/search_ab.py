@@ -84,7 +84,7 @@ def main() -> None:
     def run(name: str) -> float:
         translator_module.generate, decode_cache.KVCache = variants[name]
         start = time.process_time()
-        outputs[name] = translator.translate(lines)
+        outputs[name] = [t.text for t in translator.translate(lines)]
         return time.process_time() - start
 
     names = list(variants)

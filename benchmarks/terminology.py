@@ -34,7 +34,7 @@ from pathlib import Path
 import sacrebleu
 import torch
 
-from aiayn.decode.backends import TorchBackend
+from aiayn.decode import Translator
 from aiayn.decode.constraints import beam_for
 from aiayn.decode.glossary import targets
 from aiayn.decode.search import DecodeOptions
@@ -48,7 +48,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     model, tokenizer, _ = load_translation_model(args.checkpoint)
     warnings: list[str] = []
-    backend = TorchBackend(model, tokenizer, warn=warnings.append)
+    backend = Translator(model, tokenizer, warn=warnings.append)
     data = Path(args.data_dir)
     sources = (data / "test2016.de").read_text(encoding="utf-8").splitlines()
     references = (data / "test2016.en").read_text(encoding="utf-8").splitlines()
@@ -114,9 +114,11 @@ def compare(backend, sources, references, oracle, options: DecodeOptions) -> dic
     plain, constrained = [""] * len(sources), [""] * len(sources)
     for pairs, rows in groups.items():
         texts = [sources[i] for i in rows]
-        for i, text in zip(rows, backend.translate(texts, options)):
+        for i, text in zip(rows, (t.text for t in backend.translate(texts, options))):
             plain[i] = text
-        for i, text in zip(rows, backend.translate(texts, replace(options, glossary=pairs))):
+        for i, text in zip(
+            rows, (t.text for t in backend.translate(texts, replace(options, glossary=pairs)))
+        ):
             constrained[i] = text
     with_terms = [i for i, pairs in enumerate(oracle) if pairs]
     return {

@@ -193,6 +193,15 @@ def backends(checkpoint: Path, ct2_dir: Path):
     return load_backend(checkpoint, "torch"), load_backend(checkpoint, "ctranslate2", ct2_dir=ct2_dir)
 
 
+def texts_of(translations) -> list[str]:
+    return [translation.text for translation in translations]
+
+
+def aligned(translations) -> list[tuple]:
+    """Each translation's text and word alignment."""
+    return [(translation.text, translation.alignment) for translation in translations]
+
+
 def check_control(torch_backend, ct2_backend, max_out: int) -> list[str]:
     """Terminology, prefixes and confidence on an imported model, as on a native one: a target word
     the model did not write appears with the glossary (whole words, as often as its source term);
@@ -203,6 +212,7 @@ def check_control(torch_backend, ct2_backend, max_out: int) -> list[str]:
 
     import pytest
 
+    from aiayn.decode.request import Line, Wanted
     from aiayn.decode.search import DecodeOptions
 
     def count(word: str, text: str) -> int:  # whole words (punctuation may follow a term)
@@ -210,16 +220,17 @@ def check_control(torch_backend, ct2_backend, max_out: int) -> list[str]:
 
     texts = sentences(SOURCE_WORDS, 12, 47)
     beam = DecodeOptions(beam=4, alpha=0.0, max_len_a=0.0, max_len_b=max_out)
-    plain = torch_backend.translate(texts[:1], beam)[0]
+    plain = torch_backend.translate(texts[:1], beam)[0].text
     term, target = texts[0].split()[0], next(word for word in TARGET_WORDS if not count(word, plain))
-    constrained = torch_backend.translate(texts[:1], replace(beam, glossary=((term, target),)))[0]
+    constrained = torch_backend.translate(texts[:1], replace(beam, glossary=((term, target),)))[0].text
     assert count(target, constrained) == texts[0].split().count(term) >= 1
     greedy = DecodeOptions(beam=1, max_len_a=0.0, max_len_b=max_out)
-    prefixes = ["the big"] + [""] * (len(texts) - 1)
-    ours = torch_backend.translate(texts, greedy, prefixes)
-    assert ours[0].startswith("the big") and ours == ct2_backend.translate(texts, greedy, prefixes)
+    lines = [Line(texts[0], "the big"), *texts[1:]]
+    ours = texts_of(torch_backend.translate(lines, greedy))
+    assert ours[0].startswith("the big") and ours == texts_of(ct2_backend.translate(lines, greedy))
+    confidence = Wanted(confidence=True)
     for a, b in zip(
-        torch_backend.translate_scored(texts, greedy), ct2_backend.translate_scored(texts, greedy)
+        torch_backend.translate(texts, greedy, confidence), ct2_backend.translate(texts, greedy, confidence)
     ):
         assert a.text == b.text and a.confidence == pytest.approx(b.confidence, abs=1e-3)
         assert len(a.words) == len(a.text.split())

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from aiayn.documents.types import Aligned, Parsed
+from aiayn.decode.request import Translation
+from aiayn.documents.types import Parsed
 
 
 def split_sentences(text: str) -> list[tuple[int, int]]:
@@ -19,37 +20,37 @@ def split_sentences(text: str) -> list[tuple[int, int]]:
     return spans
 
 
-def identity(sentence: str) -> Aligned:
+def identity(sentence: str) -> Translation:
     words = sentence.split()
-    return Aligned(sentence, tuple((i, i) for i in range(len(words))))
+    return Translation(sentence, tuple((i, i) for i in range(len(words))))
 
 
-def reverse(sentence: str) -> Aligned:
+def reverse(sentence: str) -> Translation:
     """The words in reverse order, each aligned to itself."""
     words = sentence.split()
     n = len(words)
-    return Aligned(" ".join(reversed(words)), tuple(sorted((i, n - 1 - i) for i in range(n))))
+    return Translation(" ".join(reversed(words)), tuple(sorted((i, n - 1 - i) for i in range(n))))
 
 
-def upper(sentence: str) -> Aligned:
+def upper(sentence: str) -> Translation:
     """Every word changed (so none is a copy of its source word), each aligned to its own."""
     words = sentence.split()
-    return Aligned(" ".join(w.upper() for w in words), tuple((i, i) for i in range(len(words))))
+    return Translation(" ".join(w.upper() for w in words), tuple((i, i) for i in range(len(words))))
 
 
-def merge_and_drop(sentence: str) -> Aligned:
+def merge_and_drop(sentence: str) -> Translation:
     """The first two words merged into one, the third dropped, the rest upper-cased."""
     words = sentence.split()
     if len(words) < 3:
         return upper(sentence)
     target = [(words[0] + words[1]).upper(), *(w.upper() for w in words[3:])]
     pairs = [(0, 0), (1, 0), *((i, i - 2) for i in range(3, len(words)))]
-    return Aligned(" ".join(target), tuple(pairs))
+    return Translation(" ".join(target), tuple(pairs))
 
 
-def unaligned(sentence: str) -> Aligned:
+def unaligned(sentence: str) -> Translation:
     """Upper-cased words with no alignment at all."""
-    return Aligned(sentence.upper(), ())
+    return Translation(sentence.upper(), ())
 
 
 def translate(parsed: Parsed, translator) -> str:

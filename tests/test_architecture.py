@@ -33,7 +33,7 @@ def lint(cwd: Path, *extra: str, pythonpath: Path | None = None) -> subprocess.C
 def test_the_import_contracts_are_kept() -> None:
     result = lint(ROOT, pythonpath=ROOT / "src")  # this tree's package, not the one installed
     assert result.returncode == 0 and "0 broken" in result.stdout, result.stdout + result.stderr
-    assert result.stdout.count(" KEPT") == 5
+    assert result.stdout.count(" KEPT") == 6
 
 
 @pytest.mark.parametrize(
@@ -44,6 +44,11 @@ def test_the_import_contracts_are_kept() -> None:
         ("data/corpus.py", "import aiayn.model", "Data never imports the model or training BROKEN"),
         ("model/masks.py", "import aiayn.checkpoint", "imports no data, training or checkpoint code BROKEN"),
         ("config.py", "import aiayn.loading", "foundations BROKEN"),  # an arrow up the layers
+        (
+            "decode/translator.py",
+            "import aiayn.documents.text",
+            "imports no documents (formats are above it) BROKEN",
+        ),
     ],
 )
 def test_the_contracts_catch_a_wrong_arrow(tmp_path: Path, module: str, line: str, broken: str) -> None:
@@ -61,7 +66,7 @@ def test_the_contracts_catch_a_wrong_arrow(tmp_path: Path, module: str, line: st
 
 #: Modules that may import aiayn inside functions: the commands, which load what a command needs
 #: only when it runs so that ``aiayn --help`` stays fast; each such import says why in a comment.
-COMMAND_MODULES = {"aiayn.cli", "aiayn.demo"}
+COMMAND_MODULES = {"aiayn.cli", "aiayn.demo", "aiayn.translate"}
 
 
 def is_command_module(name: str) -> bool:
@@ -141,3 +146,27 @@ def test_library_modules_import_aiayn_at_the_top() -> None:
                 unexplained.append(where)
     assert not misplaced, f"library modules import aiayn inside a function: {misplaced}"
     assert not unexplained, f"a command's lazy import without a comment saying why: {unexplained}"
+
+
+def test_every_engine_and_what_stands_before_one_answer_the_one_call() -> None:
+    """The seam (:mod:`aiayn.decode.request`): the torch engine, the CTranslate2 backend, the server's
+    batched backend and the tests' fake documents backend each have the Backend protocol's
+    attributes and its ``translate(lines, options, wanted)``, with the same parameters, and nothing
+    else that translates."""
+    import inspect
+
+    from aiayn.decode.backends import CTranslate2Backend
+    from aiayn.decode.request import Backend
+    from aiayn.decode.translator import Translator
+    from aiayn.serve.documents import BatchedBackend
+    from test_documents_translate import FakeBackend
+
+    wanted = list(inspect.signature(Backend.translate).parameters)
+    for implementation in (Translator, CTranslate2Backend, BatchedBackend, FakeBackend):
+        assert list(inspect.signature(implementation.translate).parameters) == wanted, implementation
+        others = [
+            name for name in dir(implementation) if name.startswith("translate") and name != "translate"
+        ]
+        assert others == [], (implementation, others)
+    assert isinstance(FakeBackend(), Backend)
+    assert not isinstance(object(), Backend)

@@ -19,8 +19,9 @@ from aiayn import TransformerConfig, build_model
 from aiayn.checkpoint import save_checkpoint
 from aiayn.cli import main
 from aiayn.data.tokenizer import Tokenizer
-from aiayn.decode import DecodeOptions
-from aiayn.decode.backends import CTranslate2Backend, TorchBackend, load_backend
+from aiayn.decode import DecodeOptions, Translator
+from aiayn.decode.backends import CTranslate2Backend, load_backend
+from aiayn.decode.request import Wanted
 from aiayn.errors import UserError
 
 N_SENTENCES = 200
@@ -83,8 +84,11 @@ def run(tmp_path_factory, tokenizer) -> Path:
 
 
 @pytest.fixture(scope="module")
-def engines(run) -> tuple[TorchBackend, CTranslate2Backend]:
+def engines(run) -> tuple[Translator, CTranslate2Backend]:
     return load_backend(run, "torch"), load_backend(run, "ctranslate2")
+
+
+SCORES = Wanted(scores=True)
 
 
 def translate(*args: str) -> int:
@@ -112,19 +116,15 @@ def test_beam_search_equals_torch(engines, sources) -> None:
     (val lines 12 and 111) for both alphas. Where the texts agree, so do the scores (GNMT's,
     recomputed from CTranslate2's), n-best lists included, to 0.1%: CTranslate2 renormalises the
     log-probs over the tokens it may generate (PAD and BOS suppressed), here ~0.002 per token."""
-    torch_engine, ct2_engine = engines
     lines = sources.read_text(encoding="utf-8").splitlines()
     for options in (DecodeOptions(beam=4, alpha=0.0, nbest=2), DecodeOptions(beam=4, alpha=0.6, nbest=2)):
-        ours, theirs = (
-            torch_engine.translate_nbest(lines, options),
-            ct2_engine.translate_nbest(lines, options),
-        )
+        ours, theirs = ([t.nbest for t in e.translate(lines, options, SCORES)] for e in engines)
         same = [(a, b) for a, b in zip(ours, theirs) if [t for _, t in a] == [t for _, t in b]]
         assert len(same) >= 0.97 * N_SENTENCES, (options, len(same))
         assert [s for _, b in same for s, _ in b] == pytest.approx(
             [s for a, _ in same for s, _ in a], rel=1e-3
         )
-        assert theirs[10] == [] and all(len(b) == 2 for b in theirs if b)
+        assert theirs[10] == () and all(len(b) == 2 for b in theirs if b)
 
 
 def test_word_alignments_match(engines, sources) -> None:
@@ -132,7 +132,13 @@ def test_word_alignments_match(engines, sources) -> None:
     (the export asks CTranslate2 for those weights): the same pairs on greedy outputs that agree.
     This random model's near-ties (see the beam test) let a few outputs differ."""
     lines = sources.read_text(encoding="utf-8").splitlines()
-    ours, theirs = (engine.translate_aligned(lines, DecodeOptions(beam=1)) for engine in engines)
+    ours, theirs = (
+        [
+            (t.text, t.alignment)
+            for t in engine.translate(lines, DecodeOptions(beam=1), Wanted(alignment=True))
+        ]
+        for engine in engines
+    )
     same_text = [(a, b) for a, b in zip(ours, theirs) if a[0] == b[0]]
     assert len(same_text) >= 0.97 * N_SENTENCES and ours[10] == theirs[10] == ("", ())
     agree = sum(a[1] == b[1] for a, b in same_text)
@@ -147,14 +153,14 @@ def test_text_conventions_match(engines) -> None:
     for engine in engines:
         seen: list[str] = []
         engine.warn = seen.append
-        got = engine.translate(["  ", long_line, "Two dogs play."], DecodeOptions(beam=1))
+        got = [t.text for t in engine.translate(["  ", long_line, "Two dogs play."], DecodeOptions(beam=1))]
         warnings[engine.name] = (seen, got)
     assert warnings["ctranslate2"] == warnings["torch"]
     assert warnings["torch"][1][0] == "" and "truncated" in warnings["torch"][0][0]
-    ct2 = engines[1]
-    sampled = ct2.translate_nbest(["A dog runs.", ""], DecodeOptions(sample=True, nbest=3, seed=7))
-    assert len(sampled[0]) == 3 and sampled[1] == []
-    assert ct2.translate_nbest(["A dog runs."], DecodeOptions(sample=True, nbest=3, seed=7)) == sampled[:1]
+    ct2, sampling = engines[1], DecodeOptions(sample=True, nbest=3, seed=7)
+    sampled = [t.nbest for t in ct2.translate(["A dog runs.", ""], sampling, SCORES)]
+    assert len(sampled[0]) == 3 and sampled[1] == ()
+    assert [t.nbest for t in ct2.translate(["A dog runs."], sampling, SCORES)] == sampled[:1]
 
 
 def test_export_reused_then_redone_when_the_checkpoint_changes(tmp_path, tokenizer, sources, capsys) -> None:
@@ -239,8 +245,6 @@ def test_the_torch_engine_translates_in_int8(run, sources, tmp_path) -> None:
     """``--compute-type int8`` with the torch engine decodes the model's int8 copy (not the fp32
     model: this random model's near ties move; tests/test_fast_step.py checks int8 against fp32);
     on a GPU it is one line saying int8 runs on the CPU."""
-    from aiayn.decode.backends import TorchBackend
-
     out = {}
     for kind in ("default", "int8"):
         path = tmp_path / f"{kind}.txt"
@@ -250,7 +254,7 @@ def test_the_torch_engine_translates_in_int8(run, sources, tmp_path) -> None:
     assert len(out["int8"]) == len(out["default"]) == len(sources.read_text().splitlines())
     assert out["int8"] != out["default"]
     with pytest.raises(UserError, match="int8 runs on the CPU with the torch engine .device cpu"):
-        TorchBackend.load(run, device="meta", batch_tokens=64, warn=print, compute_type="int8")
+        load_backend(run, device="meta", batch_tokens=64, warn=print, compute_type="int8")
 
 
 def test_the_server_decodes_in_int8_with_the_torch_engine(run) -> None:

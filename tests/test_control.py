@@ -14,6 +14,7 @@ from aiayn.cli import main
 from aiayn.decode import DecodeOptions, Translator
 from aiayn.decode.choices import next_choices
 from aiayn.decode.glossary import check_glossary, read_glossary, targets
+from aiayn.decode.request import Line, Wanted
 from aiayn.errors import UserError
 from aiayn.loading import load_translation_model
 
@@ -29,10 +30,17 @@ def loaded(tiny_translation_run: Path):
     return model.eval(), tokenizer
 
 
+CONFIDENCE = Wanted(confidence=True)
+
+
 def translator(loaded, warnings=None, **options) -> Translator:
     model, tokenizer = loaded
     warn = warnings.append if warnings is not None else (lambda _: None)
     return Translator(model, tokenizer, warn=warn, **options)
+
+
+def texts(translations) -> list[str]:
+    return [translation.text for translation in translations]
 
 
 # --- glossaries -----------------------------------------------------------------------------------
@@ -64,16 +72,18 @@ def test_terms_match_whole_words_in_any_case_the_longest_first() -> None:
 
 
 def test_a_term_is_absent_without_the_glossary_and_present_exactly_once_with_it(loaded) -> None:
-    plain = translator(loaded, beam=4).translate(NUMBERS)
+    plain = texts(translator(loaded, beam=4).translate(NUMBERS))
     assert plain[0] == "forty-two" and not any("seven" in text.split() for text in plain[:1])
-    constrained = translator(loaded, beam=4, glossary=GLOSSARY).translate(NUMBERS)
+    constrained = texts(translator(loaded, beam=4, glossary=GLOSSARY).translate(NUMBERS))
     for number, text in zip(NUMBERS, constrained):
         assert text.split().count("seven") == (
             1 if number == "42" else plain[NUMBERS.index(number)].split().count("seven")
         )
     # one line alone gives what it gives in the batch (the search is batch-invariant)
-    assert [translator(loaded, beam=4, glossary=GLOSSARY).translate([n])[0] for n in NUMBERS] == constrained
-    scored = translator(loaded, beam=4, glossary=GLOSSARY).translate_scored(NUMBERS)
+    assert [
+        translator(loaded, beam=4, glossary=GLOSSARY).translate([n])[0].text for n in NUMBERS
+    ] == constrained
+    scored = translator(loaded, beam=4, glossary=GLOSSARY).translate(NUMBERS, wanted=CONFIDENCE)
     assert [s.terms for s in scored] == [(1, 1), (0, 0), (0, 0), (1, 1)]
 
 
@@ -81,11 +91,15 @@ def test_terms_that_cannot_fit_warn_naming_the_line_and_as_many_as_fit_are_met(l
     warnings: list[str] = []
     pairs = (("42", "seven"), ("42", "nine hundred"))  # the last entry for a term wins: "nine hundred"
     long = (("42", "one two three four five six seven eight nine ten"),)
-    out = translator(loaded, warnings, beam=2, max_len_a=0.0, max_len_b=3, glossary=long).translate(["42"])
+    out = (
+        translator(loaded, warnings, beam=2, max_len_a=0.0, max_len_b=3, glossary=long)
+        .translate(["42"])[0]
+        .text
+    )
     assert any("line 1: its glossary terms need" in w and "0 of 1 kept" in w for w in warnings), warnings
-    assert out[0]  # still a translation
-    short = translator(loaded, warnings, beam=2, glossary=pairs).translate(["42"])
-    assert short[0].count("nine hundred") == 1
+    assert out  # still a translation
+    short = translator(loaded, warnings, beam=2, glossary=pairs).translate(["42"])[0].text
+    assert short.count("nine hundred") == 1
     assert "glossary: lines with terms are searched with beam 2 + one per term token" in warnings
 
 
@@ -103,9 +117,10 @@ def test_the_ctranslate2_engine_and_sampling_refuse_a_glossary() -> None:
 
 @pytest.mark.parametrize("beam", [1, 4])
 def test_a_prefix_is_kept_exactly_and_the_model_completes_it(loaded, beam) -> None:
-    out = translator(loaded, beam=beam).translate(["907042", "907042", ""], ["nine hundred  six", "", "x"])
+    lines = [Line("907042", "nine hundred  six"), Line("907042"), Line("", "x")]
+    out = texts(translator(loaded, beam=beam).translate(lines))
     assert out[0].startswith("nine hundred  six") and len(out[0]) > len("nine hundred  six")
-    assert out[1] == translator(loaded, beam=beam).translate(["907042"])[0]
+    assert out[1] == translator(loaded, beam=beam).translate(["907042"])[0].text
     assert out[2] == ""  # a blank line stays blank, whatever its prefix
 
 
@@ -113,15 +128,14 @@ def test_a_prefix_gives_the_same_greedy_output_on_both_engines(tiny_translation_
     pytest.importorskip("ctranslate2")
     from aiayn.decode.backends import load_backend
 
-    lines = ["907042", "1042", "55", ""]
-    prefixes = ["nine hundred", "one thousand one", "", ""]
+    lines = [Line("907042", "nine hundred"), Line("1042", "one thousand one"), Line("55"), Line("")]
     options = DecodeOptions(beam=1)
-    torch_out = load_backend(tiny_translation_run, "torch").translate(lines, options, prefixes)
+    torch_out = texts(load_backend(tiny_translation_run, "torch").translate(lines, options))
     ct2 = load_backend(tiny_translation_run, "ctranslate2", ct2_dir=tmp_path / "ct2")
-    assert ct2.translate(lines, options, prefixes) == torch_out
+    assert texts(ct2.translate(lines, options)) == torch_out
     assert torch_out[1].startswith("one thousand one")
-    scored = ct2.translate_scored(lines, DecodeOptions(beam=1), prefixes)
-    reference = load_backend(tiny_translation_run, "torch").translate_scored(lines, options, prefixes)
+    scored = ct2.translate(lines, DecodeOptions(beam=1), CONFIDENCE)
+    reference = load_backend(tiny_translation_run, "torch").translate(lines, options, CONFIDENCE)
     for a, b in zip(scored, reference):
         assert a.text == b.text and a.confidence == pytest.approx(b.confidence, abs=1e-3)
 
@@ -143,7 +157,7 @@ def teacher_forced(model, tokenizer, source: str, target_ids: list[int]) -> list
 def test_confidence_is_the_model_s_own_probability_of_its_words(loaded, beam) -> None:
     model, tokenizer = loaded
     lines = ["907042", "", "1042"]
-    scored = translator(loaded, beam=beam).translate_scored(lines)
+    scored = translator(loaded, beam=beam).translate(lines, wanted=CONFIDENCE)
     assert scored[1].text == "" and scored[1].words == ()
     for line, result in zip(lines, scored):
         if not line:
@@ -176,7 +190,7 @@ def test_the_next_choices_are_the_model_s_softmax_and_sum_to_one_with_the_rest(l
         assert choice.end or choice.prefix.startswith("nine hundred")
     # taking the first choice: the greedy completion from its prefix continues with that piece
     best = found.choices[0]
-    greedy = translator(loaded, beam=1).translate(["907042"], ["nine hundred"])[0]
+    greedy = translator(loaded, beam=1).translate([Line("907042", "nine hundred")])[0].text
     assert greedy == best.prefix or greedy.startswith(best.prefix)
 
 

@@ -166,7 +166,7 @@ def test_translate_answers_each_line_before_stdin_ends(checkpoint) -> None:
         )
         model, tokenizer, _ = load_translation_model(checkpoint)
         expected = Translator(model, tokenizer, max_len_b=4).translate(["A man rides a bike."])
-        assert answers[0] == expected[0] + "\n"
+        assert answers[0] == expected[0].text + "\n"
     finally:
         process.stdin.close()
         assert process.wait(timeout=60) == 0
@@ -212,7 +212,7 @@ def test_translate_files_match_the_translator_and_no_cache(checkpoint, tmp_path,
     assert cached == (tmp_path / "uncached.txt").read_text(encoding="utf-8")
     model, tokenizer, _ = load_translation_model(checkpoint)
     expected = Translator(model, tokenizer, max_len_a=0, max_len_b=4).translate(lines)
-    assert cached.splitlines() == expected
+    assert cached.splitlines() == [t.text for t in expected]
 
 
 def test_unwritable_output_fails_before_any_decoding(checkpoint, tmp_path, monkeypatch, capsys) -> None:
@@ -252,7 +252,7 @@ def test_a_failed_translation_leaves_the_existing_output_as_it_was(
 ) -> None:
     src, out = write(tmp_path / "in.txt", LINES), write(tmp_path / "out.txt", ["an earlier translation"])
 
-    def interrupted(self, lines, prefixes=None):
+    def interrupted(self, lines, options=None, wanted=None):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(Translator, "translate", interrupted)
@@ -289,9 +289,13 @@ def test_sampling_with_a_seed_is_reproducible(checkpoint, monkeypatch, capsys) -
 def test_translator_restores_input_order_whatever_the_batching(checkpoint) -> None:
     model, tokenizer, _ = load_translation_model(checkpoint)
     lines = ["A dog.", "A man in a blue shirt is standing on a ladder.", "", "Kids play.", "Two women talk."]
-    one_by_one = Translator(model, tokenizer, batch_tokens=1, max_len_b=4).translate(lines)
-    together = Translator(model, tokenizer, batch_tokens=10_000, max_len_b=4).translate(lines)
-    alone = [Translator(model, tokenizer, max_len_b=4).translate([line])[0] for line in lines]
+
+    def texts(batch_tokens: int, lines: list[str]) -> list[str]:
+        found = Translator(model, tokenizer, batch_tokens=batch_tokens, max_len_b=4).translate(lines)
+        return [t.text for t in found]
+
+    one_by_one, together = texts(1, lines), texts(10_000, lines)
+    alone = [texts(4096, [line])[0] for line in lines]
     assert one_by_one == together == alone
     assert together[2] == ""
 
@@ -314,7 +318,7 @@ def test_a_line_too_long_is_split_and_translated_whole_with_a_warning_naming_it(
     assert blind and len(pieces) > 1 and " ".join(pieces) == long_line
     assert all(len(tokenizer.encode(piece)) <= limit for piece in pieces)
     translations = Translator(model, tokenizer, max_len_b=4).translate(pieces)
-    assert out[1] == " ".join(t for t in translations if t).strip()
+    assert out[1] == " ".join(t.text for t in translations if t.text).strip()
 
 
 # --- bad input: one line, non-zero exit, no traceback ------------------------------------------
@@ -527,7 +531,7 @@ def test_format_text_keeps_paragraphs_line_breaks_and_indentation(checkpoint, tm
 
 
 def test_paragraph_blocks_end_at_blank_lines() -> None:
-    from aiayn.decode.cli import _paragraph_blocks
+    from aiayn.translate import _paragraph_blocks
 
     lines = ["a", "b", "", "c", "d", "e", "", "f"]
     blocks = list(_paragraph_blocks(iter([lines[:3], lines[3:5], lines[5:]]), 2))

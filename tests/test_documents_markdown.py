@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from aiayn.decode.request import Translation
 from aiayn.documents.markdown import escape_markdown, parse_markdown
-from aiayn.documents.types import Aligned
 from markup_fakes import identity, merge_and_drop, reverse, split_sentences, translate, unaligned, upper
 
 SAMPLE = (Path(__file__).parent / "fixtures" / "documents_sample.md").read_text(encoding="utf-8")
@@ -105,7 +105,7 @@ def test_containers_keep_their_markers_and_table_cells_their_pipes() -> None:
     assert "\n| Name | pipe \\| Value | Code |\n" in out
     # a translation that keeps the line break of a paragraph gets the container's marker on it
     parsed, _ = parse("> One\n> two.\n")
-    assert parsed.rebuild([Aligned("Eins\nzwei.", ((0, 0), (1, 1)))]) == "> Eins\n> zwei.\n"
+    assert parsed.rebuild([Translation("Eins\nzwei.", ((0, 0), (1, 1)))]) == "> Eins\n> zwei.\n"
 
 
 def test_an_element_left_with_no_word_is_left_out_rather_than_written_as_text() -> None:
@@ -117,7 +117,7 @@ def test_an_element_left_with_no_word_is_left_out_rather_than_written_as_text() 
 
 def test_translated_text_is_escaped_where_it_would_become_markup() -> None:
     parsed, _ = parse("A b c.\n")
-    assert parsed.rebuild([Aligned("*x* [y] # - a_b |", ())]) == "\\*x\\* \\[y\\] \\# \\- a\\_b \\|\n"
+    assert parsed.rebuild([Translation("*x* [y] # - a_b |", ())]) == "\\*x\\* \\[y\\] \\# \\- a\\_b \\|\n"
     assert escape_markdown("1 # 2 -- x-y") == "1 \\# 2 \\-- x-y"
 
 

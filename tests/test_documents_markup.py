@@ -6,8 +6,8 @@ import html
 
 import pytest
 
+from aiayn.decode.request import Translation
 from aiayn.documents.markup import Assembled, Inline, InlineBuilder, Run, transfer
-from aiayn.documents.types import Aligned
 from markup_fakes import identity, merge_and_drop, reverse, split_sentences, unaligned, upper
 
 
@@ -86,7 +86,7 @@ def test_nested_elements_stay_nested() -> None:
 def test_a_word_changed_by_the_translation_takes_the_tag_inside_it_whole() -> None:
     inline = build("h", ("open", "<sub>"), "2", ("close", "</sub>"), "o is water")
     assert write(inline, upper) == "<sub>H2O</sub> IS WATER"
-    to_german = Aligned("Wasser ist h2o", ((0, 2), (1, 1), (2, 0)))  # copied: the tag stays inside
+    to_german = Translation("Wasser ist h2o", ((0, 2), (1, 1), (2, 0)))  # copied: the tag stays inside
     assert transfer(inline, [(0, len(inline.text))], [to_german]) == "Wasser ist h<sub>2</sub>o"
 
 
@@ -108,7 +108,7 @@ def test_crossing_ranges_are_resolved_by_shrinking_the_later_sibling() -> None:
     inline = build(B, "a b", _B, " ", EM, "c", _EM, " d")
     # "a" and "b" are aligned to the first and third words, so <b> wraps all three; "c" to the second
     # word only, inside <b>'s range: <i> gets no word and goes after the target of "b", outside <b>
-    crossing = Aligned("A C B D", ((0, 0), (1, 2), (2, 1), (3, 3)))
+    crossing = Translation("A C B D", ((0, 0), (1, 2), (2, 1), (3, 3)))
     assert transfer(inline, [(0, len(inline.text))], [crossing]) == "<b>A C B</b><i></i> D"
 
 
@@ -139,8 +139,8 @@ def test_source_spellings_are_kept_for_words_that_come_back_unchanged() -> None:
     assert inline.text == "5 * 3 < 4"
     escape = lambda text: text.replace("*", "\\*").replace("<", "&lt;")  # noqa: E731
     assert transfer(inline, [(0, 9)], [identity(inline.text)], escape) == "5 \\* 3 < 4"
-    assert transfer(inline, [(0, 9)], [Aligned("< *", ((3, 0), (1, 1)))], escape) == "< \\*"
-    assert transfer(inline, [(0, 9)], [Aligned("x<y", ())], escape) == "x&lt;y"
+    assert transfer(inline, [(0, 9)], [Translation("< *", ((3, 0), (1, 1)))], escape) == "< \\*"
+    assert transfer(inline, [(0, 9)], [Translation("x<y", ())], escape) == "x&lt;y"
 
 
 def test_an_element_across_two_sentences_spans_both_translations() -> None:
@@ -158,15 +158,15 @@ def test_punctuation_outside_an_element_stays_outside_in_a_translated_word() -> 
     """The source's "." after the element goes after the target word's letters, not inside the tag;
     punctuation inside the element stays inside."""
     outside = build("Eine ", B, "grüne Wiese", _B, ".")
-    assert write(outside, lambda text: Aligned("A green field.", ((0, 0), (1, 1), (2, 2)))) == (
+    assert write(outside, lambda text: Translation("A green field.", ((0, 0), (1, 1), (2, 2)))) == (
         "A <b>green field</b>."
     )
     inside = build("Eine ", B, "grüne Wiese.", _B)
-    assert write(inside, lambda text: Aligned("A green field.", ((0, 0), (1, 1), (2, 2)))) == (
+    assert write(inside, lambda text: Translation("A green field.", ((0, 0), (1, 1), (2, 2)))) == (
         "A <b>green field.</b>"
     )
     before = build("Er rief ", B, "„", _B, "Hallo!“")
-    assert write(before, lambda text: Aligned('He called "Hello!"', ((0, 0), (1, 1), (2, 2)))) == (
+    assert write(before, lambda text: Translation('He called "Hello!"', ((0, 0), (1, 1), (2, 2)))) == (
         "He called <b>&quot;</b>Hello!&quot;"
     )
 

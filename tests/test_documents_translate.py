@@ -7,11 +7,13 @@ from __future__ import annotations
 import random
 import re
 from types import SimpleNamespace
+from typing import Sequence
 
 import pytest
 import torch
 
 from aiayn.decode.align import word_alignment, word_starts
+from aiayn.decode.request import TEXT, LineLike, Translation, Wanted, as_lines
 from aiayn.decode.search import DecodeOptions
 from aiayn.documents.fit import fit, source_limit
 from aiayn.documents.segment import segmenter_for
@@ -31,7 +33,8 @@ class WordTokenizer:
 
 
 class FakeBackend:
-    """Translates by upper-casing each word (so every word is aligned to itself), records its calls."""
+    """Translates by upper-casing each word (so every word is aligned to itself), the k-th hypothesis
+    with k "!" and score -1 - k; records its calls. A :class:`~aiayn.decode.request.Backend`."""
 
     name = "fake"
 
@@ -43,17 +46,17 @@ class FakeBackend:
         assert len(self.tokenizer.encode(line)) <= self.config.max_len - 1, "a piece longer than the model"
         return line.upper()
 
-    def translate(self, lines, options):
-        self.calls.append(list(lines))
-        return [self._one(line) for line in lines]
-
-    def translate_nbest(self, lines, options):
-        self.calls.append(list(lines))
-        return [[(-1.0 - k, self._one(line) + "!" * k) for k in range(options.nbest)] for line in lines]
-
-    def translate_aligned(self, lines, options):
-        self.calls.append(list(lines))
-        return [(self._one(line), tuple((i, i) for i in range(len(line.split())))) for line in lines]
+    def translate(self, lines: Sequence[LineLike], options: DecodeOptions, wanted: Wanted = TEXT):
+        lines = as_lines(lines)
+        self.calls.append([line.text for line in lines])
+        found = []
+        for line in lines:
+            nbest = tuple(
+                (-1.0 - k, line.prefix + self._one(line.text) + "!" * k) for k in range(options.nbest)
+            )
+            pairs = tuple((i, i) for i in range(len(line.text.split()))) if wanted.alignment else ()
+            found.append(Translation(nbest[0][1], pairs, nbest[0][0], nbest))
+        return found
 
 
 def translator(max_len: int = 32, **kwargs) -> tuple[DocumentTranslator, FakeBackend]:
@@ -90,7 +93,7 @@ def test_without_splitting_a_document_is_one_sentence() -> None:
 
 def test_alignments_are_shifted_to_the_documents_words() -> None:
     documents, _ = translator()
-    result = documents.translate([DOCUMENT], DecodeOptions(), alignments=True)[0]
+    result = documents.translate([DOCUMENT], DecodeOptions(), wanted=Wanted(alignment=True))[0]
     words = len(DOCUMENT.split())
     assert result.alignment == tuple((i, i) for i in range(words))
     assert len(result.text.split()) == words
@@ -98,7 +101,7 @@ def test_alignments_are_shifted_to_the_documents_words() -> None:
 
 def test_nbest_composes_each_sentences_kth_hypothesis() -> None:
     documents, _ = translator()
-    result = documents.translate(["One. Two."], DecodeOptions(beam=3, nbest=3), scores=True)[0]
+    result = documents.translate(["One. Two."], DecodeOptions(beam=3, nbest=3), wanted=Wanted(scores=True))[0]
     assert result.nbest == [(-1.0, "ONE. TWO."), (-2.0, "ONE.! TWO.!"), (-3.0, "ONE.!! TWO.!!")]
     assert result.alternatives == ["ONE.! TWO.!", "ONE.!! TWO.!!"]
 

@@ -136,7 +136,8 @@ def test_ctranslate2_matches_aiayn(tmp_path, tokenizer, val, overrides) -> None:
     got = [piece_ids(tokenizer, r.hypotheses[0]) for r in results]
     assert got == expected
     # (the Translator turns line breaks that byte-fallback pieces can spell into spaces)
-    assert [LINE_BREAKS.sub(" ", tokenizer.decode(ids)) for ids in got] == ours.translate(sources)
+    translations = [t.text for t in ours.translate(sources)]
+    assert [LINE_BREAKS.sub(" ", tokenizer.decode(ids)) for ids in got] == translations
     assert len({tuple(ids) for ids in expected}) > 1  # the outputs depend on the input
 
     # every position of the reference translations: same log-probabilities
@@ -257,8 +258,9 @@ def test_both_engines_agree_where_the_best_first_token_is_eos(tmp_path, tokenize
     )
     torch_backend = load_backend(checkpoint, "torch")
     ct2_backend = load_backend(checkpoint, "ctranslate2", ct2_dir=tmp_path / "ct2")
+    engines = (torch_backend, ct2_backend)
     for beam in (1, 4):
         options = DecodeOptions(beam=beam, max_len_a=0.0, max_len_b=MAX_OUT)
-        ours, theirs = torch_backend.translate(sources, options), ct2_backend.translate(sources, options)
+        ours, theirs = ([t.text for t in engine.translate(sources, options)] for engine in engines)
         assert ours == theirs, beam
         assert 0 < ours.count("") < len(sources), ours  # some outputs empty, some not

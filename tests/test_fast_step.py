@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from aiayn import TransformerConfig, build_model
-from aiayn.decode import DecodeOptions, ModelStep, SearchPaths, fast_step, generate
+from aiayn.decode import DecodeOptions, ModelStep, SearchPaths, fast_step, generate, search
 from aiayn.decode.fast_step import FastStep
 from aiayn.decode.search import Controls
 
@@ -153,6 +153,16 @@ def test_a_model_in_training_mode_decodes_with_the_reference_step() -> None:
     src = sources([5, 9])
     options = DecodeOptions(beam=2, max_len_b=8)
     _same(generate(model, src, options), generate(model, src, replace(options, paths=REFERENCE)))
+
+
+def test_the_fast_step_is_the_default_on_the_cpu_only() -> None:
+    """It was measured faster on CPUs only (issue 49): by default a model elsewhere (here: the meta
+    device, standing for a GPU) decodes with the model's own step."""
+    model, src, options = model_of(), sources([5, 9]), DecodeOptions(beam=2)
+    assert isinstance(search._step(model, src, options, log_probs=True), fast_step.FastStep)
+    forced = replace(options, paths=SearchPaths(fast_step=False))
+    assert isinstance(search._step(model, src, forced, log_probs=True), ModelStep)
+    assert fast_step.by_default(model) and not fast_step.by_default(model.to("meta"))
 
 
 def test_the_generator_is_packed_on_the_cpu_in_fp32_only() -> None:

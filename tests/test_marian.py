@@ -23,17 +23,20 @@ from aiayn import load  # noqa: E402
 from aiayn.cli import main  # noqa: E402
 from aiayn.data.batching import pad  # noqa: E402
 from aiayn.data.tokenizer import Tokenizer, VocabTokenizer  # noqa: E402
+from aiayn.decode.request import Wanted  # noqa: E402
 from aiayn.decode.search import DecodeOptions, generate  # noqa: E402
 from aiayn.marian import residual_order  # noqa: E402
 from marian_model import (  # noqa: E402
     SOURCE_WORDS,
     TARGET_WORDS,
+    aligned,
     backends,
     check_control,
     import_marian,
     logits_gap,
     make_marian,
     sentences,
+    texts_of,
 )
 
 MAX_OUT = 20  # tokens before EOS, both sides
@@ -228,7 +231,7 @@ def test_export_loads_in_transformers_and_translates_as_aiayn(native, tmp_path) 
     model, tokenizer, _ = load(native)
     texts, _ = __import__("marian_model").pairs(200, 77)
     translator = Translator(model, tokenizer, options=DecodeOptions(beam=1, max_len_a=0.0, max_len_b=MAX_OUT))
-    ours = translator.translate(texts)
+    ours = [t.text for t in translator.translate(texts)]
     batch = hf_tok(texts, padding=True, return_tensors="pt")
     with torch.no_grad():
         out = hf_model.generate(**batch, num_beams=1, do_sample=False, max_new_tokens=MAX_OUT + 1)
@@ -390,13 +393,16 @@ def test_an_imported_model_decodes_alike_with_ctranslate2(imported_engines) -> N
     texts = sentences(SOURCE_WORDS, 200, 41) + UNSEEN
     torch_backend, ct2_backend = imported_engines
     greedy = DecodeOptions(beam=1, max_len_a=0.0, max_len_b=MAX_OUT)
-    ours = torch_backend.translate(texts, greedy)
-    assert ours == ct2_backend.translate(texts, greedy) and len(set(ours)) > 100
+    ours = texts_of(torch_backend.translate(texts, greedy))
+    assert ours == texts_of(ct2_backend.translate(texts, greedy)) and len(set(ours)) > 100
     # beam 4 without length penalty: equal where the output ends before the length limit. (CTranslate2
     # ranks hypotheses cut at the limit by its own rules, and with alpha > 0 normalises by |Y| ** alpha
     # inside its search, which keeps other hypotheses than GNMT's penalty would: see decode.backends)
     beam = DecodeOptions(beam=4, alpha=0.0, max_len_a=0.0, max_len_b=MAX_OUT)
-    ours, theirs = torch_backend.translate(texts, beam), ct2_backend.translate(texts, beam)
+    ours, theirs = (
+        texts_of(torch_backend.translate(texts, beam)),
+        texts_of(ct2_backend.translate(texts, beam)),
+    )
     ended = [
         i
         for i, text in enumerate(ours)
@@ -417,8 +423,8 @@ def test_an_imported_model_aligns_and_translates_documents_on_both_engines(
     texts = sentences(SOURCE_WORDS, 40, 43)
     greedy = DecodeOptions(beam=1, max_len_a=0.0, max_len_b=MAX_OUT)
     torch_backend, ct2_backend = imported_engines
-    ours = torch_backend.translate_aligned(texts, greedy)
-    theirs = ct2_backend.translate_aligned(texts, greedy)
+    ours = aligned(torch_backend.translate(texts, greedy, Wanted(alignment=True)))
+    theirs = aligned(ct2_backend.translate(texts, greedy, Wanted(alignment=True)))
     assert ours == theirs and sum(len(pairs) for _, pairs in ours) > len(texts)
     html = "<p>" + " ".join(f"<b>{text}</b>" for text in texts[:3]) + "</p>"
     documents = DocumentTranslator(torch_backend, language="de", warn=lambda message: None)

@@ -23,16 +23,19 @@ from aiayn import load  # noqa: E402
 from aiayn.cli import main  # noqa: E402
 from aiayn.data.batching import pad  # noqa: E402
 from aiayn.data.tokenizer import Tokenizer  # noqa: E402
+from aiayn.decode.request import Wanted  # noqa: E402
 from aiayn.decode.search import DecodeOptions, generate  # noqa: E402
 from marian_model import (  # noqa: E402
     SOURCE_WORDS,
     TARGET_WORDS,
+    aligned,
     backends,
     check_control,
     import_marian,
     logits_gap,
     make_marian,
     sentences,
+    texts_of,
 )
 
 pytestmark = pytest.mark.xdist_group("marian_separate")  # one worker builds the model, once
@@ -147,11 +150,11 @@ def test_ctranslate2_decodes_and_aligns_as_torch(engines) -> None:
     texts = sentences(SOURCE_WORDS, 100, 41) + UNSEEN
     torch_backend, ct2_backend = engines
     assert ct2_backend.pieces != ct2_backend.target_pieces
-    ours = torch_backend.translate(texts, GREEDY)
-    assert ours == ct2_backend.translate(texts, GREEDY) and len(set(ours)) > 50
-    aligned = torch_backend.translate_aligned(texts[:30], GREEDY)
-    assert aligned == ct2_backend.translate_aligned(texts[:30], GREEDY)
-    assert sum(len(pairs) for _, pairs in aligned) > 30
+    ours = texts_of(torch_backend.translate(texts, GREEDY))
+    assert ours == texts_of(ct2_backend.translate(texts, GREEDY)) and len(set(ours)) > 50
+    found = aligned(torch_backend.translate(texts[:30], GREEDY, Wanted(alignment=True)))
+    assert found == aligned(ct2_backend.translate(texts[:30], GREEDY, Wanted(alignment=True)))
+    assert sum(len(pairs) for _, pairs in found) > 30
 
 
 def test_a_glossary_a_prefix_confidence_and_choices_read_the_target_vocabulary(imported, engines) -> None:

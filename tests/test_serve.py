@@ -28,8 +28,10 @@ pytest.importorskip("fastapi")
 
 from aiayn.cli import main  # noqa: E402
 from aiayn.decode import Translator  # noqa: E402
+from aiayn.decode.request import TEXT, Line, Translation, Wanted  # noqa: E402
 from aiayn.loading import load  # noqa: E402
 
+SCORES = Wanted(scores=True)
 NUMBERS = ["907042", "13", "500", "2024", "77", "100001", "48", "9", "31337", "600", "7", "123456"]
 
 
@@ -44,7 +46,8 @@ def test_translate_equals_the_translator_and_model_describes_it(tiny_translation
     answer = post(url, "/v1/translate", {"text": NUMBERS, "beam": 4, "alpha": 0.6, "nbest": 2})
     assert answer.status_code == 200, answer.text
     model, tokenizer, config = load(tiny_translation_run)
-    expected = Translator(model, tokenizer, beam=4, alpha=0.6).translate_nbest(NUMBERS, 2)
+    found = Translator(model, tokenizer, beam=4, alpha=0.6, nbest=2).translate(NUMBERS, wanted=SCORES)
+    expected = [t.nbest for t in found]
     got = answer.json()["translations"]
     assert [[h["text"] for h in t["nbest"]] for t in got] == [[text for _, text in e] for e in expected]
     for t, e in zip(got, expected):
@@ -175,7 +178,9 @@ def test_sampling_follows_the_translate_commands_rules(tiny_translation_run, sha
     body = {"text": texts, "sample": True, "seed": 7, "temperature": 1.5, "top_k": 20, "nbest": 3}
     model, tokenizer, _ = load(tiny_translation_run)
     options = {"sample": True, "seed": 7, "temperature": 1.5, "top_k": 20}
-    expected = Translator(model, tokenizer, **options).translate_nbest(texts, 3)
+    expected = [
+        t.nbest for t in Translator(model, tokenizer, nbest=3, **options).translate(texts, wanted=SCORES)
+    ]
 
     def samples(answer: httpx.Response) -> list[list[tuple[float, str]]]:
         assert answer.status_code == 200, answer.text
@@ -267,11 +272,10 @@ def test_a_glossary_puts_its_terms_in_the_translation_once(tiny_translation_run,
 
     from fastapi.testclient import TestClient
 
-    from aiayn.decode.backends import TorchBackend
     from aiayn.serve.app import Limits, Served, create_app
 
     model, tokenizer, _ = load(tiny_translation_run)
-    backend = TorchBackend(model, tokenizer)
+    backend = Translator(model, tokenizer)
     backend.name = "ctranslate2"  # what the server checks before any decoding
     app = create_app(Served("translation", {}, backend=backend), Limits(), {"max_tokens": 0, "max_wait_s": 0})
     with TestClient(app) as client:
@@ -298,9 +302,10 @@ def test_a_prefix_starts_the_translation_and_the_model_continues(tiny_translatio
     )
     assert document["sentences"][1] == plain[2]["sentences"][1]  # the second sentence: as without
     model, tokenizer, _ = load(tiny_translation_run)
-    expected = Translator(model, tokenizer, beam=4, alpha=0.6).translate(
-        ["13", "907042"], ["two", "seven  hundred"]
+    found = Translator(model, tokenizer, beam=4, alpha=0.6).translate(
+        [Line("13", "two"), Line("907042", "seven  hundred")]
     )
+    expected = [t.text for t in found]
     assert [first["text"], document["sentences"][0][1]] == expected
     scored = post(
         url, "/v1/translate", {"text": texts, "prefix": prefixes, "scores": True, "alignments": True}
@@ -402,7 +407,9 @@ def test_documents_are_translated_sentence_by_sentence_and_rebuilt(
     assert len(long["sentences"]) == 300 and "".join(s for s, _ in long["sentences"]) == many.replace(" ", "")
     aligned = post(url, "/v1/translate", {"text": [document], "alignments": True}).json()["translations"][0]
     words = (len(document.split()), len(aligned["text"].split()))
-    assert aligned["alignment"] and aligned["score"] is None  # a search with alignments gives no score
+    assert aligned["alignment"] and aligned["score"] == pytest.approx(
+        translated["nbest"][0]["score"], abs=1e-5
+    )
     assert all(0 <= i < words[0] and 0 <= j < words[1] for i, j in aligned["alignment"])
     assert {i for i, _ in aligned["alignment"]} <= set(range(5)) and aligned["text"] == translated["text"]
 
@@ -422,18 +429,17 @@ def test_a_document_over_the_limits_is_413(tiny_translation_run, live_server) ->
 class _Held:
     """A backend whose decoding waits until ``release`` is set (everything else: ``backend``'s)."""
 
-    def __init__(self, backend) -> None:
+    def __init__(self, backend: Translator) -> None:
         import threading
 
+        self.name, self.tokenizer, self.config = backend.name, backend.tokenizer, backend.config
         self.backend, self.release, self.waiting = backend, threading.Event(), threading.Event()
+        self.progress = None
 
-    def translate_nbest(self, lines, options):
+    def translate(self, lines, options, wanted=TEXT):
         self.waiting.set()
         assert self.release.wait(timeout=30)
-        return self.backend.translate_nbest(lines, options)
-
-    def __getattr__(self, name):
-        return getattr(self.backend, name)
+        return self.backend.translate(lines, options, wanted)
 
 
 def test_requests_beyond_max_queue_get_429_at_once(tiny_translation_run) -> None:
@@ -442,11 +448,10 @@ def test_requests_beyond_max_queue_get_429_at_once(tiny_translation_run) -> None
     the next is served."""
     from fastapi.testclient import TestClient
 
-    from aiayn.decode.backends import TorchBackend
     from aiayn.serve.app import Limits, Served, create_app
 
     model, tokenizer, _ = load(tiny_translation_run)
-    held = _Held(TorchBackend(model, tokenizer))
+    held = _Held(Translator(model, tokenizer))
     info = {"languages": {"source": "digits", "target": "words"}}
     app = create_app(
         Served("translation", info, backend=held), Limits(max_queue=1), {"max_tokens": 0, "max_wait_s": 0}
@@ -472,16 +477,15 @@ def test_the_sentences_of_documents_arriving_together_share_a_batch(tiny_transla
     import asyncio
     from concurrent.futures import ThreadPoolExecutor
 
-    from aiayn.decode.backends import TorchBackend
     from aiayn.decode.search import DecodeOptions
     from aiayn.serve.batching import Batcher
     from aiayn.serve.documents import Documents
 
     decoded: list[list[str]] = []
 
-    def decode(lines, options):  # the batcher's decoding, recorded (the model is not run)
-        decoded.append(list(lines))
-        return [[(-1.0, f"<{line}>")] for line in lines]
+    def decode(lines, options, wanted):  # the batcher's decoding, recorded (the model is not run)
+        decoded.append([line.text for line in lines])
+        return [Translation(f"<{line.text}>") for line in lines]
 
     model, tokenizer, _ = load(tiny_translation_run)
 
@@ -489,11 +493,11 @@ def test_the_sentences_of_documents_arriving_together_share_a_batch(tiny_transla
         with ThreadPoolExecutor(1) as model_thread:
             batcher = Batcher(decode, len, model_thread, max_tokens=1000, max_wait_s=3600.0)
             batcher.recent.append(2)  # two requests came together before: the batch waits for two
-            documents = Documents(TorchBackend(model, tokenizer), {"nbest": batcher}, model_thread, None)
+            documents = Documents(Translator(model, tokenizer), batcher, None)
             worker = asyncio.create_task(batcher.run())
             options = DecodeOptions(beam=1)
-            first = documents.translate(["907042\n\n13"], options, "text", False, False)
-            second = documents.translate(["500"], options, "text", False, False)
+            first = documents.translate(["907042\n\n13"], options)
+            second = documents.translate(["500"], options)
             results = await asyncio.wait_for(asyncio.gather(first, second), timeout=30)
             worker.cancel()
             documents.close()
@@ -606,7 +610,7 @@ def test_inference_modules_never_import_the_training_package() -> None:
     import subprocess
     import sys
 
-    modules = "aiayn.decode.cli, aiayn.decode.backends, aiayn.decode.attention, aiayn.export, aiayn.plots"
+    modules = "aiayn.translate, aiayn.decode.backends, aiayn.decode.attention, aiayn.export, aiayn.plots"
     code = (
         f"import sys, aiayn, aiayn.serve.app, aiayn.serve.cli, {modules}; "
         "assert not [m for m in sys.modules if m.startswith('aiayn.train')], sorted(sys.modules)"
@@ -626,7 +630,8 @@ def test_the_batcher_waits_only_until_as_many_requests_as_recent_batches_are_in(
 
     decoded: list[list[str]] = []
 
-    def decode(lines: list[str], options: DecodeOptions):
+    def decode(lines: list[Line], options: DecodeOptions, wanted: Wanted):
+        lines = [line.text for line in lines]
         decoded.append(lines)
         return [[(0.0, line)] for line in lines]
 
@@ -636,7 +641,7 @@ def test_the_batcher_waits_only_until_as_many_requests_as_recent_batches_are_in(
             batcher.recent.extend(recent)
             worker = asyncio.create_task(batcher.run())
             options = DecodeOptions(beam=1)
-            submitted = [asyncio.create_task(batcher.submit([line], options)) for line in lines]
+            submitted = [asyncio.create_task(batcher.submit([Line(line)], options, TEXT)) for line in lines]
             await asyncio.wait_for(asyncio.gather(*submitted), timeout=30)
             worker.cancel()
 
@@ -662,7 +667,8 @@ def test_held_requests_are_batched_together_not_one_per_batch() -> None:
 
     decoded: list[tuple[list[str], int]] = []
 
-    def decode(lines: list[str], options: DecodeOptions):
+    def decode(lines: list[Line], options: DecodeOptions, wanted: Wanted):
+        lines = [line.text for line in lines]
         decoded.append((lines, options.beam))
         return [[(0.0, f"{line}@{options.beam}")] for line in lines]
 
@@ -670,7 +676,9 @@ def test_held_requests_are_batched_together_not_one_per_batch() -> None:
         with ThreadPoolExecutor(1) as pool:
             batcher = Batcher(decode, len, pool, max_tokens=max_tokens, max_wait_s=0.01)
             worker = asyncio.create_task(batcher.run())
-            submitted = [batcher.submit([line], DecodeOptions(beam=beam)) for line, beam in requests]
+            submitted = [
+                batcher.submit([Line(line)], DecodeOptions(beam=beam), TEXT) for line, beam in requests
+            ]
             answers = await asyncio.wait_for(asyncio.gather(*submitted), timeout=30)
             worker.cancel()
             return answers
@@ -697,7 +705,8 @@ def test_the_batcher_groups_requests_by_options_within_the_token_bound() -> None
 
     decoded: list[tuple[list[str], int]] = []
 
-    def decode(lines: list[str], options: DecodeOptions):
+    def decode(lines: list[Line], options: DecodeOptions, wanted: Wanted):
+        lines = [line.text for line in lines]
         decoded.append((lines, options.beam))
         return [[(0.0, f"{line}@{options.beam}")] for line in lines]
 
@@ -707,7 +716,9 @@ def test_the_batcher_groups_requests_by_options_within_the_token_bound() -> None
             worker = asyncio.create_task(batcher.run())
             four, five = DecodeOptions(beam=4), DecodeOptions(beam=5)
             requests = [(["aa", "bb"], four), (["cc"], five), (["dd"], four), (["eeeeeeeeee"], four)]
-            answers = await asyncio.gather(*(batcher.submit(lines, o) for lines, o in requests))
+            answers = await asyncio.gather(
+                *(batcher.submit([Line(x) for x in lines], o, TEXT) for lines, o in requests)
+            )
             worker.cancel()
             return answers
 
@@ -732,7 +743,8 @@ def test_a_sampling_request_is_decoded_alone() -> None:
 
     decoded: list[list[str]] = []
 
-    def decode(lines: list[str], options: DecodeOptions):
+    def decode(lines: list[Line], options: DecodeOptions, wanted: Wanted):
+        lines = [line.text for line in lines]
         decoded.append(lines)
         return [[(0.0, line)] for line in lines]
 
@@ -742,7 +754,9 @@ def test_a_sampling_request_is_decoded_alone() -> None:
             worker = asyncio.create_task(batcher.run())
             search, sample = DecodeOptions(beam=4), DecodeOptions(sample=True, seed=7)
             requests = [(["a"], search), (["s1"], sample), (["s2"], sample), (["b"], search)]
-            answers = await asyncio.gather(*(batcher.submit(lines, o) for lines, o in requests))
+            answers = await asyncio.gather(
+                *(batcher.submit([Line(x) for x in lines], o, TEXT) for lines, o in requests)
+            )
             worker.cancel()
             return answers
 
@@ -750,34 +764,39 @@ def test_a_sampling_request_is_decoded_alone() -> None:
     assert decoded == [["a", "b"], ["s1"], ["s2"]]
 
 
-def test_prefixes_travel_with_their_lines_through_the_batcher() -> None:
-    """Requests with prefixes and without share a batch: the decoding gets every line's prefix ("" for
-    the lines of requests that gave none), in the batch's order; a batch without any prefix is decoded
-    as before, without them; each request gets its own lines' results."""
+def test_requests_that_want_different_things_share_a_batch() -> None:
+    """Lines travel with their prefixes; requests that want scores, confidence or alignments share a
+    batch with those that want none, which computes what any of them wants; each request gets its
+    own lines' results. Other options make another batch."""
     import asyncio
     from concurrent.futures import ThreadPoolExecutor
 
     from aiayn.decode.search import DecodeOptions
     from aiayn.serve.batching import Batcher
 
-    decoded: list[tuple[list[str], list[str] | None]] = []
+    decoded: list[tuple[list[Line], Wanted]] = []
 
-    def decode(lines: list[str], options: DecodeOptions, prefixes: list[str] | None = None):
-        decoded.append((lines, prefixes))
-        return [f"{prefix}{line}" for line, prefix in zip(lines, prefixes or [""] * len(lines))]
+    def decode(lines: list[Line], options: DecodeOptions, wanted: Wanted):
+        decoded.append((lines, wanted))
+        return [f"{line.prefix}{line.text}@{options.beam}" for line in lines]
 
     async def scenario(requests):
         with ThreadPoolExecutor(1) as pool:
             batcher = Batcher(decode, len, pool, max_tokens=100, max_wait_s=0.05)
             worker = asyncio.create_task(batcher.run())
-            options = DecodeOptions(beam=4)
-            answers = await asyncio.gather(*(batcher.submit(lines, options, p) for lines, p in requests))
+            answers = await asyncio.gather(*(batcher.submit(*request) for request in requests))
             worker.cancel()
             return answers
 
-    requests = [(["a", "b"], None), (["c"], ["x:"]), (["d", "e"], ["", "y:"]), (["f"], [""])]
-    assert asyncio.run(scenario(requests)) == [["a", "b"], ["x:c"], ["d", "y:e"], ["f"]]
-    assert decoded == [(["a", "b", "c", "d", "e", "f"], ["", "", "x:", "", "y:", ""])]
-    decoded.clear()
-    assert asyncio.run(scenario([(["a"], None), (["b"], [""])])) == [["a"], ["b"]]
-    assert decoded == [(["a", "b"], None)]
+    four, five = DecodeOptions(beam=4), DecodeOptions(beam=5)
+    requests = [
+        ([Line("a"), Line("b")], four, TEXT),
+        ([Line("c", "x:")], four, Wanted(scores=True)),
+        ([Line("d"), Line("e", "y:")], four, Wanted(alignment=True)),
+        ([Line("f")], five, Wanted(confidence=True)),
+    ]
+    assert asyncio.run(scenario(requests)) == [["a@4", "b@4"], ["x:c@4"], ["d@4", "y:e@4"], ["f@5"]]
+    assert decoded == [
+        ([Line("a"), Line("b"), Line("c", "x:"), Line("d"), Line("e", "y:")], Wanted(True, False, True)),
+        ([Line("f")], Wanted(confidence=True)),
+    ]

@@ -63,10 +63,11 @@ def test_lowercase_run_reads_and_writes_lowercase_and_scores_case_insensitively(
     assert trainer.tokenizer.lowercases
     assert load_checkpoint(tmp_path / "run").tokenizer_bytes == trainer.tokenizer.to_bytes()
     # Validation BLEU ignores case: a lowercasing model cannot write the references' capitals.
-    from aiayn.decode import Translator
+    from aiayn.decode import Translation, Translator
 
     references = [t for _, t in trainer.valid_pairs]
-    monkeypatch.setattr(Translator, "translate", lambda self, sources: [r.lower() for r in references])
+    lowered = [Translation(r.lower()) for r in references]
+    monkeypatch.setattr(Translator, "translate", lambda self, sources: lowered)
     assert trainer._bleu()["bleu"] == pytest.approx(100.0)
     monkeypatch.undo()
     src, ref = corpus / "val.en", corpus / "val.de"

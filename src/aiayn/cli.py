@@ -21,7 +21,7 @@ COMMAND_MODULES = [
     "aiayn.demo",
     "aiayn.data.cli",
     "aiayn.train.cli",
-    "aiayn.decode.cli",
+    "aiayn.translate",
     "aiayn.plots",
     "aiayn.export",
     "aiayn.marian",

@@ -91,7 +91,7 @@ def _evaluate(data_dir: Path, run_dir: Path, beam: int) -> float:
     pairs, _ = read_parallel(data_dir, "test", SRC_LANG, TGT_LANG)
     sources, references = [s for s, _ in pairs], [t for _, t in pairs]
     with torch.inference_mode():
-        hypotheses = Translator(model, tokenizer, beam=beam).translate(sources)
+        hypotheses = [t.text for t in Translator(model, tokenizer, beam=beam).translate(sources)]
     correct = [h == r for h, r in zip(hypotheses, references)]
     print(f"\nsample translations ({ckpt.path}, beam {beam}):")
     for src, hyp, ok in list(zip(sources, hypotheses, correct))[:N_SAMPLES]:

@@ -12,11 +12,16 @@ them: a piece starting with ``▁`` starts a word. A target word's rows are summ
 word's columns (the source's EOS column is left out), and each target word is linked to the source
 word it attends to most: one ``(source word, target word)`` pair per target word, sorted.
 ``benchmarks/documents.py`` measures the layer on where inline tags land.
+
+Words are ``str.split()`` words on both sides: a pair ``(i, j)`` says that source word ``i`` is
+aligned to target word ``j`` (Moses' ``i-j``, :func:`moses`). This module holds the alignment's
+vocabulary for every layer: pairs, their bounds (:func:`clamp_pairs`), their shift over joined
+texts (:func:`joined_alignment`) and their text form.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Protocol, Sequence
 
 import torch
 from torch import Tensor
@@ -25,6 +30,13 @@ from aiayn.model.masks import padding_mask
 
 WORD_START = "\u2581"  # SentencePiece's "▁": the piece starts a new word
 Pairs = tuple[tuple[int, int], ...]
+
+
+class Aligned(Protocol):
+    """A translated text and its word alignment (as :class:`aiayn.decode.request.Translation`)."""
+
+    text: str
+    alignment: Pairs
 
 
 def word_starts(pieces: Sequence[str]) -> list[int]:
@@ -74,3 +86,27 @@ def cross_attention(model, src: Tensor, outputs: Sequence[Sequence[int]], layer:
     model.decode(tgt.to(src.device), memory, src_mask, need_weights=True)  # no generator: no logits
     mean = model.attention_maps()["cross"][layer].float().mean(dim=1).cpu()  # (B, T, S)
     return [mean[row, : min(len(tokens), length)] for row, tokens in enumerate(outputs)]
+
+
+def clamp_pairs(pairs: Pairs, source_words: int, target_words: int) -> Pairs:
+    """``pairs`` within the texts' words: pieces and ``str.split()`` words can disagree at the edges
+    (a normalised character, an unknown piece decoded with spaces), so an index past the last word
+    is read as the last word."""
+    if not source_words or not target_words:
+        return ()
+    return tuple(sorted({(min(i, source_words - 1), min(j, target_words - 1)) for i, j in pairs}))
+
+
+def joined_alignment(sources: Sequence[str], translations: Sequence[Aligned]) -> Pairs:
+    """The alignment of ``sources`` and of their ``translations``, each joined with whitespace: every
+    pair shifted by the words of the texts before it."""
+    pairs, source, target = [], 0, 0
+    for text, translation in zip(sources, translations):
+        pairs.extend((source + i, target + j) for i, j in translation.alignment)
+        source, target = source + len(text.split()), target + len(translation.text.split())
+    return tuple(pairs)
+
+
+def moses(pairs: Pairs) -> str:
+    """An alignment in Moses' format: ``0-0 1-2 ...``."""
+    return " ".join(f"{i}-{j}" for i, j in pairs)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 import torch
 from torch import Tensor
 
+from aiayn.decode.request import Line
 from aiayn.decode.search import DecodeOptions
 from aiayn.decode.translator import Translator
 
@@ -51,7 +52,7 @@ def sentence_attention(
     translator = Translator(model, tokenizer, device, options=replace(options, nbest=1, scores=True))
     src_ids = translator.encode_source(text)
     if target is None and text.strip():
-        best = translator.hypotheses([text], [prefix])[0][0]
+        best = translator.hypotheses([Line(text, prefix)])[0][0]
         tokens, translation, score = best.tokens, translator.text(best, prefix), best.score
     else:
         target = target or ""

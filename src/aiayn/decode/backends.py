@@ -2,15 +2,10 @@
 ``engine`` setting, ``--engine`` on the command line, picks one).
 
     >>> backend = load_backend("runs/de_en", engine="ctranslate2", compute_type="int8")  # doctest: +SKIP
-    >>> backend.translate(["Ein Mann fährt Fahrrad."], DecodeOptions(beam=4))            # doctest: +SKIP
+    >>> backend.translate(["Ein Mann fährt Fahrrad."], DecodeOptions(beam=4))[0].text   # doctest: +SKIP
 
-A backend has ``name`` (its engine), ``tokenizer`` (:class:`~aiayn.data.Tokenizer`), ``config``
-(:class:`~aiayn.TransformerConfig`), ``progress`` (None, or called with the number of sentences
-each finished batch held), ``translate(lines, options)`` (one string per line) and
-``translate_nbest(lines, options)`` (per line the ``options.nbest`` best ``(score, text)``, best
-first; ``[]`` for a blank line), ``translate_aligned`` (the best text and its word alignment) and
-``translate_scored`` (the best text and its confidence, :class:`~aiayn.decode.translator.Scored`);
-each takes ``prefixes`` (per line a target text the translation starts with). Both backends keep
+Each is a :class:`~aiayn.decode.request.Backend`: one call, ``translate(lines, options, wanted)``,
+one :class:`~aiayn.decode.request.Translation` per line. Both keep
 :class:`~aiayn.decode.Translator`'s text conventions: blank line -> blank output, a source longer
 than ``max_len`` truncated with the same warning, line breaks in an output replaced by spaces.
 
@@ -51,7 +46,7 @@ How it differs from the torch backend's search (:mod:`aiayn.decode.search`):
 * ``use_cache=False`` (the uncached reference) does not exist there and is refused, as is a
   ``glossary`` (CTranslate2 has no lexical constraints).
 * **Prefixes** go to CTranslate2's ``target_prefix``; greedy search gives the same tokens as the torch
-  backend's. **Confidence** (``translate_scored``): the best hypothesis is scored again with
+  backend's. **Confidence** (``Wanted.confidence``): the best hypothesis is scored again with
   ``score_batch`` for its tokens' log-probabilities.
 """
 
@@ -59,8 +54,8 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import sys
-from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -71,19 +66,11 @@ from aiayn.config import TransformerConfig
 from aiayn.data.batching import token_batches
 from aiayn.data.tokenizer import Tokenizer, vocabularies
 from aiayn.decode import fast_step
-from aiayn.decode.align import word_alignment
+from aiayn.decode.align import clamp_pairs, word_alignment
+from aiayn.decode.request import TEXT, Line, LineLike, Translation, Wanted, as_lines
 from aiayn.decode.search import DecodeOptions, length_penalty
 from aiayn.decode.step import max_output_lengths
-from aiayn.decode.translator import (
-    LINE_BREAKS,
-    AlignedLines,
-    NBest,
-    Scored,
-    Translator,
-    clamp_pairs,
-    with_prefix,
-    word_probabilities,
-)
+from aiayn.decode.translator import LINE_BREAKS, Translator, with_prefix, word_probabilities
 from aiayn.errors import Setting, SettingError
 from aiayn.export import (
     ALIGNMENT,
@@ -104,6 +91,17 @@ COMPUTE_TYPES = ("default", "auto", *(q for q in QUANTIZATIONS if q != "none"))
 #: (:func:`aiayn.decode.fast_step.int8`).
 TORCH_COMPUTE_TYPES = ("default", "int8")
 EOS_PIECE = "</s>"
+#: The settings the backends' errors name, and the command-line flags that set them (the export
+#: directory ``out`` of :func:`aiayn.export.export_ctranslate2` is ``--ct2-dir``).
+FLAGS = {
+    "engine": "--engine",
+    "compute_type": "--compute-type",
+    "ct2_dir": "--ct2-dir",
+    "out": "--ct2-dir",
+    "device": "--device",
+    "use_cache": "--no-cache",
+    "glossary": "--glossary",
+}
 Warn = Callable[[str], None]
 
 
@@ -160,12 +158,13 @@ def load_backend(
     warn: Warn = _warning,
 ):
     """The backend of ``engine`` for the translation model of ``checkpoint`` (checkpoint or run
-    directory)."""
+    directory): a :class:`~aiayn.decode.Translator` (torch) or a :class:`CTranslate2Backend`."""
     check_backend(engine, compute_type)
     if engine == "torch":
-        return TorchBackend.load(
-            checkpoint, device=device, batch_tokens=batch_tokens, warn=warn, compute_type=compute_type
-        )
+        check_torch_compute(compute_type, device)
+        model, tokenizer, _ = load_translation_model(checkpoint, device=device)
+        model = torch_model(model, compute_type)
+        return Translator(model, tokenizer, device, batch_tokens=batch_tokens, warn=warn)
     return CTranslate2Backend.load(
         checkpoint,
         device=device,
@@ -174,70 +173,6 @@ def load_backend(
         batch_tokens=batch_tokens,
         warn=warn,
     )
-
-
-# --- torch ----------------------------------------------------------------------------------------
-
-
-class TorchBackend:
-    """:class:`~aiayn.decode.Translator` behind the backend interface (a Translator per call: the
-    options travel with the call, so concurrent calls do not share state). ``align_layer``: the
-    decoder layer alignments are read from (None: the last)."""
-
-    name = "torch"
-
-    def __init__(
-        self,
-        model,
-        tokenizer,
-        *,
-        device="cpu",
-        batch_tokens: int = 4096,
-        warn: Warn = _warning,
-        align_layer: int | None = None,
-    ) -> None:
-        self.model, self.tokenizer, self.config = model, tokenizer, model.config
-        self.device, self.batch_tokens, self.warn = device, batch_tokens, warn
-        self.align_layer = align_layer
-        self.progress: Callable[[int], None] | None = None
-
-    @classmethod
-    def load(
-        cls, checkpoint, *, device, batch_tokens: int, warn: Warn, compute_type: str = "default"
-    ) -> "TorchBackend":
-        """``compute_type`` "int8": the model's int8 copy (:func:`torch_model`)."""
-        check_torch_compute(compute_type, device)
-        model, tokenizer, _ = load_translation_model(checkpoint, device=device)
-        return cls(
-            torch_model(model, compute_type), tokenizer, device=device, batch_tokens=batch_tokens, warn=warn
-        )
-
-    def translator(self, options: DecodeOptions) -> Translator:
-        translator = Translator(
-            self.model,
-            self.tokenizer,
-            self.device,
-            batch_tokens=self.batch_tokens,
-            options=options,
-            warn=self.warn,
-            align_layer=self.align_layer,
-        )
-        translator.progress = self.progress
-        return translator
-
-    def translate(self, lines: Sequence[str], options: DecodeOptions, prefixes=None) -> list[str]:
-        return self.translator(options).translate(lines, prefixes)
-
-    def translate_nbest(self, lines: Sequence[str], options: DecodeOptions, prefixes=None) -> NBest:
-        return self.translator(options).translate_nbest(lines, prefixes=prefixes)
-
-    def translate_aligned(self, lines: Sequence[str], options: DecodeOptions, prefixes=None) -> AlignedLines:
-        return self.translator(options).translate_aligned(lines, prefixes)
-
-    def translate_scored(
-        self, lines: Sequence[str], options: DecodeOptions, prefixes=None, *, align: bool = False
-    ) -> list[Scored]:
-        return self.translator(options).translate_scored(lines, prefixes, align=align)
 
 
 # --- CTranslate2 ----------------------------------------------------------------------------------
@@ -326,39 +261,29 @@ class CTranslate2Backend:
         config = TransformerConfig.from_dict(_export_info(out)["model"])
         return cls(open_translator, tokenizer, config, batch_tokens=batch_tokens, warn=warn)
 
-    def translate(self, lines: Sequence[str], options: DecodeOptions, prefixes=None) -> list[str]:
-        nbest = self.translate_nbest(lines, replace(options, nbest=1), prefixes)
-        return [hypotheses[0][1] if hypotheses else "" for hypotheses in nbest]
-
-    def translate_nbest(self, lines: Sequence[str], options: DecodeOptions, prefixes=None) -> NBest:
-        found, _ = self._translate(lines, options, attention=False, prefixes=prefixes)
-        return [[(score, text) for score, text, _, _ in hypotheses] for hypotheses in found]
-
-    def translate_aligned(self, lines: Sequence[str], options: DecodeOptions, prefixes=None) -> AlignedLines:
-        """The best translation of each line with its word alignment, read off the attention
-        CTranslate2 returns (the export's last layer, heads averaged: as the torch backend's)."""
-        return [(s.text, s.alignment) for s in self._best(lines, options, prefixes, align=True, scores=False)]
-
-    def translate_scored(
-        self, lines: Sequence[str], options: DecodeOptions, prefixes=None, *, align: bool = False
-    ) -> list[Scored]:
-        """The best translation of each line, its tokens' log-probabilities from ``score_batch``."""
-        return self._best(lines, options, prefixes, align=align, scores=True)
-
-    def _best(self, lines, options: DecodeOptions, prefixes, *, align: bool, scores: bool) -> list[Scored]:
-        found, sources = self._translate(lines, replace(options, nbest=1), attention=align, prefixes=prefixes)
+    def translate(
+        self, lines: Sequence[LineLike], options: DecodeOptions, wanted: Wanted = TEXT
+    ) -> list[Translation]:
+        """One :class:`~aiayn.decode.request.Translation` per line: alignments read off the attention
+        CTranslate2 returns (the export's last layer, heads averaged: as the torch backend's), the
+        tokens' log-probabilities for confidence from ``score_batch``."""
+        lines = as_lines(lines)
+        found, sources = self._translate(lines, options, attention=wanted.alignment)
         best = {i: hypotheses[0] for i, hypotheses in enumerate(found) if hypotheses}
-        log_probs = self._token_log_probs(sources, best) if scores else {}
-        results = [Scored("") for _ in lines]
-        for i, (score, text, pieces, weights) in best.items():
+        log_probs = self._token_log_probs(sources, best) if wanted.confidence else {}
+        scored = wanted.scores or wanted.confidence
+        results = [Translation("") for _ in lines]
+        for i, (_, text, pieces, weights) in best.items():
             pairs = word_alignment(torch.tensor(weights), sources[i], pieces) if weights else ()
+            nbest = tuple((s if scored else math.nan, t) for s, t, _, _ in found[i])
             lps = log_probs.get(i, [])
-            results[i] = Scored(
+            results[i] = Translation(
                 text,
-                score,
+                clamp_pairs(pairs, len(lines[i].text.split()), len(text.split())),
+                nbest[0][0],
+                nbest,
                 sum(lps) / len(lps) if lps else 0.0,
                 word_probabilities(text, pieces, lps[: len(pieces)]),
-                clamp_pairs(pairs, len(lines[i].split()), len(text.split())),
                 length=len(lps),
             )
         return results
@@ -374,15 +299,17 @@ class CTranslate2Backend:
         return {i: list(result.log_probs) for i, result in zip(order, scored)}
 
     def _translate(
-        self, lines: Sequence[str], options: DecodeOptions, attention: bool, prefixes=None
+        self, lines: Sequence[Line], options: DecodeOptions, attention: bool
     ) -> tuple[list[list], dict[int, list[str]]]:
         """Per line its n-best ``(score, text, pieces, attention rows or None)``, best first; and
         each non-blank line's source pieces."""
         check_ct2_options(options)
         translator = self._translator_for(options)
         results: list[list] = [[] for _ in lines]
-        sources = {i: self.encode_source(line, i + 1) for i, line in enumerate(lines) if line.strip()}
-        starts = self._prefixes(sources, prefixes)
+        sources = {
+            i: self.encode_source(line.text, i + 1) for i, line in enumerate(lines) if line.text.strip()
+        }
+        starts = self._prefixes(sources, lines)
         limits = self._limits(sources, options, starts)
         for batch in token_batches({i: len(pieces) + 1 for i, pieces in sources.items()}, self.batch_tokens):
             found = self._search(
@@ -395,7 +322,7 @@ class CTranslate2Backend:
             )
             for i, hypotheses in zip(batch, found):
                 results[i] = [
-                    (score, with_prefix(text, prefixes[i] if prefixes else "", self.tokenizer), *rest)
+                    (score, with_prefix(text, lines[i].prefix, self.tokenizer), *rest)
                     for score, text, *rest in hypotheses
                 ]
             if self.progress is not None:
@@ -422,13 +349,13 @@ class CTranslate2Backend:
             limits = [min(max(n, len(starts[i])), self.config.max_len - 1) for n, i in zip(limits, sources)]
         return dict(zip(sources, limits))
 
-    def _prefixes(self, sources: dict[int, list[str]], prefixes) -> dict[int, list[str]]:
+    def _prefixes(self, sources: dict[int, list[str]], lines: Sequence[Line]) -> dict[int, list[str]]:
         """Each line's prefix as target pieces (cut to what an output may hold), or {} for none."""
-        if not prefixes or not any(prefixes):
+        if not any(line.prefix for line in lines):
             return {}
         room = self.config.max_len - 1
         return {
-            i: [self.target_pieces[t] for t in self.tokenizer.encode(prefixes[i], target=True)][:room]
+            i: [self.target_pieces[t] for t in self.tokenizer.encode(lines[i].prefix, target=True)][:room]
             for i in sources
         }
 
@@ -483,7 +410,7 @@ class CTranslate2Backend:
         ranked.sort(key=lambda entry: -entry[0])
         return ranked[: options.nbest]
 
-    def _empty_outputs(self, sources: list[list[str]], alpha: float) -> NBest:
+    def _empty_outputs(self, sources: list[list[str]], alpha: float) -> list[list[tuple[float, str]]]:
         scored = self.translator.score_batch(sources, [[] for _ in sources], max_batch_size=self.batch_tokens)
         return [[(sum(r.log_probs) / length_penalty(1, alpha), "")] for r in scored]
 

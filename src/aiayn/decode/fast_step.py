@@ -1,4 +1,4 @@
-"""The decoder's one-token step written for inference: the default step function of the searches.
+"""The decoder's one-token step written for inference: the searches' step function on the CPU.
 
 :class:`FastStep` is another implementation of the step protocol of :mod:`aiayn.decode.step` (the
 same ``__call__(prefix)``, ``reorder(new_order)``, ``vocab_size``, ``device``), with the same
@@ -43,6 +43,13 @@ from aiayn.decode.step import encode_sources
 def supported(model) -> bool:
     """Whether :class:`FastStep` can decode ``model``: a model in eval mode (dropout off)."""
     return not model.training
+
+
+def by_default(model) -> bool:
+    """Whether the searches take :class:`FastStep` for ``model`` by default: on the CPU, where it was
+    measured faster than the model's own step (``benchmarks/decode_paths.py``); not on a GPU, where
+    it has no figure yet (``benchmarks/decode_paths.py --device cuda`` measures it)."""
+    return next(model.parameters()).device.type == "cpu"
 
 
 # --- linear layers, packed for oneDNN on the CPU ---------------------------------------------------

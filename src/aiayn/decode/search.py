@@ -707,11 +707,12 @@ def generate(
 
 
 def _step(model, src: Tensor, options: DecodeOptions, *, log_probs: bool) -> StepFunction:
-    """The step function ``generate`` decodes with: :class:`~aiayn.decode.fast_step.FastStep` unless
-    ``options.paths.fast_step`` is off, the cache is off or the model is not in eval mode, then
-    :class:`~aiayn.decode.step.ModelStep` (the reference)."""
+    """The step function ``generate`` decodes with: :class:`~aiayn.decode.fast_step.FastStep` where
+    ``options.paths.fast_step`` takes it (by default: on the CPU), with the cache, for a model in eval
+    mode; else :class:`~aiayn.decode.step.ModelStep` (the reference)."""
     paths = options.paths
-    if paths.fast_step and options.use_cache and fast_step.supported(model):
+    fast = fast_step.by_default(model) if paths.fast_step is None else paths.fast_step
+    if fast and options.use_cache and fast_step.supported(model):
         return fast_step.FastStep(
             model,
             src,

@@ -46,15 +46,16 @@ class SearchPaths:
     ``shortlist`` (beam search scores each row's best ``2 * beam`` tokens, not all of them),
     ``group_rows`` (rows of one source share its memory, :mod:`aiayn.decode.cache`) and
     ``by_length`` (the encoder on buckets of similar length, :func:`encode_by_length`) and
-    ``fast_step`` (the decoder step written for inference, :mod:`aiayn.decode.fast_step`; False:
-    :class:`ModelStep`, the model's own forward on its key/value cache).
+    ``fast_step`` (the decoder step written for inference, :mod:`aiayn.decode.fast_step`; None, the
+    default: for a model on the CPU, where it was measured faster, :func:`~aiayn.decode.fast_step.by_default`;
+    False: :class:`ModelStep`, the model's own forward on its key/value cache).
     """
 
     two_stage: bool = True
     shortlist: bool = True
     group_rows: bool = True
     by_length: bool = True
-    fast_step: bool = True
+    fast_step: bool | None = None
 
 
 FAST_PATHS = SearchPaths()  # every fast path: the default everywhere

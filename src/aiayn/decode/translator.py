@@ -37,49 +37,18 @@ from aiayn.decode.align import (
     WORD_START,
     Pairs,
     alignment_layer,
+    clamp_pairs,
     cross_attention,
     word_alignment,
     word_starts,
 )
 from aiayn.decode.constraints import beam_for, total_tokens
+from aiayn.decode.request import TEXT, Line, LineLike, Translation, Wanted, as_lines
 from aiayn.decode.search import Controls, DecodeOptions, Hypothesis, generate
 from aiayn.decode.step import max_output_lengths
 
 Warn = Callable[[str], None]
-NBest = list[list[tuple[float, str]]]  # per line, its n-best (score, text), best first; [] for a blank line
-#: per line, its best translation and that translation's word alignment (:mod:`aiayn.decode.align`)
-AlignedLines = list[tuple[str, Pairs]]
 LINE_BREAKS = re.compile("[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
-
-
-def clamp_pairs(pairs: Pairs, source_words: int, target_words: int) -> Pairs:
-    """``pairs`` within the texts' words: pieces and ``str.split()`` words can disagree at the edges
-    (a normalised character, an unknown piece decoded with spaces), so an index past the last word
-    is read as the last word."""
-    if not source_words or not target_words:
-        return ()
-    return tuple(sorted({(min(i, source_words - 1), min(j, target_words - 1)) for i, j in pairs}))
-
-
-@dataclass(frozen=True)
-class Scored:
-    """A translation with its confidence: ``score`` (log P / lp, as the n-best's), ``confidence``
-    (the mean log-probability of its tokens, EOS included: the length-normalised log-probability;
-    ``math.exp`` of it is the probability form), ``words`` (each word of ``text.split()`` with its
-    probability: the product of its pieces'), ``alignment`` (with ``align``), ``terms`` (glossary
-    terms met, asked), ``length`` (the tokens scored, EOS included)."""
-
-    text: str
-    score: float = 0.0
-    confidence: float = 0.0
-    words: tuple[tuple[str, float], ...] = ()
-    alignment: Pairs = ()
-    terms: tuple[int, int] = (0, 0)
-    length: int = 0
-
-    @property
-    def probability(self) -> float:
-        return math.exp(self.confidence)
 
 
 @dataclass
@@ -120,15 +89,18 @@ def _stderr(message: str) -> None:
 
 
 class Translator:
-    """Translate lines of text with a trained model and its tokenizer.
+    """Translate lines of text with a trained model and its tokenizer: the torch engine
+    (:class:`~aiayn.decode.request.Backend`).
 
     ``options`` (:class:`DecodeOptions`) may be given whole or as keywords (``beam=4, alpha=0.6,
     nbest=1, max_len_a=1.0, max_len_b=50, use_cache=True, sample=False, temperature=1.0, top_k=0,
-    top_p=1.0, seed=None, glossary=()``). ``progress`` is called with the number of sentences of each
-    finished batch (for a progress bar). ``align_layer``: the decoder layer alignments are read from
-    (default :func:`~aiayn.decode.align.alignment_layer`, the last). ``prefixes`` (each method): one
-    target text per line ("" for none) the translation starts with.
+    top_p=1.0, seed=None, glossary=()``): the options of a call that gives none. ``progress`` is
+    called with the number of sentences of each finished batch (for a progress bar). ``align_layer``:
+    the decoder layer alignments are read from (default :func:`~aiayn.decode.align.alignment_layer`,
+    the last).
     """
+
+    name = "torch"
 
     def __init__(
         self,
@@ -143,6 +115,7 @@ class Translator:
         **option_values,
     ) -> None:
         self.model = model.to(device).eval()
+        self.config = model.config
         self.align_layer = (
             alignment_layer(model.config.n_decoder_layers) if align_layer is None else align_layer
         )
@@ -151,64 +124,38 @@ class Translator:
         self.options = replace(options or DecodeOptions(), **option_values)
         self.progress: Callable[[int], None] | None = None
 
-    def translate(self, lines: Sequence[str], prefixes: Sequence[str] | None = None) -> list[str]:
-        """One detokenized translation per line (the best hypothesis)."""
-        options = replace(self.options, nbest=1, scores=False)  # text only: greedy skips the log-softmax
-        return [nbest[0][1] if nbest else "" for nbest in self._nbest(lines, options, prefixes)]
+    def translate(
+        self, lines: Sequence[LineLike], options: DecodeOptions | None = None, wanted: Wanted = TEXT
+    ) -> list[Translation]:
+        """One :class:`~aiayn.decode.request.Translation` per line (``options``: the translator's
+        own when None); ``Translation("")`` for a blank line."""
+        lines = as_lines(lines)
+        options = replace(options or self.options, scores=wanted.scores or wanted.confidence)
+        results = [Translation("") for _ in lines]
+        for batch, src, hypotheses in self._decoded(lines, options):
+            best = [hyps[0] for hyps in hypotheses]
+            nbest = [
+                [(h.score, self.text(h, lines[i].prefix)) for h in hyps] for i, hyps in zip(batch, hypotheses)
+            ]
+            texts = [found[0][1] for found in nbest]
+            alignments = (
+                self._align(src, [lines[i].text for i in batch], best, texts) if wanted.alignment else None
+            )
+            for k, i in enumerate(batch):
+                asked = len(glossary.targets(options.glossary, lines[i].text))
+                alignment = alignments[k] if alignments else ()
+                results[i] = self._translation(best[k], nbest[k], alignment, asked, wanted)
+        return results
 
-    def translate_nbest(
-        self, lines: Sequence[str], nbest: int | None = None, prefixes: Sequence[str] | None = None
-    ) -> NBest:
-        """``nbest`` (default: the options') ``(score, text)`` pairs per line, best first; [] for a
-        blank line."""
-        return self._nbest(lines, replace(self.options, nbest=nbest or self.options.nbest), prefixes)
-
-    def hypotheses(
-        self, lines: Sequence[str], prefixes: Sequence[str] | None = None
-    ) -> list[list[Hypothesis]]:
+    def hypotheses(self, lines: Sequence[LineLike]) -> list[list[Hypothesis]]:
         """Each line's hypotheses (tokens, scores, token log-probabilities), best first; [] for a blank
         line."""
+        lines = as_lines(lines)
         found: list[list[Hypothesis]] = [[] for _ in lines]
-        for batch, _, hypotheses in self._decoded(lines, self.options, prefixes):
+        for batch, _, hypotheses in self._decoded(lines, self.options):
             for i, hyps in zip(batch, hypotheses):
                 found[i] = hyps
         return found
-
-    def _nbest(self, lines: Sequence[str], options: DecodeOptions, prefixes: Sequence[str] | None) -> NBest:
-        results: NBest = [[] for _ in lines]
-        for batch, _, hypotheses in self._decoded(lines, options, prefixes):
-            for i, hyps in zip(batch, hypotheses):
-                results[i] = [(h.score, self._text(h, prefixes, i)) for h in hyps]
-        return results
-
-    def translate_aligned(self, lines: Sequence[str], prefixes: Sequence[str] | None = None) -> AlignedLines:
-        """The best translation of each line with its ``(source word, target word)`` pairs (words:
-        ``str.split()``); ``("", ())`` for a blank line."""
-        best = self._best(lines, prefixes, align=True, scores=False)  # the search skips what it can
-        return [(s.text, s.alignment) for s in best]
-
-    def translate_scored(
-        self, lines: Sequence[str], prefixes: Sequence[str] | None = None, *, align: bool = False
-    ) -> list[Scored]:
-        """The best translation of each line with its confidence (:class:`Scored`; with ``align``
-        its word alignment too); ``Scored("")`` for a blank line."""
-        return self._best(lines, prefixes, align=align, scores=True)
-
-    def _best(self, lines, prefixes, *, align: bool, scores: bool) -> list[Scored]:
-        options = replace(self.options, nbest=1, scores=scores)
-        results = [Scored("") for _ in lines]
-        for batch, src, hypotheses in self._decoded(lines, options, prefixes):
-            best = [hyps[0] for hyps in hypotheses]
-            texts = [self._text(h, prefixes, i) for h, i in zip(best, batch)]
-            alignments = self._align(src, [lines[i] for i in batch], best, texts) if align else None
-            for k, (i, h) in enumerate(zip(batch, best)):
-                results[i] = self._scored(
-                    h,
-                    texts[k],
-                    alignments[k] if alignments else (),
-                    len(glossary.targets(options.glossary, lines[i])),
-                )
-        return results
 
     def encode_source(self, text: str, line_number: int | None = None) -> list[int]:
         """``encode(text) + [EOS]``, truncated (with a warning) to the model's ``max_len``."""
@@ -226,12 +173,14 @@ class Translator:
 
     # --- internals ---------------------------------------------------------------------------------
     def _decoded(
-        self, lines: Sequence[str], options: DecodeOptions, prefixes: Sequence[str] | None
+        self, lines: Sequence[Line], options: DecodeOptions
     ) -> Iterator[tuple[list[int], torch.Tensor, list[list[Hypothesis]]]]:
         """Per batch: its lines' indices, their padded sources ``(B, S)`` and their hypotheses (best
         first). Lines whose glossary terms widen the beam are decoded in batches of their own beam."""
-        sources = {i: self.encode_source(line, i + 1) for i, line in enumerate(lines) if line.strip()}
-        controls = self._controls(lines, sources, options, prefixes)
+        sources = {
+            i: self.encode_source(line.text, i + 1) for i, line in enumerate(lines) if line.text.strip()
+        }
+        controls = self._controls(lines, sources, options)
         for beam, group in self._beams(sources, controls, options).items():
             searched = replace(options, beam=beam)
             for batch in self.batches({i: sources[i] for i in group}):
@@ -240,9 +189,9 @@ class Translator:
                 if self.progress is not None:
                     self.progress(len(batch))
 
-    def _controls(self, lines, sources, options: DecodeOptions, prefixes) -> dict[int, _Line]:
+    def _controls(self, lines: Sequence[Line], sources, options: DecodeOptions) -> dict[int, _Line]:
         """Each line's prefix and glossary terms as target ids, fitted to its maximum output length."""
-        if not prefixes and not options.glossary:
+        if not any(line.prefix for line in lines) and not options.glossary:
             return {}
         limits = max_output_lengths(
             torch.tensor([len(ids) for ids in sources.values()]),
@@ -250,18 +199,15 @@ class Translator:
             options.max_len_b,
             self.model.config.max_len,
         )
-        return {
-            i: self._line(i, lines[i], prefixes[i] if prefixes else "", options, limit)
-            for i, limit in zip(sources, limits)
-        }
+        return {i: self._line(i, lines[i], options, limit) for i, limit in zip(sources, limits)}
 
-    def _line(self, i: int, line: str, prefix: str, options: DecodeOptions, limit: int) -> _Line:
+    def _line(self, i: int, line: Line, options: DecodeOptions, limit: int) -> _Line:
         room = self.model.config.max_len - 1
-        ids = self.tokenizer.encode(prefix, target=True) if prefix else []
+        ids = self.tokenizer.encode(line.prefix, target=True) if line.prefix else []
         if len(ids) > room:
             self.warn(f"line {i + 1}: the prefix has {len(ids)} tokens, more than an output's {room}; cut")
             ids = ids[:room]
-        terms = [self.tokenizer.encode(t, target=True) for t in glossary.targets(options.glossary, line)]
+        terms = [self.tokenizer.encode(t, target=True) for t in glossary.targets(options.glossary, line.text)]
         kept = list(terms)
         while kept and len(ids) + total_tokens(kept) > max(limit, len(ids)):
             kept.pop()
@@ -310,15 +256,21 @@ class Translator:
         """The text of ``hypothesis`` (:meth:`detokenize`), its prefix kept as given."""
         return with_prefix(self.detokenize(hypothesis), prefix, self.tokenizer)
 
-    def _text(self, hypothesis: Hypothesis, prefixes: Sequence[str] | None, i: int) -> str:
-        return with_prefix(self.detokenize(hypothesis), prefixes[i] if prefixes else "", self.tokenizer)
-
-    def _scored(self, hypothesis: Hypothesis, text: str, alignment: Pairs, asked: int) -> Scored:
-        lps = hypothesis.token_log_probs
-        pieces = [self.tokenizer.id_to_piece(t, target=True) for t in hypothesis.tokens]
+    def _translation(
+        self, best: Hypothesis, nbest, alignment: Pairs, asked: int, wanted: Wanted
+    ) -> Translation:
+        """A line's answer from its hypotheses (``nbest``: their scores and texts, best first)."""
+        text = nbest[0][1]
+        if not (wanted.scores or wanted.confidence):  # a greedy search took no log-softmax
+            nbest = [(math.nan, found) for _, found in nbest]
+        terms = (best.met, asked)
+        if not wanted.confidence:
+            return Translation(text, alignment, nbest[0][0], tuple(nbest), terms=terms)
+        lps = best.token_log_probs
+        pieces = [self.tokenizer.id_to_piece(t, target=True) for t in best.tokens]
         confidence = sum(lps) / len(lps) if lps else 0.0
         words = word_probabilities(text, pieces, lps[: len(pieces)])
-        return Scored(text, hypothesis.score, confidence, words, alignment, (hypothesis.met, asked), len(lps))
+        return Translation(text, alignment, best.score, tuple(nbest), confidence, words, terms, len(lps))
 
     def _align(self, src, lines, best: list[Hypothesis], texts) -> list[Pairs]:
         """Each line's word alignment (over ``str.split()`` words of the line and of its text) read off

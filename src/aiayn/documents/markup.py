@@ -42,7 +42,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from aiayn.documents.types import Aligned
+from aiayn.decode.align import Pairs
+from aiayn.decode.request import Translation
 
 _WORD = re.compile(r"\S+")  # str.split()'s words: re's \s is str.isspace()
 
@@ -337,7 +338,7 @@ def _identity(text: str) -> str:
 def transfer(
     inline: Inline,
     spans: Sequence[tuple[int, int]],
-    translations: Sequence[Aligned],
+    translations: Sequence[Translation],
     escape: Callable[[str], str] = _identity,
 ) -> str:
     """The translated run with its elements: ``translations[k]`` translates ``inline.text[s:e]`` for
@@ -439,7 +440,7 @@ class _Target:
     them), its pieces, and for each source piece the first and last target piece aligned to it."""
 
     source: _Source
-    translations: Sequence[Aligned]
+    translations: Sequence[Translation]
 
     def __post_init__(self) -> None:
         self.parts: list[str] = []
@@ -853,7 +854,7 @@ class Run:
     escape: Callable[[str], str] = _identity
     breaks: tuple[str, ...] = ()
 
-    def write(self, translations: Sequence[Aligned]) -> str:
+    def write(self, translations: Sequence[Translation]) -> str:
         text = transfer(self.inline, self.spans, translations, self.escape)
         if not self.breaks or "\n" not in text:
             return text
@@ -872,7 +873,13 @@ class Assembled:
     def sentences(self) -> list[str]:
         return [p.inline.text[s:e] for p in self.parts if isinstance(p, Run) for s, e in p.spans]
 
-    def rebuild(self, translations: Sequence[Aligned]) -> str:
+    def alignment(self, translations: Sequence[Translation]) -> Pairs:
+        return ()  # the document's words are its markup's too
+
+    def line_of(self, k: int) -> int:
+        return 1
+
+    def rebuild(self, translations: Sequence[Translation]) -> str:
         expected = sum(len(p.spans) for p in self.parts if isinstance(p, Run))
         if len(translations) != expected:
             raise ValueError(f"{expected} sentences but {len(translations)} translations")

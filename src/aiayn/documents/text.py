@@ -9,7 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from aiayn.documents.types import Aligned, SplitSentences, joined_alignment
+from aiayn.decode.align import Pairs, joined_alignment
+from aiayn.decode.request import Translation
+from aiayn.documents.types import SplitSentences
 
 
 @dataclass
@@ -22,12 +24,12 @@ class TextDocument:
     def sentences(self) -> list[str]:
         return self.parts[1::2]
 
-    def rebuild(self, translations: Sequence[Aligned]) -> str:
+    def rebuild(self, translations: Sequence[Translation]) -> str:
         out = list(self.parts)
         out[1::2] = [t.text for t in translations]
         return "".join(out)
 
-    def alignment(self, translations: Sequence[Aligned]) -> tuple[tuple[int, int], ...]:
+    def alignment(self, translations: Sequence[Translation]) -> Pairs:
         """The sentences' alignments over the whole document's words: ``str.split()`` of the
         document and of :meth:`rebuild`'s text (the gaps hold no words)."""
         return joined_alignment(self.sentences(), translations)

@@ -46,6 +46,7 @@ from starlette.exceptions import HTTPException
 from aiayn.decode.attention import sentence_attention
 from aiayn.decode.choices import next_choices
 from aiayn.decode.glossary import check_glossary
+from aiayn.decode.request import Wanted
 from aiayn.decode.search import DecodeOptions
 from aiayn.decode.translator import LINE_BREAKS, word_probabilities
 from aiayn.documents.translate import DocumentResult
@@ -83,7 +84,7 @@ class Served:
 
     kind: str  # "translation" or "forecast"
     info: dict[str, Any]  # GET /v1/model
-    backend: Any = None  # an aiayn.decode.backends backend (translation)
+    backend: Any = None  # an aiayn.decode.request.Backend (translation)
     model: Any = None  # the torch model: attention (translation) or the forecaster
     stored: dict[str, Any] | None = None  # the checkpoint's config.json (forecast: data, scaler)
     device: torch.device = torch.device("cpu")
@@ -211,21 +212,16 @@ def create_app(served: Served, limits: Limits, batcher_settings: dict[str, Any],
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
-        tasks, batchers = [], {}
+        batcher = task = None
         if served.kind == "translation":
-            batchers = {
-                kind: Batcher(decode, _token_counter(served), executor, **batcher_settings)
-                for kind, decode in _decoders(served).items()
-            }
+            batcher = Batcher(served.backend.translate, _token_counter(served), executor, **batcher_settings)
             source = (served.info.get("languages") or {}).get("source")
-            app.state.documents = Documents(served.backend, batchers, executor, source)
-            tasks = [asyncio.create_task(batcher.run()) for batcher in batchers.values()]
+            app.state.documents = Documents(served.backend, batcher, source)
+            task = asyncio.create_task(batcher.run())
         yield
-        for task in tasks:
+        if task is not None:
             task.cancel()
-        for batcher in batchers.values():
             batcher.close()  # requests still waiting (past the graceful shutdown) get an error
-        if tasks:
             await asyncio.to_thread(app.state.documents.close)
         executor.shutdown(wait=True)
 
@@ -318,14 +314,9 @@ async def translate(body: TranslateRequest, request: Request) -> dict[str, Any]:
         raise _bad(422, "scores: for the best translation only; not with nbest > 1")
     options = _options(body, served, nbest=body.nbest, **_sampling(body))
     with state.admission.slot():
+        wanted = Wanted(scores=True, confidence=body.scores, alignment=body.alignments)
         results = await state.documents.translate(
-            body.text,
-            options,
-            body.format,
-            body.alignments,
-            True,
-            confidence=body.scores,
-            prefixes=prefixes,
+            body.text, options, fmt=body.format, wanted=wanted, prefixes=prefixes
         )
     translations = [_translation(result, body.alignments, body.scores) for result in results]
     return {"translations": translations, "engine": served.backend.name}
@@ -509,11 +500,11 @@ def _translation(result: DocumentResult, alignments: bool, scores: bool) -> dict
         translation["confidence"] = _confidence(result.confidence)
         translation["sentence_scores"] = [
             {
-                **_confidence(scored.confidence),
-                "words": [list(pair) for pair in scored.words],
-                "terms": list(scored.terms),
+                **_confidence(sentence.confidence),
+                "words": [list(pair) for pair in sentence.words],
+                "terms": list(sentence.terms),
             }
-            for scored in result.scored
+            for sentence in result.translations
         ]
     return translation
 
@@ -524,16 +515,6 @@ def _confidence(log_prob: float) -> dict[str, float]:
 
 def _finite(score: float) -> float | None:
     return score if np.isfinite(score) else None
-
-
-def _decoders(served: Served) -> dict[str, Any]:
-    """What each batcher runs in the model's thread: a search, a search with word alignments, and a
-    search with confidence and word alignments."""
-    return {
-        "nbest": served.backend.translate_nbest,
-        "aligned": served.backend.translate_aligned,
-        "scored": functools.partial(served.backend.translate_scored, align=True),
-    }
 
 
 def _token_counter(served: Served):

@@ -12,35 +12,38 @@ worker thread that runs the model (the event loop never waits on it), and each r
 sentences' results. Greedy and beam search give a sentence the same output whatever it is batched
 with (:mod:`aiayn.decode.search`), so batching changes how fast, not what. Sampling draws depend on
 the batch, so a sampling request is decoded alone: a seed gives the same samples for the same text.
-A request's lines may carry target prefixes: they travel beside the lines (``""`` for the lines of
-requests that gave none) and reach the decoding only when some request of the batch has one. Options
-that differ (a glossary among them) never share a batch.
+A request is :class:`~aiayn.decode.request.Line` s (each with its prefix), the search's options and
+what it wants (:class:`~aiayn.decode.request.Wanted`). Requests whose options differ (a glossary
+among them) never share a batch; those that want different things do, and the batch computes what
+any of them wants (scores and alignments change no text; each caller reads what it asked for).
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import functools
+import operator
 import time
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Callable
 
+from aiayn.decode.request import Line, Translation, Wanted
 from aiayn.decode.search import DecodeOptions
 
 RECENT_BATCHES = 4  # how many batches' sizes set how many requests a batch waits for
-#: ``decode(lines, options)`` or, when a line of the batch has a prefix, ``decode(lines, options,
-#: prefixes)``: one result per line
-Decode = Callable[..., list[Any]]
+#: ``decode(lines, options, wanted)``: a backend's :meth:`~aiayn.decode.request.Backend.translate`
+Decode = Callable[[list[Line], DecodeOptions, Wanted], list[Translation]]
 
 
 @dataclass
 class Job:
-    lines: list[str]
+    lines: list[Line]
     options: DecodeOptions
+    wanted: Wanted
     tokens: int
     future: asyncio.Future = field(repr=False)
-    prefixes: list[str] | None = None  # per line, the target text its translation starts with
 
 
 class Batcher:
@@ -73,14 +76,11 @@ class Batcher:
             if not job.future.done():
                 job.future.set_exception(RuntimeError(reason))
 
-    async def submit(
-        self, lines: list[str], options: DecodeOptions, prefixes: list[str] | None = None
-    ) -> list[Any]:
-        """The result of each of ``lines`` (from its prefix, ``prefixes[i]``, when given), decoded with
-        whatever else arrives meanwhile."""
-        tokens = sum(self.count_tokens(line) for line in lines)
+    async def submit(self, lines: list[Line], options: DecodeOptions, wanted: Wanted) -> list[Translation]:
+        """The translation of each of ``lines``, decoded with whatever else arrives meanwhile."""
+        tokens = sum(self.count_tokens(line.text) for line in lines)
         future = asyncio.get_running_loop().create_future()
-        job = Job(lines, options, tokens, future, list(prefixes) if prefixes and any(prefixes) else None)
+        job = Job(lines, options, wanted, tokens, future)
         await self.queue.put(job)
         return await job.future
 
@@ -142,11 +142,10 @@ class Batcher:
 
     async def _decode(self, batch: list[Job]) -> None:
         lines = [line for job in batch for line in job.lines]
-        prefixes = [p for job in batch for p in job.prefixes or [""] * len(job.lines)]
-        extra = (prefixes,) if any(prefixes) else ()  # decoders that take no prefixes are given none
+        wanted = functools.reduce(operator.or_, (job.wanted for job in batch))
         loop = asyncio.get_running_loop()
         try:
-            results = await loop.run_in_executor(self.executor, self.decode, lines, batch[0].options, *extra)
+            results = await loop.run_in_executor(self.executor, self.decode, lines, batch[0].options, wanted)
         except Exception as err:  # the jobs' requests answer with it; the batcher goes on
             self.taken = []
             for job in batch:

@@ -17,8 +17,8 @@ import sys
 
 import torch
 
-from aiayn.decode.backends import TorchBackend, check_backend, check_torch_compute, load_backend, torch_model
-from aiayn.decode.cli import FLAGS
+from aiayn.decode.backends import FLAGS, check_backend, check_torch_compute, load_backend, torch_model
+from aiayn.decode.translator import Translator
 from aiayn.device import resolve_device
 from aiayn.errors import UserError, naming_flags
 from aiayn.loading import load
@@ -192,7 +192,7 @@ def _translation_served(loaded, args: argparse.Namespace, device):
     if args.engine == "torch":
         check_torch_compute(args.compute_type, device)
         model = torch_model(loaded.model, args.compute_type)  # the page's attention: loaded.model
-        backend = TorchBackend(model, loaded.tokenizer, device=device, warn=backend_warning)
+        backend = Translator(model, loaded.tokenizer, device, warn=backend_warning)
     else:
         backend = load_backend(
             args.checkpoint,

@@ -70,7 +70,7 @@ async def translate(request: Request) -> dict[str, Any]:
     nbest = alternatives + 1 if fmt == "text" else 1  # as LibreTranslate: no alternatives for HTML
     options = DecodeOptions(beam=max(BEAM, nbest), alpha=ALPHA, nbest=nbest)
     with state.admission.slot():
-        results = await state.documents.translate(texts, options, fmt, False, False)
+        results = await state.documents.translate(texts, options, fmt=fmt)
     answer: dict[str, Any] = {"translatedText": [r.text for r in results]}
     if alternatives:
         answer["alternatives"] = [_unique(r.alternatives, r.text)[:alternatives] for r in results]

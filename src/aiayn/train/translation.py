@@ -292,7 +292,7 @@ class TranslationTask(Task):
         sources, references = [s for s, _ in self.valid_pairs], [t for _, t in self.valid_pairs]
         translator = Translator(self.model, self.tokenizer, self.device, beam=1)
         with self.engine.autocast():
-            hypotheses = translator.translate(sources)
+            hypotheses = [translation.text for translation in translator.translate(sources)]
         scores = sacrebleu_scores(hypotheses, references, lowercase=self.tokenizer.lowercases)
         return {"bleu": scores["bleu"], "chrf": scores["chrf"]}
 

@@ -40,27 +40,17 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from aiayn.decode.backends import check_backend, check_ct2_options, load_backend, require_ctranslate2
+from aiayn.decode.align import moses
+from aiayn.decode.backends import FLAGS, check_backend, check_ct2_options, load_backend, require_ctranslate2
 from aiayn.decode.glossary import read_glossary
+from aiayn.decode.request import Wanted
 from aiayn.decode.search import DecodeOptions
 from aiayn.decode.translator import LINE_BREAKS
 from aiayn.device import resolve_device
-from aiayn.documents.types import FORMATS, moses
+from aiayn.documents.types import FORMATS
 from aiayn.errors import UserError, naming_flags
 from aiayn.io import output_lines, read_lines, stdin_blocks
 from aiayn.loading import model_languages
-
-#: The settings the backends' errors name, and the flags that set them here (the export directory
-#: ``out`` of :func:`aiayn.export.export_ctranslate2` is ``--ct2-dir``).
-FLAGS = {
-    "engine": "--engine",
-    "compute_type": "--compute-type",
-    "ct2_dir": "--ct2-dir",
-    "out": "--ct2-dir",
-    "device": "--device",
-    "use_cache": "--no-cache",
-    "glossary": "--glossary",
-}
 
 
 def register(subparsers) -> None:
@@ -376,9 +366,7 @@ def _translate_lines(
         lambda todo: documents.translate(
             todo,
             options,
-            alignments=args.alignments,
-            scores=options.nbest > 1,
-            confidence=args.scores,
+            wanted=Wanted(scores=options.nbest > 1, confidence=args.scores, alignment=args.alignments),
             prefixes=prefixes,
             where=lambda d, _: f"line {first + d}",
         ),
@@ -454,7 +442,8 @@ def run_evaluate(args) -> int:
     with output_lines(args.output) if args.output else contextlib.nullcontext(lambda _: None) as write:
         engine = load()
         total = sum(1 for line in src if line.strip())
-        hyps = _run_with_progress(engine, src, True, lambda todo: engine.translate(todo, options), total)
+        found = _run_with_progress(engine, src, True, lambda todo: engine.translate(todo, options), total)
+        hyps = [translation.text for translation in found]
         write(hyps)
     scores = sacrebleu_scores(
         hyps, ref, lowercase=engine.tokenizer.lowercases
