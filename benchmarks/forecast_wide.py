@@ -2,7 +2,8 @@
 
 The common long-horizon benchmark files are wider than ETT: Weather has 21 variables, Electricity
 321, Traffic 862. They are not in ``../shared/data``, so this makes files of their shapes from ETT's
-columns (each copy of a column with its own noise, a week's shift and a scale; never committed) and
+columns (``$AIAYN_DATA/ett``, default ``../shared/data/ett``; each copy of a column with its own
+noise, a week's shift and a scale; never committed) and
 times ``aiayn forecast train`` of the recipe's settings (trial 0 of its search) on each, with
 ``train.channels_per_step`` as the recipe sets it and, for comparison, off.
 
@@ -29,7 +30,7 @@ import yaml
 from common import command, machine, versions
 
 ROOT = Path(__file__).resolve().parents[1]
-ETT = ROOT.parent / "shared" / "data" / "ett"
+ETT = Path(os.environ.get("AIAYN_DATA") or ROOT.parent / "shared" / "data") / "ett"  # ETTh1.csv, ETTm1.csv
 SHAPES = {"weather_like": ("ETTm1.csv", 21, 52_696), "electricity_like": ("ETTh1.csv", 321, 26_304)}
 
 

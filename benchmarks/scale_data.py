@@ -46,7 +46,7 @@ from common import command, machine, versions
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "configs" / "wmt14_en_de_base.yaml"
-MULTI30K = ROOT.parent / "shared" / "data" / "multi30k"
+MULTI30K = Path(os.environ.get("AIAYN_DATA") or ROOT.parent / "shared" / "data") / "multi30k"
 GIB = 2**30
 
 
@@ -223,6 +223,8 @@ def run_size(n: int, work: Path, args: argparse.Namespace) -> dict:
                 str(n),
                 "--out",
                 str(corpus),
+                "--multi30k",
+                str(MULTI30K),
             ],
             check=True,
         )
