@@ -170,3 +170,22 @@ def test_every_engine_and_what_stands_before_one_answer_the_one_call() -> None:
         assert others == [], (implementation, others)
     assert isinstance(FakeBackend(), Backend)
     assert not isinstance(object(), Backend)
+
+
+def test_the_type_checker_holds_every_engine_to_the_backend_protocol(tmp_path: Path) -> None:
+    """mypy reads tests/backend_types.py, which passes each of them where a Backend is wanted (a
+    parameter or an attribute missing or of another type there is an error; tried: the fake without
+    ``wanted``, without ``name``; a renamed parameter is the other test's)."""
+    mypy = Path(sys.executable).with_name("mypy")
+    if not mypy.is_file():
+        pytest.fail("mypy is not installed: pip install -e '.[test]'")
+    command = [str(mypy), "--cache-dir", str(tmp_path), "--config-file", str(ROOT / "pyproject.toml")]
+    env = {"PATH": "/usr/bin:/bin", "MYPYPATH": f"{ROOT / 'src'}:{ROOT / 'tests'}"}
+    result = subprocess.run(
+        [*command, str(ROOT / "tests" / "backend_types.py")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr

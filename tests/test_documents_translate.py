@@ -7,7 +7,7 @@ from __future__ import annotations
 import random
 import re
 from types import SimpleNamespace
-from typing import Sequence
+from typing import Callable, Sequence
 
 import pytest
 import torch
@@ -40,13 +40,16 @@ class FakeBackend:
 
     def __init__(self, max_len: int = 32) -> None:
         self.tokenizer, self.config = WordTokenizer(), SimpleNamespace(max_len=max_len)
-        self.progress, self.calls = None, []
+        self.progress: Callable[[int], None] | None = None
+        self.calls: list[list[str]] = []
 
     def _one(self, line: str) -> str:
         assert len(self.tokenizer.encode(line)) <= self.config.max_len - 1, "a piece longer than the model"
         return line.upper()
 
-    def translate(self, lines: Sequence[LineLike], options: DecodeOptions, wanted: Wanted = TEXT):
+    def translate(
+        self, lines: Sequence[LineLike], options: DecodeOptions, wanted: Wanted = TEXT
+    ) -> list[Translation]:
         lines = as_lines(lines)
         self.calls.append([line.text for line in lines])
         found = []

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Protocol, Sequence, Union, runtime_checkable
+from typing import Any, Callable, Protocol, Sequence, Union, runtime_checkable
 
 from aiayn.decode.align import Pairs
 from aiayn.decode.search import DecodeOptions
@@ -106,10 +106,16 @@ class Backend(Protocol):
     ``Translation("")``, a source longer than ``max_len`` is truncated with a warning naming the line,
     line breaks in an output become spaces, the answers come in the order of the lines."""
 
-    name: str
-    tokenizer: object
-    config: object
     progress: Callable[[int], None] | None
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def tokenizer(self) -> Any: ...
+
+    @property
+    def config(self) -> Any: ...
 
     def translate(
         self, lines: Sequence[LineLike], options: DecodeOptions, wanted: Wanted = TEXT
