@@ -91,11 +91,6 @@ def as_lines(lines: Sequence[LineLike]) -> list[Line]:
     return [line if isinstance(line, Line) else Line(line) for line in lines]
 
 
-def with_prefixes(texts: Sequence[str], prefixes: Sequence[str] | None) -> list[Line]:
-    """``texts`` as lines, line ``i`` starting from ``prefixes[i]`` (None: no prefixes)."""
-    return [Line(text, prefixes[i] if prefixes else "") for i, text in enumerate(texts)]
-
-
 @runtime_checkable
 class Backend(Protocol):
     """What translates: ``name`` (its engine), ``tokenizer`` (:class:`~aiayn.data.Tokenizer`),
