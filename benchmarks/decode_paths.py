@@ -10,9 +10,11 @@ Translator's own batches):
   block-wise two-stage ones (``SearchPaths(two_stage=False)``);
 * ``one encoder batch``: the encoder run on the whole padded batch at once instead of on buckets
   of sources of similar length (``SearchPaths(by_length=False)``);
-* ``the model's own step``: the decoder step run by the model's modules on their key/value cache
-  (:class:`~aiayn.decode.step.ModelStep`) instead of the inference step of
-  :mod:`aiayn.decode.fast_step` (``SearchPaths(fast_step=False)``);
+* ``the other step``: on the CPU, the decoder step run by the model's modules on their key/value
+  cache (:class:`~aiayn.decode.step.ModelStep`, ``SearchPaths(fast_step=False)``) instead of the
+  inference step of :mod:`aiayn.decode.fast_step`, the CPU's default; on a GPU (``--device cuda``),
+  where the model's own step is the default, the inference step (``SearchPaths(fast_step=True)``):
+  the figure that decides the GPU's default;
 * ``written-out attention formula``: attention computed by the formula written out (two batched
   matmuls around an fp32 softmax) instead of the fused ``F.scaled_dot_product_attention``
   (``path = "formula"`` on every ``MultiHeadAttention`` of the model: since the inference step
@@ -45,6 +47,7 @@ from pathlib import Path
 import torch
 
 from aiayn.data.corpus import read_parallel
+from aiayn.decode import fast_step
 from aiayn.decode.request import Wanted
 from aiayn.decode.search import DecodeOptions, SearchPaths
 from aiayn.decode.translator import Translator
@@ -58,7 +61,7 @@ OPTIONS = {  # SearchPaths fields (DecodeOptions.paths)
     "one-stage selection": "two_stage",
     "memory per row": "group_rows",
     "one encoder batch": "by_length",
-    "the model's own step": "fast_step",
+    "the other step": "fast_step",
 }
 FORMULA = "written-out attention formula"  # MultiHeadAttention.path, on the model
 
@@ -71,6 +74,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--limit", type=int, default=0, help="first N sentences only (default: all)")
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--beam", type=int, default=4)
     parser.add_argument("--alpha", type=float, default=0.6)
     parser.add_argument("--results", default=str(ROOT / "benchmarks" / "results" / "decode_paths.json"))
@@ -97,7 +101,9 @@ def set_attention_path(model, path: str) -> None:
 def run(translator: Translator, lines: list[str], off: set[str], scores: bool) -> list[str]:
     shipped = translator.options
     try:
-        paths = SearchPaths(**{OPTIONS[name]: False for name in off if name in OPTIONS})
+        paths = SearchPaths(
+            **{OPTIONS[name]: _off(OPTIONS[name], translator) for name in off if name in OPTIONS}
+        )
         translator.options = replace(shipped, paths=paths)
         set_attention_path(translator.model, "formula" if FORMULA in off else "auto")
         if scores:  # what translate() returns, through the scored search
@@ -106,6 +112,12 @@ def run(translator: Translator, lines: list[str], off: set[str], scores: bool) -
     finally:
         translator.options = shipped
         set_attention_path(translator.model, "auto")
+
+
+def _off(path: str, translator: Translator) -> bool:
+    """A path's value in a variant that turns it: off, but for the step, the other one than the
+    device's default."""
+    return path == "fast_step" and not fast_step.by_default(translator.model)
 
 
 def measure(translator: Translator, lines: list[str], rounds: int, greedy: bool) -> dict:
@@ -147,13 +159,14 @@ def main() -> None:
     args = parse_args()
     malloc_kept = keep_freed_memory()
     torch.set_num_threads(args.threads)
-    model, tokenizer, ckpt = load_translation_model(args.checkpoint)
+    model, tokenizer, ckpt = load_translation_model(args.checkpoint, device=args.device)
     data = ckpt.config.get("run", {}).get("data", {})
     pairs, _ = read_parallel(Path(args.data_dir), args.split, data["src_lang"], data["tgt_lang"])
     lines = [source for source, _ in pairs][: args.limit or None]
     figures = {}
     for search_name, beam in (("greedy", 1), (f"beam{args.beam}", args.beam)):
-        translator = Translator(model, tokenizer, options=DecodeOptions(beam=beam, alpha=args.alpha))
+        options = DecodeOptions(beam=beam, alpha=args.alpha)
+        translator = Translator(model, tokenizer, args.device, options=options)
         figures[search_name] = measure(translator, lines, args.rounds, beam == 1)
         for name, f in figures[search_name].items():
             s = f["speedup_of_shipped"]
@@ -173,6 +186,7 @@ def main() -> None:
             "sentences": len(lines),
             "rounds": args.rounds,
             "threads": args.threads,
+            "device": args.device,
             "alpha": args.alpha,
             "malloc_kept": malloc_kept,
         },

@@ -1,22 +1,25 @@
 #!/usr/bin/env bash
-# One run on a rented GPU machine (one H100/H200, no internet), about 7 minutes in all:
+# One run on a rented GPU machine (one H100/H200, no internet), about 8 minutes in all:
 #   A  training throughput of the paper's base and big models against nn.Transformer and Marian
 #      (benchmarks/train_throughput.py --device cuda, batches of ~25,000 target tokens);
 #   B  a Multi30k de->en training with the shipped recipe (configs/multi30k_de_en.yaml) on the GPU for
 #      a few minutes, the last checkpoints averaged, test2016 scored with `aiayn evaluate`;
 #   C  decoding speed on test2016 with B's model (benchmarks/decode_speed.py --device cuda): aiayn,
 #      HF Marian and, where it can run on the GPU, CTranslate2; in fp32, then all three in bf16.
+#      Then the inference step against the model's own (benchmarks/decode_paths.py --device cuda):
+#      the figure aiayn.decode.fast_step.by_default follows on a GPU (the model's own step until then).
 #
 #   OUT=/folder bash benchmarks/gpu_run.sh            # from the repository root
 #   TINY=1 DATA_DIR=../shared/data/multi30k OUT=/tmp/gpu_rehearsal PYTHON=.venv/bin/python \
 #       bash benchmarks/gpu_run.sh                    # the same flow on the CPU at tiny sizes
 #
-# Every stage runs under `timeout`, sized from what is left of TOTAL_S (450 s); a stage that fails
+# Every stage runs under `timeout`, sized from what is left of TOTAL_S (510 s); a stage that fails
 # leaves its error in the log and the next stage still runs. Wheels in .whl/ (ctranslate2, sacremoses:
 # what the machine lacks) are installed into $SITE, never torch. DATA_DIR holds Multi30k's
-# {train,val,test2016}.{de,en} (default .gpudata/multi30k). At most 9 files are written to $OUT:
+# {train,val,test2016}.{de,en} (default .gpudata/multi30k). At most 10 files are written to $OUT:
 # gpu_run.log, train_throughput_gpu.json, multi30k_gpu_train.log, multi30k_gpu_metrics.jsonl,
-# multi30k_gpu_eval.json, decode_speed_gpu.json, decode_speed_bf16_gpu.json, gpu_summary.json.
+# multi30k_gpu_eval.json, decode_speed_gpu.json, decode_speed_bf16_gpu.json, decode_paths_gpu.json,
+# gpu_summary.json.
 set -u
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -26,7 +29,7 @@ PY=${PYTHON:-python3}
 DATA_DIR=${DATA_DIR:-.gpudata/multi30k}
 WORK=${WORK:-/tmp/aiayn_gpu_run}
 SITE=${SITE:-/tmp/site}
-TOTAL_S=${TOTAL_S:-450}
+TOTAL_S=${TOTAL_S:-510}
 START=$SECONDS
 mkdir -p "$OUT" "$WORK"
 exec > >(tee -a "$OUT/gpu_run.log") 2>&1
@@ -210,9 +213,15 @@ echo "stage C environment: ${C_ENV[*]:-(as is)}"
 stage C_decode_speed 150 75 env "${C_ENV[@]}" "$PY" benchmarks/decode_speed.py --checkpoint "$CKPT" --data-dir "$DATA" \
     --split test2016 --beam 4 --on-check-failure warn "${C_ARGS[@]}" --results "$OUT/decode_speed_gpu.json"
 # the same in bf16 (all three systems; issue 44's goal is fp16/bf16 as well as fp32)
-stage C_decode_speed_bf16 90 15 env "${C_ENV[@]}" "$PY" benchmarks/decode_speed.py --checkpoint "$CKPT" \
+stage C_decode_speed_bf16 90 70 env "${C_ENV[@]}" "$PY" benchmarks/decode_speed.py --checkpoint "$CKPT" \
     --data-dir "$DATA" --split test2016 --beam 4 --on-check-failure warn --precision bf16 "${C_ARGS[@]}" \
     --results "$OUT/decode_speed_bf16_gpu.json"
+
+# the inference step against the model's own on the GPU: the figure the GPU's default step follows
+# (aiayn.decode.fast_step.by_default: the model's own step there until this says otherwise)
+if [ "$TINY" = 1 ]; then P_ARGS=(--limit 20 --rounds 1 --threads 1); else P_ARGS=(--limit 300 --rounds 2); fi
+stage C_decode_paths 60 10 "$PY" benchmarks/decode_paths.py --checkpoint "$CKPT" --data-dir "$DATA" \
+    --device "$DEVICE" "${P_ARGS[@]}" --results "$OUT/decode_paths_gpu.json"
 
 # ------------------------------------------------------------------------------------------ summary
 for name in "${!STATUS[@]}"; do echo "$name=${STATUS[$name]}"; done >"$WORK/status.txt"
