@@ -4,17 +4,19 @@ fixed probabilities (as tests/test_search.py) and on a small real model."""
 from __future__ import annotations
 
 import math
+import random
 
 import pytest
 import torch
 
 from aiayn import TransformerConfig, build_model
 from aiayn.decode import DecodeOptions, beam_search, generate, greedy_search, sample_search
-from aiayn.decode.constraints import Constraints, _borders, beam_for
+from aiayn.decode.constraints import Constraints, _borders, beam_for, stripes
 from aiayn.decode.search import Controls
 from aiayn.model.masks import padding_mask
 
 PAD, UNK, BOS, EOS, A, B, C, D = range(8)
+INF = math.inf
 
 
 def dist(**p: float) -> list[float]:
@@ -141,6 +143,127 @@ def test_the_automaton_follows_terms_that_overlap_themselves() -> None:
 
 def _count(tokens: list[int], term: list[int]) -> int:
     return sum(tokens[i : i + len(term)] == term for i in range(len(tokens) - len(term) + 1))
+
+
+# --- the bank allocation (constraints.stripes, as _ConstrainedBeams.advance uses it) ----------------
+
+
+def filled_by_rule(scores, banks, valid, n_banks: int, by_score: int) -> list[int]:
+    """The order in which one sentence's candidates fill its beam, written from the docstrings of
+    constraints.stripes and constraints (plain loops, no keys): the candidates by score (ties: the
+    earlier one); the ``by_score`` best valid ones; then rounds r = 0, 1, ...: each bank, the fullest
+    (n_banks - 1) first, gives its r-th best valid candidate, unless that one is placed already (a
+    bank's best taken by score uses that bank's turn); the invalid candidates last, by score."""
+    ranked = sorted(range(len(scores)), key=lambda i: -scores[i])  # sorted() is stable
+    good = [i for i in ranked if valid[i]]
+    order = good[:by_score]
+    members = [[i for i in good if banks[i] == b] for b in range(n_banks)]
+    for r in range(len(good)):
+        for b in reversed(range(n_banks)):
+            if r < len(members[b]) and members[b][r] not in order:
+                order.append(members[b][r])
+    return order + [i for i in ranked if not valid[i]]
+
+
+def filled_by_search(scores, banks, valid, n_banks: int, by_score: list[int]) -> list[list[int]]:
+    """The same for a batch ``(n, M)`` through the search's code: sorted by score (stable, as the
+    search sorts its candidates), ``stripes``' keys, a stable argsort; the beam keeps the first K."""
+    scores = torch.tensor(scores, dtype=torch.float64)
+    order = scores.argsort(dim=-1, descending=True, stable=True)
+    keys = stripes(
+        torch.tensor(banks).gather(-1, order),
+        torch.tensor(valid).gather(-1, order),
+        n_banks,
+        torch.tensor(by_score),
+    )
+    return order.gather(-1, keys.argsort(dim=-1, stable=True)).tolist()
+
+
+T, F = True, False
+# (scores, banks, valid, banks in the batch, by_score, the order they fill the beam)
+ALLOCATIONS = {
+    "no constraints: the plain beam's order": ([-3, -1, -2, -4], [0, 0, 0, 0], [T] * 4, 1, 2, [1, 2, 0, 3]),
+    # first 0; round 0: bank 2's best 3, bank 1's 2 (bank 0's best is 0); round 1: 5, 4, 1
+    "the best of each bank, the fullest first, then the second best of each": (
+        [-1, -2, -3, -4, -5, -6], [0, 0, 1, 2, 1, 2], [T] * 6, 3, 1, [0, 3, 2, 5, 4, 1],
+    ),
+    # by score: 1, 3 (-1), then 0, 2, 4 (-2); first 1; round 0: bank 1's 3 (bank 0's best is 1);
+    # round 1: bank 1's 0, bank 0's 4; round 2: bank 1's 2
+    "equal scores: the earlier candidate first": (
+        [-2, -1, -2, -1, -2], [1, 0, 1, 1, 0], [T] * 5, 2, 1, [1, 3, 0, 4, 2],
+    ),
+    # 0 is an EOS (finished elsewhere), 2 and 5 are -inf: the first valid one is 1, then bank 1's 3,
+    # bank 0's 4; the invalid ones last, by score
+    "invalid candidates take no place and no turn": (
+        [-1, -2, -INF, -3, -4, -INF], [1, 0, 1, 1, 0, 0], [F, T, F, T, T, F], 2, 1, [1, 3, 4, 0, 2, 5],
+    ),
+    # five banks for a beam of 3: the two fullest get the slots after the one kept by score
+    "more banks than slots: the fullest first": (
+        [-1, -2, -3, -4, -5], [0, 1, 2, 3, 4], [T] * 5, 5, 1, [0, 4, 3, 2, 1],
+    ),
+    # banks 4, 2, 1 have no candidate (the batch's other sentences have more constraint tokens)
+    "empty banks are skipped": ([-1, -2, -3, -4], [0, 0, 3, 0], [T] * 4, 5, 1, [0, 2, 1, 3]),
+    # bank 0's best (0) is kept by score and counts as bank 0's turn of round 0: a beam of 3 keeps
+    # 0, 2, 3 (not 0, 2, 1, as re-ranking the banks without 0 would)
+    "a candidate kept by score uses its bank's turn": (
+        [-1, -2, -3, -4], [0, 0, 1, 1], [T] * 4, 2, 1, [0, 2, 3, 1],
+    ),
+    # first 0 (bank 2), 1 (bank 0); round 0: bank 1's 2; round 1: bank 2's 4, bank 1's 5, bank 0's 3
+    "by_score > 1, from any bank": (
+        [-1, -2, -3, -4, -5, -6], [2, 0, 1, 0, 2, 1], [T] * 6, 3, 2, [0, 1, 2, 4, 5, 3],
+    ),
+    "by_score beyond the valid candidates": (
+        [-4, -INF, -1, -3], [1, 0, 0, 1], [T, F, T, T], 2, 5, [2, 3, 0, 1],
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(ALLOCATIONS))
+def test_the_bank_allocation_on_hand_made_tables(case) -> None:
+    scores, banks, valid, n_banks, by_score, expected = ALLOCATIONS[case]
+    assert filled_by_rule(scores, banks, valid, n_banks, by_score) == expected
+    assert filled_by_search([scores], [banks], [valid], n_banks, [by_score]) == [expected]
+
+
+def test_the_bank_allocation_of_a_batch_is_each_sentence_s_own() -> None:
+    width = max(len(case[0]) for case in ALLOCATIONS.values())
+    n_banks = max(case[3] for case in ALLOCATIONS.values())
+
+    def padded(values, fill):
+        return list(values) + [fill] * (width - len(values))
+
+    cases = list(ALLOCATIONS.values())
+    out = filled_by_search(
+        [padded(c[0], -INF) for c in cases],
+        [padded(c[1], 0) for c in cases],
+        [padded(c[2], F) for c in cases],
+        n_banks,
+        [c[4] for c in cases],
+    )
+    for (scores, *_, expected), row in zip(cases, out):
+        assert row == expected + list(range(len(scores), width))  # the padding: invalid, last
+
+
+@pytest.mark.parametrize("slots", [1, 2, 3, 5, 8])
+@pytest.mark.parametrize("tokens", [0, 1, 2, 4, 7])
+def test_the_bank_allocation_over_beams_and_constraint_tokens(slots, tokens) -> None:
+    """Tables shaped as the search's for a beam of ``slots`` (2 * slots + 2 candidates per row):
+    a batch of sentences with ``tokens``, half as many and no constraint tokens (the batch's fullest
+    banks are empty for the others), ``by_score`` as the search sets it, scores with many ties, EOS
+    and -inf candidates, some banks with no candidate; every candidate's place as the rule states it."""
+    rng = random.Random(f"{slots}/{tokens}")
+    own = sorted({tokens, tokens // 2, 0}, reverse=True)  # each sentence's constraint tokens
+    tables = []
+    for t in own:
+        m = slots * (2 * slots + 2)
+        used = rng.sample(range(t + 1), rng.randint(1, t + 1))  # the banks that have candidates
+        scores = [rng.choice([-1.0, -1.5, -2.0, -3.0, -INF]) for _ in range(m)]
+        valid = [s > -INF and rng.random() > 0.1 for s in scores]  # a tenth of the finite ones: EOS
+        tables.append((scores, [rng.choice(used) for _ in range(m)], valid))
+    by_score = [max(slots - t, 1) for t in own]  # the search's (K - tokens).clamp(min=1)
+    out = filled_by_search(*zip(*tables), tokens + 1, by_score)
+    for (scores, banks, valid), k, row in zip(tables, by_score, out):
+        assert row == filled_by_rule(scores, banks, valid, tokens + 1, k)
 
 
 # --- the real model ------------------------------------------------------------------------------
