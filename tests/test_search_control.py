@@ -11,7 +11,8 @@ import torch
 
 from aiayn import TransformerConfig, build_model
 from aiayn.decode import DecodeOptions, beam_search, generate, greedy_search, sample_search
-from aiayn.decode.constraints import Constraints, _borders, beam_for, stripes
+from aiayn.decode import constraints as lexical
+from aiayn.decode.constraints import Constraints, State, _borders, beam_for, stripes
 from aiayn.decode.search import Controls
 from aiayn.model.masks import padding_mask
 
@@ -143,6 +144,41 @@ def test_the_automaton_follows_terms_that_overlap_themselves() -> None:
 
 def _count(tokens: list[int], term: list[int]) -> int:
     return sum(tokens[i : i + len(term)] == term for i in range(len(tokens) - len(term) + 1))
+
+
+# --- the constraint state after given tokens (Sockeye's allowed/met tables) -------------------------
+
+# (terms, tokens produced, tokens offered (each unmet term's next token, then each one's first, once),
+#  occurrences met, bank (constraint tokens produced), tokens barred in id order (unk continues a word))
+STATES = {
+    "no terms": ([], [A], [], 0, 0, []),
+    "nothing produced": ([[C]], [], [C], 0, 0, [EOS]),
+    "a one-token term met": ([[C]], [C], [], 1, 1, [UNK, C]),
+    "a term under way: its next token, or its start again": ([[C, D]], [C], [D, C], 0, 1, [EOS]),
+    "a term broken off": ([[C, D]], [C, A], [C], 0, 0, [EOS]),
+    "a term met, its start produced again: its end is barred": ([[C, D]], [C, D, C], [], 1, 2, [D]),
+    "a term asked twice, met once": ([[C], [C]], [C], [C], 1, 1, [UNK, EOS]),
+    "a term asked twice, met twice": ([[C], [C]], [C, C], [], 2, 2, [UNK, C]),
+    "the automaton: after a a a, a a b is two tokens in": ([[A, A, B]], [A, A, A], [B, A], 0, 2, [EOS]),
+    "one term met, the next under way": ([[B, C], [C, D]], [B, C], [D, C], 1, 3, [UNK, EOS]),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(STATES))
+def test_the_constraint_state_after_given_tokens(case) -> None:
+    terms, produced, offered, met_count, in_bank, barred = STATES[case]
+    continues = torch.zeros(8, dtype=torch.bool)
+    continues[UNK] = True
+    c = constraints([terms], continues)
+    state = State.start(1, c.terms.size(1), "cpu")
+    for token in produced:
+        state = lexical.advance(c, state, torch.tensor([[token]]))
+    assert [t for t in lexical.candidates(c, state)[0].tolist() if t >= 0] == offered
+    assert int(lexical.met(c, state)[0]) == met_count
+    assert int(lexical.bank(c, state)[0]) == in_bank
+    assert bool(lexical.unmet(c, state)[0]) == (met_count < len(terms))
+    log_probs = lexical.restrict(c, state, torch.zeros(1, 8), torch.tensor([True]), EOS)
+    assert (log_probs[0] == -INF).nonzero()[:, 0].tolist() == barred
 
 
 # --- the bank allocation (constraints.stripes, as _ConstrainedBeams.advance uses it) ----------------
