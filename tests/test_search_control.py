@@ -36,8 +36,10 @@ class Step:
     def __init__(self, table: dict[tuple, list[float]], rows: int, default: list[float] | None = None):
         self.table, self.default = table, default or dist(eos=0.9)
         self.seen: list[tuple] = [() for _ in range(rows)]
+        self.beams: list[list[tuple]] = []  # per call, each row's prefix (the tokens after BOS)
 
     def __call__(self, prefix: torch.Tensor) -> torch.Tensor:
+        self.beams.append([tuple(row[1:]) for row in prefix.tolist()])
         out = []
         for row in range(prefix.size(0)):
             tokens = tuple(prefix[row].tolist())
@@ -179,6 +181,159 @@ def test_the_constraint_state_after_given_tokens(case) -> None:
     assert bool(lexical.unmet(c, state)[0]) == (met_count < len(terms))
     log_probs = lexical.restrict(c, state, torch.zeros(1, 8), torch.tensor([True]), EOS)
     assert (log_probs[0] == -INF).nonzero()[:, 0].tolist() == barred
+
+
+# --- exact constrained beams and scores on a fixed table (traced by hand) ----------------------------
+
+
+def only(**p: float) -> list[float]:
+    """A distribution over [pad, unk, bos, eos, a, b, c, d]: the named tokens' probabilities, none
+    for the others (log-prob -inf: never a valid candidate)."""
+    assert math.isclose(sum(p.values()), 1.0)
+    return [p.get(name, 0.0) for name in ["pad", "unk", "bos", "eos", "a", "b", "c", "d"]]
+
+
+# The model writes "a b" (.5 * .6 * .9 = .27, greedy and beam search alike); "d" is its last choice
+# after every prefix. No two candidates below tie where the trace depends on their order.
+WRITES_AB = {
+    (): only(a=0.5, b=0.2, unk=0.15, c=0.1, d=0.05),
+    (A,): only(b=0.6, eos=0.2, c=0.1, unk=0.07, d=0.03),
+    (A, B): only(eos=0.9, c=0.07, d=0.03),
+    (C,): only(a=0.7, eos=0.12, unk=0.11, d=0.07),
+}
+ELSE = only(eos=0.9, unk=0.05, c=0.03, d=0.02)  # after any other prefix
+
+# How the traces read. A row offers its 2K best tokens and, for each unmet term, its next token and
+# its first token where they are not among them;
+# EOS is barred while a term is unmet, and a met term's last token once it is met. Candidates are
+# listed best first by their product of probabilities (alpha = 0: a score is its log), with [n] their
+# bank (constraint tokens produced) where n > 0. An EOS among the first K candidates ends a
+# hypothesis. The next beams: the best valid candidate by score (by_score = K - tokens = 1), then
+# each bank's best (the fullest first), then each bank's second best, ... The search stops once K
+# have ended and the best live product is below the worst ended one.
+
+
+def constrained(terms, beam: int = 1, alpha: float = 0.0):
+    """Beam search on WRITES_AB with one sentence's ``terms`` at the width a Translator gives them
+    (K = ``beam`` + one per term token): its finished hypotheses, best first, and the beams of each
+    step (each row's tokens after BOS)."""
+    k = beam_for(beam, terms)
+    step = Step(WRITES_AB, 1, ELSE)
+    [hyps] = beam_search(step, [6], beam=k, alpha=alpha, nbest=k, constraints=constraints([terms]))
+    return hyps, step.beams
+
+
+def found(hyps) -> list[tuple[list[int], float, int]]:
+    return [(h.tokens, h.log_prob, h.met) for h in hyps]
+
+
+def test_the_plain_search_on_the_table_writes_a_b() -> None:
+    for search in (greedy_search, lambda *a, **kw: beam_search(*a, beam=3, **kw)):
+        [[h]] = search(Step(WRITES_AB, 1, ELSE), [6], alpha=0.0)
+        assert (h.tokens, h.met) == ([A, B], 0) and h.score == pytest.approx(math.log(0.27), abs=1e-6)
+
+
+def test_a_one_token_term_exactly() -> None:
+    # "c", K = 2:
+    # t=0: a .5, b .2, unk .15, c .1 [1]                                        -> a, c [1]
+    # t=1: a b .30, c a .07 [1], a c .05 [1], a unk .035, a d .015, c eos .012, c unk .011 [1],
+    #      c d .007 [1]                                                         -> a b, c a [1]
+    # t=2: c a eos .063 ends; a b c .021 [1], a b d .009, c a unk .0035 [1], c a d .0014 [1]
+    #      -> a b c [1] by score, then bank 1's best is a b c itself: bank 0's a b d
+    # t=3: a b c eos .0189 ends, a b c unk .00105 [1], a b d unk .00045, ...: two ended and
+    #      .00105 < .0189: stop
+    hyps, beams = constrained([[C]])
+    assert found(hyps) == [
+        ([C, A], pytest.approx(math.log(0.063)), 1),
+        ([A, B, C], pytest.approx(math.log(0.0189)), 1),
+    ]
+    assert beams == [[()], [(A,), (C,)], [(A, B), (C, A)], [(A, B, C), (A, B, D)]]
+    # alpha = 0.6 orders candidates by log-prob as before; the scores are divided by ((5 + |Y|) / 6) ** 0.6
+    hyps, _ = constrained([[C]], alpha=0.6)
+    assert [h.tokens for h in hyps] == [[C, A], [A, B, C]]
+    assert [h.score for h in hyps] == pytest.approx(
+        [math.log(0.063) / (8 / 6) ** 0.6, math.log(0.0189) / (9 / 6) ** 0.6]
+    )
+
+
+def test_a_term_the_model_ranks_last_exactly() -> None:
+    # "d", K = 2: at t=0 "d" is not among the 4 best tokens; it comes in as the term's candidate.
+    # t=0: a .5, b .2, unk .15, c .1 (the 4 best), d .05 [1] (the term)        -> a, d [1]
+    # t=1: a b .30, a c .05, d eos .045, a unk .035, a d .015 [1], d unk .0025 [1], d c .0015 [1]
+    #      "d" + EOS (.045, better than all the search returns) is third, not among the first K = 2
+    #      candidates: it does not end, and is lost                            -> a b, a d [1]
+    # t=2: a b c .021, a d eos .0135 ends, a b d .009 [1], a d unk .00075 [1], a d c .00045 [1]
+    #                                                                           -> a b c, a b d [1]
+    # t=3: a b d eos .0081 ends, a b c unk .00105, ...: two ended and .00105 < .0081: stop
+    hyps, beams = constrained([[D]])
+    assert found(hyps) == [
+        ([A, D], pytest.approx(math.log(0.0135)), 1),
+        ([A, B, D], pytest.approx(math.log(0.0081)), 1),
+    ]
+    assert beams == [[()], [(A,), (D,)], [(A, B), (A, D)], [(A, B, C), (A, B, D)]]
+    # with beam 2 (K = 3, by_score 2) "d" + EOS is among the first K at t=1 and ends: the best
+    # t=0 -> a, b, d [1]; t=1: a b .30, a c .05, d eos .045 ends, ... -> a b, a c, a d [1];
+    # t=2: a b c .021, a d eos .0135 ends, a b d .009 [1], ... -> a b c, a b d [1], a c d [1];
+    # t=3: a b d eos .0081 ends (a c d eos .0009 ends too, worse than the three kept): stop
+    hyps, beams = constrained([[D]], beam=2)
+    assert found(hyps) == [
+        ([D], pytest.approx(math.log(0.045)), 1),
+        ([A, D], pytest.approx(math.log(0.0135)), 1),
+        ([A, B, D], pytest.approx(math.log(0.0081)), 1),
+    ]
+    assert beams == [[()], [(A,), (B,), (D,)], [(A, B), (A, C), (A, D)], [(A, B, C), (A, B, D), (A, C, D)]]
+
+
+def test_a_term_of_two_tokens_exactly() -> None:
+    # "c d", K = 3: [1] after "c", [2] once met.
+    # t=0: a .5, b .2, unk .15, c .1 [1], d .05                  -> a; round 0: c [1]; round 1: b
+    # t=1: a b .30, c a .07, a c .05 [1], a unk .035, a d .015, c unk .011, b unk .01, c d .007 [2],
+    #      b c .006 [1], b d .004                                -> a b; round 0: c d [2], a c [1]
+    # t=2: a b c .021 [1], a b d .009, c d eos .0063 ends (third of K = 3), a c unk .0025,
+    #      a c c .0015 [1], a c d .001 [2], c d unk .00035 [2], ...
+    #      -> a b c [1]; round 0: a c d [2], (bank 1's best is a b c) a b d
+    # t=3: a b c unk .00105, a c d eos .0009 ends, a b c c .00063 [1], a b d unk .00045,
+    #      a b c d .00042 [2], ...                               -> a b c unk; a b c d [2], a b c c [1]
+    # t=4: a b c d eos .000378 ends: three ended, best live a b c unk unk .0000525: stop
+    hyps, beams = constrained([[C, D]])
+    assert found(hyps) == [
+        ([C, D], pytest.approx(math.log(0.0063)), 1),
+        ([A, C, D], pytest.approx(math.log(0.0009)), 1),
+        ([A, B, C, D], pytest.approx(math.log(0.000378)), 1),
+    ]
+    assert beams == [
+        [()],
+        [(A,), (C,), (B,)],
+        [(A, B), (C, D), (A, C)],
+        [(A, B, C), (A, C, D), (A, B, D)],
+        [(A, B, C, UNK), (A, B, C, D), (A, B, C, C)],
+    ]
+
+
+def test_two_terms_exactly() -> None:
+    # "c" and "d", K = 3: [1] one met, [2] both.
+    # t=0: a .5, b .2, unk .15, c .1 [1], d .05 [1]     -> a; round 0: c [1]; round 1: d [1] before b
+    # t=1: a b .30, c a .07 [1], a c .05 [1], a unk .035, a d .015 [1], c unk .011 [1], c d .007 [2],
+    #      d unk .0025 [1], d c .0015 [2]                -> a b; round 0: c d [2], c a [1]
+    # t=2: a b c .021 [1], a b d .009 [1], c d eos .0063 ends, c a unk .0035 [1], c a d .0014 [2],
+    #      c d unk .00035 [2]
+    #      -> a b c [1]; round 0: c a d [2]; round 1: c d unk [2] (before bank 1's a b d, better)
+    # t=3: c a d eos .00126 ends, a b c unk .00105 [1], a b c d .00042 [2], c d unk eos .000315
+    #      (fourth: does not end), c a d unk .00007 [2], ...  -> a b c unk; a b c d [2], c a d unk [2]
+    # t=4: a b c d eos .000378 ends, c a d unk eos .000063 ends but is worse than the three kept: stop
+    hyps, beams = constrained([[C], [D]])
+    assert found(hyps) == [
+        ([C, D], pytest.approx(math.log(0.0063)), 2),
+        ([C, A, D], pytest.approx(math.log(0.00126)), 2),
+        ([A, B, C, D], pytest.approx(math.log(0.000378)), 2),
+    ]
+    assert beams == [
+        [()],
+        [(A,), (C,), (D,)],
+        [(A, B), (C, D), (C, A)],
+        [(A, B, C), (C, A, D), (C, D, UNK)],
+        [(A, B, C, UNK), (A, B, C, D), (C, A, D, UNK)],
+    ]
 
 
 # --- the bank allocation (constraints.stripes, as _ConstrainedBeams.advance uses it) ----------------
