@@ -87,6 +87,50 @@ def test_a_term_is_absent_without_the_glossary_and_present_exactly_once_with_it(
     assert [s.terms for s in scored] == [(1, 1), (0, 0), (0, 0), (1, 1)]
 
 
+def once(text: str) -> list[str]:
+    """The spans of words that ``text`` holds exactly once, in order."""
+    words = text.split()
+    spans = [" ".join(words[i:j]) for i in range(len(words)) for j in range(i + 1, len(words) + 1)]
+    return [span for span in spans if spans.count(span) == 1]
+
+
+@pytest.mark.parametrize("line", ["42", "1042", "907042"])
+def test_a_term_the_plain_search_already_writes_changes_nothing(loaded, line) -> None:
+    """Metamorphic: for every span of words the plain translation holds once, a glossary asking for
+    that span gives the same translation, now meeting its term; the same tokens of the same model have
+    the same log-probabilities, so the same score (up to the rounding of a wider batch of rows)."""
+    [plain] = translator(loaded, beam=4).translate_scored([line])
+    expected = {
+        "42": "forty-two",
+        "1042": "one hundred twenty-two",
+        "907042": "nine thousand seven hundred forty-two",
+    }
+    assert plain.text == expected[line]  # 1, 6 and 15 terms
+    for term in once(plain.text):
+        [held] = translator(loaded, beam=4, glossary=((line, term),)).translate_scored([line])
+        assert (held.text, held.terms) == (plain.text, (1, 1)), term
+        assert held.score == pytest.approx(plain.score, abs=1e-5), term
+
+
+def test_where_a_term_the_plain_search_writes_does_change_the_translation(loaded) -> None:
+    """Not a theorem, on two lines of this model. The constrained search is wider (4 + one slot per
+    term token) and finds what the plain search finds at that width; and a term asked once is met
+    exactly once, so a translation that holds it twice is barred."""
+    [plain] = translator(loaded, beam=4).translate_scored(["341001"])
+    width = 4 + len(loaded[1].encode("thirty-one", target=True))  # beam_for: 4 + its 3 pieces
+    [wide] = translator(loaded, beam=width).translate_scored(["341001"])
+    [held] = translator(loaded, beam=4, glossary=(("341001", "thirty-one"),)).translate_scored(["341001"])
+    assert (plain.text, wide.text, held.text) == (
+        "thirty-one thousand one hundred one",
+        "thirty-one",
+        "thirty-one",
+    )
+    assert held.score == pytest.approx(wide.score, abs=1e-5) and held.score > plain.score
+    [plain] = translator(loaded, beam=4).translate(["80008"])
+    [held] = translator(loaded, beam=4, glossary=(("80008", "eight"),)).translate(["80008"])
+    assert (plain, held) == ("eight hundred eight", "eight thousand eighty")
+
+
 def test_terms_that_cannot_fit_warn_naming_the_line_and_as_many_as_fit_are_met(loaded) -> None:
     warnings: list[str] = []
     pairs = (("42", "seven"), ("42", "nine hundred"))  # the last entry for a term wins: "nine hundred"

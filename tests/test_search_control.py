@@ -1,20 +1,25 @@
-"""Prefixes, per-token log-probabilities and lexically constrained beam search, on a fake model of
-fixed probabilities (as tests/test_search.py) and on a small real model."""
+"""Prefixes, per-token log-probabilities and lexically constrained beam search: the constraint state
+after given tokens, exact beams and scores on a fake model of fixed probabilities (as
+tests/test_search.py), the bank allocation against its rule written as plain loops, and a small real
+model."""
 
 from __future__ import annotations
 
 import math
+import random
 
 import pytest
 import torch
 
 from aiayn import TransformerConfig, build_model
 from aiayn.decode import DecodeOptions, beam_search, generate, greedy_search, sample_search
-from aiayn.decode.constraints import Constraints, _borders, beam_for
+from aiayn.decode import constraints as lexical
+from aiayn.decode.constraints import Constraints, State, _borders, beam_for, stripes
 from aiayn.decode.search import Controls
 from aiayn.model.masks import padding_mask
 
 PAD, UNK, BOS, EOS, A, B, C, D = range(8)
+INF = math.inf
 
 
 def dist(**p: float) -> list[float]:
@@ -33,8 +38,10 @@ class Step:
     def __init__(self, table: dict[tuple, list[float]], rows: int, default: list[float] | None = None):
         self.table, self.default = table, default or dist(eos=0.9)
         self.seen: list[tuple] = [() for _ in range(rows)]
+        self.beams: list[list[tuple]] = []  # per call, each row's prefix (the tokens after BOS)
 
     def __call__(self, prefix: torch.Tensor) -> torch.Tensor:
+        self.beams.append([tuple(row[1:]) for row in prefix.tolist()])
         out = []
         for row in range(prefix.size(0)):
             tokens = tuple(prefix[row].tolist())
@@ -82,6 +89,8 @@ def test_a_prefix_is_kept_and_the_search_goes_on_from_it(search) -> None:
     }[search]
     [[free]] = run(Step(TABLE, 1))
     assert free.tokens[:1] != [D]
+    if search != "sample":
+        assert free.tokens == [A, A]
     table = {**TABLE, (D,): dist(b=0.3, eos=0.5), (D, B): dist(c=0.9)}
     [[h]] = run(Step(table, 1), prefixes=[[D, B]])
     assert h.tokens[:2] == [D, B] and len(h.tokens) > 2  # kept, then continued
@@ -95,12 +104,17 @@ def test_without_constraints_a_term_is_absent_with_them_present_exactly_once() -
     [[plain]] = beam_search(Step(TABLE, 1), [6], beam=3, alpha=0.0)
     assert plain.tokens == [A, A]
     [[held]] = beam_search(Step(TABLE, 1), [6], beam=3, alpha=0.0, constraints=constraints([[[B, C]]]))
-    assert _count(held.tokens, [B, C]) == 1 and held.met == 1
-    # asked twice: twice
+    # "a b c": .7 * .05 * (1/70: "c" after "a b", the default's share) * .9 (EOS). "b c" + EOS
+    # (.05 * 1/70 * .9) would be better, but at t=2 it is far below the first 3 candidates ("a a b"
+    # .021, ...) and does not end
+    assert (held.tokens, held.met) == ([A, B, C], 1)
+    assert held.log_prob == pytest.approx(math.log(0.7 * 0.05 / 70 * 0.9))
+    # asked twice: twice, "a c c" (.7 * .05 * 1/70 * .9)
     [[twice]] = beam_search(
         Step(TABLE, 1), [8], beam=beam_for(3, [[C], [C]]), alpha=0.0, constraints=constraints([[[C], [C]]])
     )
-    assert twice.tokens.count(C) == 2 and twice.met == 2
+    assert (twice.tokens, twice.met) == ([A, C, C], 2)
+    assert twice.log_prob == pytest.approx(math.log(0.7 * 0.05 / 70 * 0.9))
 
 
 def test_a_term_met_as_often_as_asked_is_not_completed_again() -> None:
@@ -108,7 +122,8 @@ def test_a_term_met_as_often_as_asked_is_not_completed_again() -> None:
     [[h]] = beam_search(
         Step(likes_c, 1, dist(c=0.5, eos=0.4)), [5], beam=2, alpha=0.0, constraints=constraints([[[C]]])
     )
-    assert h.tokens.count(C) == 1
+    # "c" + EOS (.9 * 1/70): after "c" a second "c" is barred
+    assert (h.tokens, h.met) == ([C], 1) and h.log_prob == pytest.approx(math.log(0.9 / 70))
 
 
 def test_no_piece_continues_the_last_word_of_a_term() -> None:
@@ -119,15 +134,20 @@ def test_no_piece_continues_the_last_word_of_a_term() -> None:
     [[whole]] = beam_search(
         Step(after_b, 1), [4], beam=3, alpha=0.0, constraints=constraints([[[B]]], continues)
     )
-    assert D in loose.tokens[loose.tokens.index(B) + 1 :][:1]  # the model's "b d"
-    assert whole.tokens[whole.tokens.index(B) + 1 : whole.tokens.index(B) + 2] != [D]
+    # the model's "b d": "a b d" + EOS (.9 * 1/70 * .9 * .9)
+    assert loose.tokens == [A, B, D] and loose.log_prob == pytest.approx(math.log(0.9 / 70 * 0.9 * 0.9))
+    # "d" barred after "b": "a unk b" + EOS (.9 * 1/70 * 1/70 * .9). ("a b" + EOS, .9 * 1/70 * 1/70,
+    # ties at t=2 with every extension of "a unk" and "a a", which come first: it does not end.)
+    assert whole.tokens == [A, UNK, B] and whole.log_prob == pytest.approx(math.log(0.9 / 70 / 70 * 0.9))
 
 
 def test_terms_that_do_not_fit_end_at_the_maximum_length_with_as_many_as_fit() -> None:
     [[h]] = beam_search(
         Step(TABLE, 1), [2], beam=4, alpha=0.0, constraints=constraints([[[B, C], [D]]]), nbest=1
     )
-    assert len(h.tokens) <= 2 and h.met == 1  # "b c" or "d": one of the two terms, not none
+    # "d b" (.1 * 1/70, then the forced EOS's .9) meets "d" and begins "b c"; "b c" (.05 * 1/70 * .9)
+    # meets one term too, with a lower score
+    assert (h.tokens, h.met) == ([D, B], 1) and h.log_prob == pytest.approx(math.log(0.1 / 70 * 0.9))
 
 
 def test_the_automaton_follows_terms_that_overlap_themselves() -> None:
@@ -136,11 +156,320 @@ def test_the_automaton_follows_terms_that_overlap_themselves() -> None:
     assert borders[2] == [True, True, True]
     table = {(): dist(a=0.9), (A,): dist(a=0.9), (A, A): dist(a=0.9), (A, A, A): dist(b=0.9)}
     [[h]] = beam_search(Step(table, 1), [6], beam=4, alpha=0.0, constraints=constraints([[[A, A, B]]]))
-    assert _count(h.tokens, [A, A, B]) == 1 and h.met == 1
+    assert (h.tokens, h.met) == ([A, A, A, B], 1) and h.log_prob == pytest.approx(5 * math.log(0.9))
 
 
 def _count(tokens: list[int], term: list[int]) -> int:
     return sum(tokens[i : i + len(term)] == term for i in range(len(tokens) - len(term) + 1))
+
+
+# --- the constraint state after given tokens (Sockeye's allowed/met tables) -------------------------
+
+# (terms, tokens produced, tokens offered (each unmet term's next token, then each one's first, once),
+#  occurrences met, bank (constraint tokens produced), tokens barred in id order (unk continues a word))
+STATES = {
+    "no terms": ([], [A], [], 0, 0, []),
+    "nothing produced": ([[C]], [], [C], 0, 0, [EOS]),
+    "a one-token term met": ([[C]], [C], [], 1, 1, [UNK, C]),
+    "a term under way: its next token, or its start again": ([[C, D]], [C], [D, C], 0, 1, [EOS]),
+    "a term broken off": ([[C, D]], [C, A], [C], 0, 0, [EOS]),
+    "a term met, its start produced again: its end is barred": ([[C, D]], [C, D, C], [], 1, 2, [D]),
+    "a term asked twice, met once": ([[C], [C]], [C], [C], 1, 1, [UNK, EOS]),
+    "a term asked twice, met twice": ([[C], [C]], [C, C], [], 2, 2, [UNK, C]),
+    "the automaton: after a a a, a a b is two tokens in": ([[A, A, B]], [A, A, A], [B, A], 0, 2, [EOS]),
+    "one term met, the next under way": ([[B, C], [C, D]], [B, C], [D, C], 1, 3, [UNK, EOS]),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(STATES))
+def test_the_constraint_state_after_given_tokens(case) -> None:
+    terms, produced, offered, met_count, in_bank, barred = STATES[case]
+    continues = torch.zeros(8, dtype=torch.bool)
+    continues[UNK] = True
+    c = constraints([terms], continues)
+    state = State.start(1, c.terms.size(1), "cpu")
+    for token in produced:
+        state = lexical.advance(c, state, torch.tensor([[token]]))
+    assert [t for t in lexical.candidates(c, state)[0].tolist() if t >= 0] == offered
+    assert int(lexical.met(c, state)[0]) == met_count
+    assert int(lexical.bank(c, state)[0]) == in_bank
+    assert bool(lexical.unmet(c, state)[0]) == (met_count < len(terms))
+    log_probs = lexical.restrict(c, state, torch.zeros(1, 8), torch.tensor([True]), EOS)
+    assert (log_probs[0] == -INF).nonzero()[:, 0].tolist() == barred
+
+
+# --- exact constrained beams and scores on a fixed table (traced by hand) ----------------------------
+
+
+def only(**p: float) -> list[float]:
+    """A distribution over [pad, unk, bos, eos, a, b, c, d]: the named tokens' probabilities, none
+    for the others (log-prob -inf: never a valid candidate)."""
+    assert math.isclose(sum(p.values()), 1.0)
+    return [p.get(name, 0.0) for name in ["pad", "unk", "bos", "eos", "a", "b", "c", "d"]]
+
+
+# The model writes "a b" (.5 * .6 * .9 = .27, greedy and beam search alike); "d" is its last choice
+# after every prefix. No two candidates below tie where the trace depends on their order.
+WRITES_AB = {
+    (): only(a=0.5, b=0.2, unk=0.15, c=0.1, d=0.05),
+    (A,): only(b=0.6, eos=0.2, c=0.1, unk=0.07, d=0.03),
+    (A, B): only(eos=0.9, c=0.07, d=0.03),
+    (C,): only(a=0.7, eos=0.12, unk=0.11, d=0.07),
+}
+ELSE = only(eos=0.9, unk=0.05, c=0.03, d=0.02)  # after any other prefix
+
+# How the traces read. A row offers its 2K best tokens and, for each unmet term, its next token and
+# its first token where they are not among them;
+# EOS is barred while a term is unmet, and a met term's last token once it is met. Candidates are
+# listed best first by their product of probabilities (alpha = 0: a score is its log), with [n] their
+# bank (constraint tokens produced) where n > 0. An EOS among the first K candidates ends a
+# hypothesis. The next beams: the best valid candidate by score (by_score = K - tokens = 1), then
+# each bank's best (the fullest first), then each bank's second best, ... The search stops once K
+# have ended and the best live product is below the worst ended one.
+
+
+def constrained(terms, beam: int = 1, alpha: float = 0.0):
+    """Beam search on WRITES_AB with one sentence's ``terms`` at the width a Translator gives them
+    (K = ``beam`` + one per term token): its finished hypotheses, best first, and the beams of each
+    step (each row's tokens after BOS)."""
+    k = beam_for(beam, terms)
+    step = Step(WRITES_AB, 1, ELSE)
+    [hyps] = beam_search(step, [6], beam=k, alpha=alpha, nbest=k, constraints=constraints([terms]))
+    return hyps, step.beams
+
+
+def found(hyps) -> list[tuple[list[int], float, int]]:
+    return [(h.tokens, h.log_prob, h.met) for h in hyps]
+
+
+def test_the_plain_search_on_the_table_writes_a_b() -> None:
+    for search in (greedy_search, lambda *a, **kw: beam_search(*a, beam=3, **kw)):
+        [[h]] = search(Step(WRITES_AB, 1, ELSE), [6], alpha=0.0)
+        assert (h.tokens, h.met) == ([A, B], 0) and h.score == pytest.approx(math.log(0.27), abs=1e-6)
+
+
+def test_a_one_token_term_exactly() -> None:
+    # "c", K = 2:
+    # t=0: a .5, b .2, unk .15, c .1 [1]                                        -> a, c [1]
+    # t=1: a b .30, c a .07 [1], a c .05 [1], a unk .035, a d .015, c eos .012, c unk .011 [1],
+    #      c d .007 [1]                                                         -> a b, c a [1]
+    # t=2: c a eos .063 ends; a b c .021 [1], a b d .009, c a unk .0035 [1], c a d .0014 [1]
+    #      -> a b c [1] by score, then bank 1's best is a b c itself: bank 0's a b d
+    # t=3: a b c eos .0189 ends, a b c unk .00105 [1], a b d unk .00045, ...: two ended and
+    #      .00105 < .0189: stop
+    hyps, beams = constrained([[C]])
+    assert found(hyps) == [
+        ([C, A], pytest.approx(math.log(0.063)), 1),
+        ([A, B, C], pytest.approx(math.log(0.0189)), 1),
+    ]
+    assert beams == [[()], [(A,), (C,)], [(A, B), (C, A)], [(A, B, C), (A, B, D)]]
+    # alpha = 0.6 orders candidates by log-prob as before; the scores are divided by ((5 + |Y|) / 6) ** 0.6
+    hyps, _ = constrained([[C]], alpha=0.6)
+    assert [h.tokens for h in hyps] == [[C, A], [A, B, C]]
+    assert [h.score for h in hyps] == pytest.approx(
+        [math.log(0.063) / (8 / 6) ** 0.6, math.log(0.0189) / (9 / 6) ** 0.6]
+    )
+
+
+def test_a_term_the_model_ranks_last_exactly() -> None:
+    # "d", K = 2: at t=0 "d" is not among the 4 best tokens; it comes in as the term's candidate.
+    # t=0: a .5, b .2, unk .15, c .1 (the 4 best), d .05 [1] (the term)        -> a, d [1]
+    # t=1: a b .30, a c .05, d eos .045, a unk .035, a d .015 [1], d unk .0025 [1], d c .0015 [1]
+    #      "d" + EOS (.045, better than all the search returns) is third, not among the first K = 2
+    #      candidates: it does not end, and is lost                            -> a b, a d [1]
+    # t=2: a b c .021, a d eos .0135 ends, a b d .009 [1], a d unk .00075 [1], a d c .00045 [1]
+    #                                                                           -> a b c, a b d [1]
+    # t=3: a b d eos .0081 ends, a b c unk .00105, ...: two ended and .00105 < .0081: stop
+    hyps, beams = constrained([[D]])
+    assert found(hyps) == [
+        ([A, D], pytest.approx(math.log(0.0135)), 1),
+        ([A, B, D], pytest.approx(math.log(0.0081)), 1),
+    ]
+    assert beams == [[()], [(A,), (D,)], [(A, B), (A, D)], [(A, B, C), (A, B, D)]]
+    # with beam 2 (K = 3, by_score 2) "d" + EOS is among the first K at t=1 and ends: the best
+    # t=0 -> a, b, d [1]; t=1: a b .30, a c .05, d eos .045 ends, ... -> a b, a c, a d [1];
+    # t=2: a b c .021, a d eos .0135 ends, a b d .009 [1], ... -> a b c, a b d [1], a c d [1];
+    # t=3: a b d eos .0081 ends (a c d eos .0009 ends too, worse than the three kept): stop
+    hyps, beams = constrained([[D]], beam=2)
+    assert found(hyps) == [
+        ([D], pytest.approx(math.log(0.045)), 1),
+        ([A, D], pytest.approx(math.log(0.0135)), 1),
+        ([A, B, D], pytest.approx(math.log(0.0081)), 1),
+    ]
+    assert beams == [[()], [(A,), (B,), (D,)], [(A, B), (A, C), (A, D)], [(A, B, C), (A, B, D), (A, C, D)]]
+
+
+def test_a_term_of_two_tokens_exactly() -> None:
+    # "c d", K = 3: [1] after "c", [2] once met.
+    # t=0: a .5, b .2, unk .15, c .1 [1], d .05                  -> a; round 0: c [1]; round 1: b
+    # t=1: a b .30, c a .07, a c .05 [1], a unk .035, a d .015, c unk .011, b unk .01, c d .007 [2],
+    #      b c .006 [1], b d .004                                -> a b; round 0: c d [2], a c [1]
+    # t=2: a b c .021 [1], a b d .009, c d eos .0063 ends (third of K = 3), a c unk .0025,
+    #      a c c .0015 [1], a c d .001 [2], c d unk .00035 [2], ...
+    #      -> a b c [1]; round 0: a c d [2], (bank 1's best is a b c) a b d
+    # t=3: a b c unk .00105, a c d eos .0009 ends, a b c c .00063 [1], a b d unk .00045,
+    #      a b c d .00042 [2], ...                               -> a b c unk; a b c d [2], a b c c [1]
+    # t=4: a b c d eos .000378 ends: three ended, best live a b c unk unk .0000525: stop
+    hyps, beams = constrained([[C, D]])
+    assert found(hyps) == [
+        ([C, D], pytest.approx(math.log(0.0063)), 1),
+        ([A, C, D], pytest.approx(math.log(0.0009)), 1),
+        ([A, B, C, D], pytest.approx(math.log(0.000378)), 1),
+    ]
+    assert beams == [
+        [()],
+        [(A,), (C,), (B,)],
+        [(A, B), (C, D), (A, C)],
+        [(A, B, C), (A, C, D), (A, B, D)],
+        [(A, B, C, UNK), (A, B, C, D), (A, B, C, C)],
+    ]
+
+
+def test_two_terms_exactly() -> None:
+    # "c" and "d", K = 3: [1] one met, [2] both.
+    # t=0: a .5, b .2, unk .15, c .1 [1], d .05 [1]     -> a; round 0: c [1]; round 1: d [1] before b
+    # t=1: a b .30, c a .07 [1], a c .05 [1], a unk .035, a d .015 [1], c unk .011 [1], c d .007 [2],
+    #      d unk .0025 [1], d c .0015 [2]                -> a b; round 0: c d [2], c a [1]
+    # t=2: a b c .021 [1], a b d .009 [1], c d eos .0063 ends, c a unk .0035 [1], c a d .0014 [2],
+    #      c d unk .00035 [2]
+    #      -> a b c [1]; round 0: c a d [2]; round 1: c d unk [2] (before bank 1's a b d, better)
+    # t=3: c a d eos .00126 ends, a b c unk .00105 [1], a b c d .00042 [2], c d unk eos .000315
+    #      (fourth: does not end), c a d unk .00007 [2], ...  -> a b c unk; a b c d [2], c a d unk [2]
+    # t=4: a b c d eos .000378 ends, c a d unk eos .000063 ends but is worse than the three kept: stop
+    hyps, beams = constrained([[C], [D]])
+    assert found(hyps) == [
+        ([C, D], pytest.approx(math.log(0.0063)), 2),
+        ([C, A, D], pytest.approx(math.log(0.00126)), 2),
+        ([A, B, C, D], pytest.approx(math.log(0.000378)), 2),
+    ]
+    assert beams == [
+        [()],
+        [(A,), (C,), (D,)],
+        [(A, B), (C, D), (C, A)],
+        [(A, B, C), (C, A, D), (C, D, UNK)],
+        [(A, B, C, UNK), (A, B, C, D), (C, A, D, UNK)],
+    ]
+
+
+# --- the bank allocation (constraints.stripes, as _ConstrainedBeams.advance uses it) ----------------
+
+
+def filled_by_rule(scores, banks, valid, n_banks: int, by_score: int) -> list[int]:
+    """The order in which one sentence's candidates fill its beam, written from the docstrings of
+    constraints.stripes and constraints (plain loops, no keys): the candidates by score (ties: the
+    earlier one); the ``by_score`` best valid ones; then rounds r = 0, 1, ...: each bank, the fullest
+    (n_banks - 1) first, gives its r-th best valid candidate, unless that one is placed already (a
+    bank's best taken by score uses that bank's turn); the invalid candidates last, by score."""
+    ranked = sorted(range(len(scores)), key=lambda i: -scores[i])  # sorted() is stable
+    good = [i for i in ranked if valid[i]]
+    order = good[:by_score]
+    members = [[i for i in good if banks[i] == b] for b in range(n_banks)]
+    for r in range(len(good)):
+        for b in reversed(range(n_banks)):
+            if r < len(members[b]) and members[b][r] not in order:
+                order.append(members[b][r])
+    return order + [i for i in ranked if not valid[i]]
+
+
+def filled_by_search(scores, banks, valid, n_banks: int, by_score: list[int]) -> list[list[int]]:
+    """The same for a batch ``(n, M)`` through the search's code: sorted by score (stable, as the
+    search sorts its candidates), ``stripes``' keys, a stable argsort; the beam keeps the first K."""
+    scores = torch.tensor(scores, dtype=torch.float64)
+    order = scores.argsort(dim=-1, descending=True, stable=True)
+    keys = stripes(
+        torch.tensor(banks).gather(-1, order),
+        torch.tensor(valid).gather(-1, order),
+        n_banks,
+        torch.tensor(by_score),
+    )
+    return order.gather(-1, keys.argsort(dim=-1, stable=True)).tolist()
+
+
+T, F = True, False
+# (scores, banks, valid, banks in the batch, by_score, the order they fill the beam)
+ALLOCATIONS = {
+    "no constraints: the plain beam's order": ([-3, -1, -2, -4], [0, 0, 0, 0], [T] * 4, 1, 2, [1, 2, 0, 3]),
+    # first 0; round 0: bank 2's best 3, bank 1's 2 (bank 0's best is 0); round 1: 5, 4, 1
+    "the best of each bank, the fullest first, then the second best of each": (
+        [-1, -2, -3, -4, -5, -6], [0, 0, 1, 2, 1, 2], [T] * 6, 3, 1, [0, 3, 2, 5, 4, 1],
+    ),
+    # by score: 1, 3 (-1), then 0, 2, 4 (-2); first 1; round 0: bank 1's 3 (bank 0's best is 1);
+    # round 1: bank 1's 0, bank 0's 4; round 2: bank 1's 2
+    "equal scores: the earlier candidate first": (
+        [-2, -1, -2, -1, -2], [1, 0, 1, 1, 0], [T] * 5, 2, 1, [1, 3, 0, 4, 2],
+    ),
+    # 0 is an EOS (finished elsewhere), 2 and 5 are -inf: the first valid one is 1, then bank 1's 3,
+    # bank 0's 4; the invalid ones last, by score
+    "invalid candidates take no place and no turn": (
+        [-1, -2, -INF, -3, -4, -INF], [1, 0, 1, 1, 0, 0], [F, T, F, T, T, F], 2, 1, [1, 3, 4, 0, 2, 5],
+    ),
+    # five banks for a beam of 3: the two fullest get the slots after the one kept by score
+    "more banks than slots: the fullest first": (
+        [-1, -2, -3, -4, -5], [0, 1, 2, 3, 4], [T] * 5, 5, 1, [0, 4, 3, 2, 1],
+    ),
+    # banks 4, 2, 1 have no candidate (the batch's other sentences have more constraint tokens)
+    "empty banks are skipped": ([-1, -2, -3, -4], [0, 0, 3, 0], [T] * 4, 5, 1, [0, 2, 1, 3]),
+    # bank 0's best (0) is kept by score and counts as bank 0's turn of round 0: a beam of 3 keeps
+    # 0, 2, 3 (not 0, 2, 1, as re-ranking the banks without 0 would)
+    "a candidate kept by score uses its bank's turn": (
+        [-1, -2, -3, -4], [0, 0, 1, 1], [T] * 4, 2, 1, [0, 2, 3, 1],
+    ),
+    # first 0 (bank 2), 1 (bank 0); round 0: bank 1's 2; round 1: bank 2's 4, bank 1's 5, bank 0's 3
+    "by_score > 1, from any bank": (
+        [-1, -2, -3, -4, -5, -6], [2, 0, 1, 0, 2, 1], [T] * 6, 3, 2, [0, 1, 2, 4, 5, 3],
+    ),
+    "by_score beyond the valid candidates": (
+        [-4, -INF, -1, -3], [1, 0, 0, 1], [T, F, T, T], 2, 5, [2, 3, 0, 1],
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(ALLOCATIONS))
+def test_the_bank_allocation_on_hand_made_tables(case) -> None:
+    scores, banks, valid, n_banks, by_score, expected = ALLOCATIONS[case]
+    assert filled_by_rule(scores, banks, valid, n_banks, by_score) == expected
+    assert filled_by_search([scores], [banks], [valid], n_banks, [by_score]) == [expected]
+
+
+def test_the_bank_allocation_of_a_batch_is_each_sentence_s_own() -> None:
+    width = max(len(case[0]) for case in ALLOCATIONS.values())
+    n_banks = max(case[3] for case in ALLOCATIONS.values())
+
+    def padded(values, fill):
+        return list(values) + [fill] * (width - len(values))
+
+    cases = list(ALLOCATIONS.values())
+    out = filled_by_search(
+        [padded(c[0], -INF) for c in cases],
+        [padded(c[1], 0) for c in cases],
+        [padded(c[2], F) for c in cases],
+        n_banks,
+        [c[4] for c in cases],
+    )
+    for (scores, *_, expected), row in zip(cases, out):
+        assert row == expected + list(range(len(scores), width))  # the padding: invalid, last
+
+
+@pytest.mark.parametrize("slots", [1, 2, 3, 5, 8])
+@pytest.mark.parametrize("tokens", [0, 1, 2, 4, 7])
+def test_the_bank_allocation_over_beams_and_constraint_tokens(slots, tokens) -> None:
+    """Tables shaped as the search's for a beam of ``slots`` (2 * slots + 2 candidates per row):
+    a batch of sentences with ``tokens``, half as many and no constraint tokens (the batch's fullest
+    banks are empty for the others), ``by_score`` as the search sets it, scores with many ties, EOS
+    and -inf candidates, some banks with no candidate; every candidate's place as the rule states it."""
+    rng = random.Random(f"{slots}/{tokens}")
+    own = sorted({tokens, tokens // 2, 0}, reverse=True)  # each sentence's constraint tokens
+    tables = []
+    for t in own:
+        m = slots * (2 * slots + 2)
+        used = rng.sample(range(t + 1), rng.randint(1, t + 1))  # the banks that have candidates
+        scores = [rng.choice([-1.0, -1.5, -2.0, -3.0, -INF]) for _ in range(m)]
+        valid = [s > -INF and rng.random() > 0.1 for s in scores]  # a tenth of the finite ones: EOS
+        tables.append((scores, [rng.choice(used) for _ in range(m)], valid))
+    by_score = [max(slots - t, 1) for t in own]  # the search's (K - tokens).clamp(min=1)
+    out = filled_by_search(*zip(*tables), tokens + 1, by_score)
+    for (scores, banks, valid), k, row in zip(tables, by_score, out):
+        assert row == filled_by_rule(scores, banks, valid, tokens + 1, k)
 
 
 # --- the real model ------------------------------------------------------------------------------
