@@ -99,7 +99,7 @@ def test_a_term_the_plain_search_already_writes_changes_nothing(loaded, line) ->
     """Metamorphic: for every span of words the plain translation holds once, a glossary asking for
     that span gives the same translation, now meeting its term; the same tokens of the same model have
     the same log-probabilities, so the same score (up to the rounding of a wider batch of rows)."""
-    [plain] = translator(loaded, beam=4).translate_scored([line])
+    [plain] = translator(loaded, beam=4).translate([line], wanted=CONFIDENCE)
     expected = {
         "42": "forty-two",
         "1042": "one hundred twenty-two",
@@ -107,7 +107,7 @@ def test_a_term_the_plain_search_already_writes_changes_nothing(loaded, line) ->
     }
     assert plain.text == expected[line]  # 1, 6 and 15 terms
     for term in once(plain.text):
-        [held] = translator(loaded, beam=4, glossary=((line, term),)).translate_scored([line])
+        [held] = translator(loaded, beam=4, glossary=((line, term),)).translate([line], wanted=CONFIDENCE)
         assert (held.text, held.terms) == (plain.text, (1, 1)), term
         assert held.score == pytest.approx(plain.score, abs=1e-5), term
 
@@ -116,18 +116,20 @@ def test_where_a_term_the_plain_search_writes_does_change_the_translation(loaded
     """Not a theorem, on two lines of this model. The constrained search is wider (4 + one slot per
     term token) and finds what the plain search finds at that width; and a term asked once is met
     exactly once, so a translation that holds it twice is barred."""
-    [plain] = translator(loaded, beam=4).translate_scored(["341001"])
+    [plain] = translator(loaded, beam=4).translate(["341001"], wanted=CONFIDENCE)
     width = 4 + len(loaded[1].encode("thirty-one", target=True))  # beam_for: 4 + its 3 pieces
-    [wide] = translator(loaded, beam=width).translate_scored(["341001"])
-    [held] = translator(loaded, beam=4, glossary=(("341001", "thirty-one"),)).translate_scored(["341001"])
+    [wide] = translator(loaded, beam=width).translate(["341001"], wanted=CONFIDENCE)
+    [held] = translator(loaded, beam=4, glossary=(("341001", "thirty-one"),)).translate(
+        ["341001"], wanted=CONFIDENCE
+    )
     assert (plain.text, wide.text, held.text) == (
         "thirty-one thousand one hundred one",
         "thirty-one",
         "thirty-one",
     )
     assert held.score == pytest.approx(wide.score, abs=1e-5) and held.score > plain.score
-    [plain] = translator(loaded, beam=4).translate(["80008"])
-    [held] = translator(loaded, beam=4, glossary=(("80008", "eight"),)).translate(["80008"])
+    [plain] = texts(translator(loaded, beam=4).translate(["80008"]))
+    [held] = texts(translator(loaded, beam=4, glossary=(("80008", "eight"),)).translate(["80008"]))
     assert (plain, held) == ("eight hundred eight", "eight thousand eighty")
 
 
