@@ -8,7 +8,6 @@ import ast
 import shutil
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
@@ -34,8 +33,8 @@ def lint(cwd: Path, *extra: str, pythonpath: Path | None = None) -> subprocess.C
 def test_the_import_contracts_are_kept() -> None:
     result = lint(ROOT, pythonpath=ROOT / "src")  # this tree's package, not the one installed
     assert result.returncode == 0 and "0 broken" in result.stdout, result.stdout + result.stderr
-    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
-    assert result.stdout.count(" KEPT") == len(contracts)
+    contracts = (ROOT / "pyproject.toml").read_text().count("[[tool.importlinter.contracts]]")
+    assert result.stdout.count(" KEPT") == contracts
 
 
 @pytest.mark.parametrize(

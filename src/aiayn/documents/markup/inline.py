@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass
-from enum import Enum, StrEnum
+from enum import Enum
 from operator import attrgetter
 from typing import Callable, NamedTuple
 
 CLOSING = frozenset(".,;:!?)]}…»”’")  # punctuation that ends a clause, glued to the word before it
 
 
-class Glue(StrEnum):
+class Glue(str, Enum):
     """How a zero-width element sat between words, which decides where it goes and what whitespace
     comes with it."""
 
