@@ -5,8 +5,8 @@
   order) keeps the longest part the earlier one leaves free.
 - An element whose words are translated holds at least one target word: one whose aligned pieces
   its siblings took takes one of them back from a sibling that keeps another; one whose words have
-  no aligned piece takes the spare target word nearest to its place (a word whose source words
-  have another target word, or none), when some word of its sentence is aligned.
+  no aligned piece takes the target word just before its place (its neighbour's last), else the one
+  just after, if that word is spare (its source words have another target word, or it has none).
 - An element left with none (its words dropped, or the only word of a sibling) is written empty
   where its neighbours suggest: after the target of the source piece before it (the nearest aligned
   one in its sentence), else before the target of the next aligned one, else at the end of its
