@@ -1,7 +1,7 @@
 """Documents against lines, on Multi30k test2016 (de->en): BLEU, structure, tags, speed and memory.
 
     python benchmarks/documents.py --checkpoint RUN [--data-dir $AIAYN_DATA/multi30k] \
-        [--threads 2] [--rounds 3] [--results benchmarks/results/documents.json]
+        [--engine torch|ctranslate2] [--threads 2] [--rounds 3] [--results benchmarks/results/documents.json]
 
 * **Paragraphs**: test2016 cut into paragraphs of 3-8 consecutive sentences (seeded; a sentence
   without terminal punctuation gets a "." on both sides, counted in the output). The same sentences
@@ -16,7 +16,9 @@
   output parsed again (stdlib ``html.parser``) with the same start and end tags. Placement: a tag
   counts when the target words it wraps contain a translation of its word; the ceiling is the share
   of sentences whose reference has that translation at all (the issue's), beside the share whose
-  own translation has it. With ``--layers``, placement for every decoder layer's cross-attention.
+  own translation has it. Empty: the ``<b>`` elements that come back with no word in them, and of
+  those, the ones whose paragraph's translation has a translation of their word. With ``--layers``
+  (the torch engine), placement for every decoder layer's cross-attention.
 * **Speed**: sentences/s of line mode, text documents and HTML on the same sentences, interleaved
   rounds, medians and ratios.
 * **Memory**: peak RSS of ``aiayn translate --format text`` on files of 10,000 and 100,000 sentences
@@ -44,11 +46,11 @@ import torch
 
 from aiayn import TransformerConfig, build_model
 from aiayn.checkpoint import save_checkpoint
-from aiayn.decode import Translator
+from aiayn.decode.backends import load_backend
 from aiayn.decode.search import DecodeOptions
 from aiayn.device import resolve_device
 from aiayn.documents.translate import DocumentTranslator
-from aiayn.loading import load_translation_model, model_languages
+from aiayn.loading import model_languages
 from common import command, gpu, machine, versions
 
 TERMINAL = (".", "!", "?", '"', "…")
@@ -86,8 +88,11 @@ def main() -> None:
     (src, ref), added = with_full_stops(src, ref)
     sizes = paragraph_sizes(len(src), args.seed)
     device = resolve_device(args.device, "--device")
-    model, tokenizer, _ = load_translation_model(args.checkpoint, device=device)
-    backend = Translator(model, tokenizer, device, batch_tokens=args.batch_tokens)
+    ct2_dir = tempfile.TemporaryDirectory()  # the export, for --engine ctranslate2
+    backend = load_backend(
+        args.checkpoint, args.engine, device=device, ct2_dir=ct2_dir.name, batch_tokens=args.batch_tokens
+    )
+    tokenizer = backend.tokenizer
     documents = DocumentTranslator(backend, language=model_languages(args.checkpoint)[0] or "de")
     options = DecodeOptions(beam=args.beam, alpha=args.alpha)
     paragraphs = group(src, sizes)
@@ -98,6 +103,7 @@ def main() -> None:
         "machine": machine(),
         "gpu": gpu(device) if device.type == "cuda" else None,
         "threads": args.threads,
+        "engine": args.engine,
         "checkpoint": str(args.checkpoint),
         "options": {"beam": args.beam, "alpha": args.alpha},
         "data": {
@@ -111,7 +117,7 @@ def main() -> None:
     results["paragraphs"] = paragraph_scores(outputs, group(ref, sizes), sizes)
     results["long_line"] = long_line(documents, backend, src[:60], ref[:60], options)
     results["html"] = html_scores(html, outputs["html"], paragraphs, group(ref, sizes))
-    if args.layers:
+    if args.layers and args.engine == "torch":
         results["html_by_layer"] = by_layer(backend, documents, html, paragraphs, group(ref, sizes), options)
     results["memory"] = stream_memory(tokenizer, src, args.sizes) if args.sizes else {}
     report(results)
@@ -128,6 +134,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--split", default="test2016")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--device", default="cpu", help="cpu, cuda or auto")
+    p.add_argument("--engine", default="torch", choices=["torch", "ctranslate2"])
     p.add_argument("--beam", type=int, default=4)
     p.add_argument("--alpha", type=float, default=0.6)
     p.add_argument("--batch-tokens", type=int, default=4096)
@@ -296,7 +303,7 @@ def parse_tags(html: str) -> Tags:
 
 def html_scores(html_in: list[str], html_out: list, paragraphs, refs) -> dict:
     """Every tag kept, and where each ``<b>`` landed, against the ceiling."""
-    kept = placed = tight = in_ref = in_hyp = tags = 0
+    kept = placed = tight = in_ref = in_hyp = tags = empty = empty_in_hyp = 0
     for source, result, sentences, references in zip(html_in, html_out, paragraphs, refs):
         before, after = parse_tags(source), parse_tags(result.text)
         kept += before.starts == after.starts and sorted(before.ends) == sorted(after.ends)
@@ -309,6 +316,10 @@ def html_scores(html_in: list[str], html_out: list, paragraphs, refs) -> dict:
             tight += any(t in inside for t in targets) and len(inside) <= 2
             in_ref += any(t in words_of(" ".join(references)) for t in targets)
             in_hyp += any(t in hypothesis for t in targets)
+            empty += k < len(after.bold) and not after.bold[k].strip()
+            empty_in_hyp += (
+                k < len(after.bold) and not after.bold[k].strip() and any(t in hypothesis for t in targets)
+            )
     return {
         "documents": len(html_in),
         "documents_with_every_tag": kept,
@@ -318,6 +329,8 @@ def html_scores(html_in: list[str], html_out: list, paragraphs, refs) -> dict:
         "ceiling_reference_has_word": in_ref / tags,
         "translation_has_word": in_hyp / tags,
         "placed_over_ceiling": (placed / tags) / (in_ref / tags),
+        "empty": empty,
+        "empty_translation_has_word": empty_in_hyp,
     }
 
 
@@ -404,6 +417,10 @@ def report(results: dict) -> None:
         f"{h['placed_on_a_translation']:.3f} (tightly {h['placed_tightly']:.3f}); ceiling "
         f"{h['ceiling_reference_has_word']:.3f}; translation has the word {h['translation_has_word']:.3f}; "
         f"placed / ceiling {h['placed_over_ceiling']:.3f}"
+    )
+    print(
+        f"html: {h['empty']} of {h['tags']} tags come back empty, {h['empty_translation_has_word']} of them "
+        "although the translation has their word"
     )
     for layer, scores in results.get("html_by_layer", {}).items():
         placed, tight = scores["placed_on_a_translation"], scores["placed_tightly"]

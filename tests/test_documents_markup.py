@@ -104,12 +104,30 @@ def test_with_no_alignment_elements_go_to_the_end_of_their_sentence() -> None:
     assert write(inline, unaligned) == "A B.<b></b> C D.<i></i>"
 
 
-def test_crossing_ranges_are_resolved_by_shrinking_the_later_sibling() -> None:
+def test_an_element_whose_word_a_sibling_took_takes_it_back_from_a_sibling_that_keeps_another() -> None:
     inline = build(B, "a b", _B, " ", EM, "c", _EM, " d")
-    # "a" and "b" are aligned to the first and third words, so <b> wraps all three; "c" to the second
-    # word only, inside <b>'s range: <i> gets no word and goes after the target of "b", outside <b>
+    # "a" and "b" are aligned to the first and third words, so <b> would wrap all three; "c" to the
+    # second word only, inside <b>'s span: <i> takes it, and <b> keeps the longest part left ("A")
     crossing = Translation("A C B D", ((0, 0), (1, 2), (2, 1), (3, 3)))
-    assert transfer(inline, [(0, len(inline.text))], [crossing]) == "<b>A C B</b><i></i> D"
+    assert transfer(inline, [(0, len(inline.text))], [crossing]) == "<b>A</b> <i>C</i> B D"
+    # a sibling's only word is not taken: "a" and "b" merged into one word, <b> holds it
+    merged = Translation("AB C D", ((0, 0), (1, 0), (2, 1), (3, 2)))
+    inline = build(B, "a", _B, " ", EM, "b", _EM, " c d")
+    assert transfer(inline, [(0, len(inline.text))], [merged]) == "<b>AB</b><i></i> C D"
+
+
+def test_an_element_whose_word_has_no_alignment_takes_the_spare_word_beside_its_place() -> None:
+    # "b" is aligned to nothing; "B" was aligned to "a", which has "A" too: <b> takes "B"
+    inline = build("a ", B, "b", _B, " c.")
+    assert transfer(inline, [(0, 6)], [Translation("A B C.", ((0, 0), (0, 1), (2, 2)))]) == "A <b>B</b> C."
+    # a target word aligned to no source word is spare too
+    assert transfer(inline, [(0, 6)], [Translation("A B C.", ((0, 0), (2, 2)))]) == "A <b>B</b> C."
+    # no spare word: "b" was dropped, <b> stays empty next to its neighbour's word
+    assert transfer(inline, [(0, 6)], [Translation("A C.", ((0, 0), (2, 1)))]) == "A<b></b> C."
+    # a word another element holds is not spare: <i> keeps "B", <b> stays empty
+    inline = build(EM, "a", _EM, " ", B, "b", _B, " c.")
+    aligned = Translation("A B C.", ((0, 0), (0, 1), (2, 2)))
+    assert transfer(inline, [(0, 6)], [aligned]) == "<i>A B</i><b></b> C."
 
 
 def test_line_breaks_and_images_go_after_the_word_before_them() -> None:

@@ -9,7 +9,7 @@ byte as it was. Inside a run:
 - emphasis, strong emphasis, strikethrough and link text are elements whose markup is the source's
   own (``**``, ``_``, ``[`` and ``](url "title")``), placed by :func:`aiayn.documents.markup.transfer`
   around the aligned words; a link's destination and title stay as they were. One left with no
-  aligned word is left out (``****`` or ``[][ref]`` would be text, not markup);
+  word is left out (``****`` or ``[][ref]`` would be text, not markup);
 - code spans, autolinks, images (with their alt text), inline HTML tags and hard breaks are carried
   as zero-width elements, untranslated;
 - escapes and entities keep their spelling where the word comes back unchanged; translated text is
