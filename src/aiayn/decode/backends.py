@@ -70,7 +70,7 @@ from aiayn.decode.align import clamp_pairs, word_alignment
 from aiayn.decode.request import TEXT, Line, LineLike, Translation, Wanted, as_lines
 from aiayn.decode.search import DecodeOptions, length_penalty
 from aiayn.decode.step import max_output_lengths
-from aiayn.decode.translator import LINE_BREAKS, Translator, with_prefix, word_probabilities
+from aiayn.decode.translator import LINE_BREAKS, Translator, source_ids, with_prefix, word_probabilities
 from aiayn.errors import Setting, SettingError
 from aiayn.export import (
     ALIGNMENT,
@@ -331,13 +331,7 @@ class CTranslate2Backend:
 
     def encode_source(self, text: str, line_number: int | None = None) -> list[str]:
         """The source's pieces (CTranslate2 appends EOS), truncated as the torch backend does."""
-        ids = self.tokenizer.encode(text)
-        limit = self.config.max_len - 1
-        if len(ids) > limit:
-            where = f"line {line_number}: " if line_number is not None else ""
-            self.warn(f"{where}source has {len(ids) + 1} tokens, more than max_len={limit + 1}; truncated")
-            ids = ids[:limit]
-        return [self.pieces[i] for i in ids]
+        return [self.pieces[i] for i in source_ids(self.tokenizer, self.config, text, self.warn, line_number)]
 
     # --- internals ---------------------------------------------------------------------------------
     def _limits(self, sources: dict[int, list[str]], options: DecodeOptions, starts) -> dict[int, int]:

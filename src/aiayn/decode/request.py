@@ -20,7 +20,7 @@ batcher) answers the same call, :meth:`Backend.translate`::
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from typing import Any, Callable, Protocol, Sequence, Union, runtime_checkable
 
 from aiayn.decode.align import Pairs
@@ -48,10 +48,7 @@ class Wanted:
 
     def __or__(self, other: "Wanted") -> "Wanted":
         """What either wants: what a batch of both computes."""
-        return Wanted(*(a or b for a, b in zip(self.flags(), other.flags())))
-
-    def flags(self) -> tuple[bool, bool, bool]:
-        return self.scores, self.confidence, self.alignment
+        return Wanted(*(a or b for a, b in zip(astuple(self), astuple(other))))
 
 
 @dataclass(frozen=True)

@@ -84,6 +84,17 @@ def with_prefix(text: str, prefix: str, tokenizer) -> str:
     return prefix + (rest.lstrip() if prefix[-1:].isspace() else rest)
 
 
+def source_ids(tokenizer, config, text: str, warn: Warn, line_number: int | None = None) -> list[int]:
+    """``text``'s ids, cut to leave room for the EOS in ``config.max_len``, with a warning naming the
+    line (1-based) when cut: every engine truncates alike."""
+    ids = tokenizer.encode(text)
+    limit = config.max_len - 1
+    if len(ids) > limit:
+        where = f"line {line_number}: " if line_number is not None else ""
+        warn(f"{where}source has {len(ids) + 1} tokens, more than max_len={limit + 1}; truncated")
+    return ids[:limit]
+
+
 def _stderr(message: str) -> None:
     print(f"aiayn: warning: {message}", file=sys.stderr)
 
@@ -159,13 +170,7 @@ class Translator:
 
     def encode_source(self, text: str, line_number: int | None = None) -> list[int]:
         """``encode(text) + [EOS]``, truncated (with a warning) to the model's ``max_len``."""
-        ids = self.tokenizer.encode(text)
-        limit = self.model.config.max_len - 1
-        if len(ids) > limit:
-            where = f"line {line_number}: " if line_number is not None else ""
-            self.warn(f"{where}source has {len(ids) + 1} tokens, more than max_len={limit + 1}; truncated")
-            ids = ids[:limit]
-        return ids + [self.model.config.eos_id]
+        return source_ids(self.tokenizer, self.config, text, self.warn, line_number) + [self.config.eos_id]
 
     def batches(self, sources: dict[int, list[int]]) -> list[list[int]]:
         """The keys of ``sources`` (line -> :meth:`encode_source` ids) in the batches decoded together."""
