@@ -21,7 +21,7 @@ import bisect
 from typing import Sequence
 
 from aiayn.documents.markup.inline import Element, Glue
-from aiayn.documents.markup.project import Part, Source, Span, Target, TargetWord
+from aiayn.documents.markup.project import Part, Source, Span, Target
 
 
 class Layout:
@@ -40,11 +40,8 @@ class Layout:
             if element.start < element.end:
                 with_words.setdefault(element.parent, []).append(index)
         self._place(with_words, -1, Span(0, len(target.pieces) - 1))
-        for index, element in enumerate(self.elements):
-            if self.spans[index] is not None:
-                self.children.setdefault(element.parent, []).append(index)
-        for children in self.children.values():
-            children.sort(key=lambda i: self.spans[i])
+        for index in sorted((i for i, span in enumerate(self.spans) if span), key=self.spans.__getitem__):
+            self.children.setdefault(self.elements[index].parent, []).append(index)
         for index, element in enumerate(self.elements):
             if self.spans[index] is None:
                 self._set_item(index, element)
@@ -53,7 +50,7 @@ class Layout:
         """The spans of ``parent``'s children inside ``bounds`` (the parent's span), then theirs'. In
         source order, each child takes the longest part of its aligned span that the ones before left
         free; then each one left with none takes a piece back (:meth:`_take`) or, where none of its
-        words is aligned, a spare word beside its place (:meth:`_borrow`)."""
+        words is aligned, its neighbour's word (:meth:`_borrow`)."""
         siblings = with_words.get(parent, [])
         for index in siblings:
             aligned = self._aligned(index, bounds)
@@ -110,22 +107,22 @@ class Layout:
         words, taken = self.source.segments[first.segment].words, self._taken(siblings)
         for neighbour, nearest in ((first.word - 1, -1), (last.word + 1, 0)):
             targets = self.target.targets[neighbour] if neighbour in words else []
-            span = (
-                self._spare(self.target.words[targets[nearest]], bounds, taken) if len(targets) > 1 else None
-            )
+            span = self._spare(targets[nearest], bounds, taken) if len(targets) > 1 else None
             if span is not None:
                 self.spans[index] = span
                 return
 
-    def _spare(self, word: TargetWord, bounds: Span, taken: list[Span]) -> Span | None:
-        """The letters of ``word`` if it is inside ``bounds``, in none of the ``taken`` spans, and each
-        of its source words has another target word (the one translation of a word is that word's)."""
-        whole = Span(word.pieces[0], word.pieces[-1])
+    def _spare(self, word: int, bounds: Span, taken: list[Span]) -> Span | None:
+        """The letters of target word ``word`` if it is inside ``bounds``, in none of the ``taken``
+        spans, and each source word aligned to it has another (the one translation of a word is that
+        word's)."""
+        pieces = self.target.words[word]
+        whole = Span(pieces[0], pieces[-1])
         if whole.within(bounds) != whole or any(span.within(whole) for span in taken):
             return None
-        if any(len(self.target.targets[source]) < 2 for source in word.sources):
+        if any(word in targets and len(targets) < 2 for targets in self.target.targets):
             return None
-        letters = [p for p in word.pieces if self.target.pieces[p].part is Part.CORE]
+        letters = [p for p in pieces if self.target.pieces[p].part is Part.CORE]
         return Span(letters[0], letters[-1])
 
     def _set_item(self, index: int, element: Element) -> None:

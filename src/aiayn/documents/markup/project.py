@@ -33,8 +33,6 @@ Piece = NamedTuple("Piece", [("start", int), ("end", int), ("word", int), ("segm
 Part = Enum("Part", "LEAD CORE TRAIL")
 #: copy_of: the source piece the target piece copies, or -1
 TargetPiece = NamedTuple("TargetPiece", [("start", int), ("end", int), ("part", Part), ("copy_of", int)])
-#: A target word: its pieces, and the source words aligned to it
-TargetWord = NamedTuple("TargetWord", [("pieces", range), ("sources", tuple[int, ...])])
 #: Target text [start, end) copied from the source text at source_start
 Copy = NamedTuple("Copy", [("start", int), ("end", int), ("source_start", int)])
 
@@ -77,11 +75,7 @@ class Source:
         self.ends = [piece.end for piece in self.pieces]
 
     def _add_word(self, start: int, end: int, segment: int, cuts: list[int]) -> None:
-        bounds, k = [start], bisect.bisect_right(cuts, start)
-        while k < len(cuts) and cuts[k] < end:
-            bounds.append(cuts[k])
-            k += 1
-        bounds.append(end)
+        bounds = [start, *cuts[bisect.bisect_right(cuts, start) : bisect.bisect_left(cuts, end)], end]
         first = len(self.pieces)
         self.pieces += [Piece(lo, hi, len(self.words), segment) for lo, hi in zip(bounds, bounds[1:])]
         self.words.append(Word(start, end, range(first, len(self.pieces))))
@@ -123,7 +117,7 @@ class Target:
     def __init__(self, source: Source, translations: Sequence[Aligned]) -> None:
         self.source = source
         self.pieces: list[TargetPiece] = []
-        self.words: list[TargetWord] = []
+        self.words: list[range] = []  # the pieces of each target word
         self.targets: list[list[int]] = [[] for _ in source.words]
         self.copies: list[Copy] = []
         self.segment_end: list[int] = []  # the first target piece after each segment's
@@ -153,14 +147,13 @@ class Target:
     def _add_words(self, text: str, words: list[tuple[int, int]], pairs: list[tuple[int, int]]) -> None:
         source = self.source
         copies: dict[int, int] = {}  # target word -> the source word aligned to it that it copies
-        sources: list[list[int]] = [[] for _ in words]  # target word -> the source words aligned to it
         for i, j in pairs:
-            sources[j].append(i)
             self.targets[i].append(len(self.words) + j)
-            if j not in copies and source.inline.text[slice(*source.words[i][:2])] == text[slice(*words[j])]:
+            (start, end, _), (lo, hi) = source.words[i], words[j]
+            if j not in copies and end - start == hi - lo and source.inline.text[start:end] == text[lo:hi]:
                 copies[j] = i
         targets = [self._add_word(text, lo, hi, copies.get(j, -1)) for j, (lo, hi) in enumerate(words)]
-        self.words += [TargetWord(pieces, tuple(aligned)) for pieces, aligned in zip(targets, sources)]
+        self.words += targets
         for i, j in pairs:
             pieces = source.words[i].pieces
             if copies.get(j, -1) == i:  # piece to piece
