@@ -44,6 +44,7 @@ from pathlib import Path
 import sacrebleu
 import torch
 
+import aiayn
 from aiayn import TransformerConfig, build_model
 from aiayn.checkpoint import save_checkpoint
 from aiayn.decode.backends import load_backend
@@ -100,6 +101,7 @@ def main() -> None:
     results = {
         "command": command(),
         "versions": versions(sacrebleu=sacrebleu.__version__),
+        "aiayn_src": str(Path(aiayn.__file__).parent),  # the code measured (PYTHONPATH may name another tree)
         "machine": machine(),
         "gpu": gpu(device) if device.type == "cuda" else None,
         "threads": args.threads,

@@ -116,13 +116,15 @@ def test_an_element_whose_word_a_sibling_took_takes_it_back_from_a_sibling_that_
     assert transfer(inline, [(0, len(inline.text))], [merged]) == "<b>AB</b><i></i> C D"
 
 
-def test_an_element_whose_word_has_no_alignment_takes_the_spare_word_beside_its_place() -> None:
+def test_an_element_whose_word_has_no_alignment_takes_its_neighbours_spare_word() -> None:
     # "b" is aligned to nothing; "B" was aligned to "a", which has "A" too: <b> takes "B"
     inline = build("a ", B, "b", _B, " c.")
     assert transfer(inline, [(0, 6)], [Translation("A B C.", ((0, 0), (0, 1), (2, 2)))]) == "A <b>B</b> C."
-    # a target word aligned to no source word is spare too
-    assert transfer(inline, [(0, 6)], [Translation("A B C.", ((0, 0), (2, 2)))]) == "A <b>B</b> C."
+    # with no word before it, the first word of the word after it
+    inline = build(B, "a", _B, " b c.")
+    assert transfer(inline, [(0, 6)], [Translation("A B C.", ((1, 0), (1, 1), (2, 2)))]) == "<b>A</b> B C."
     # no spare word: "b" was dropped, <b> stays empty next to its neighbour's word
+    inline = build("a ", B, "b", _B, " c.")
     assert transfer(inline, [(0, 6)], [Translation("A C.", ((0, 0), (2, 1)))]) == "A<b></b> C."
     # a word another element holds is not spare: <i> keeps "B", <b> stays empty
     inline = build(EM, "a", _EM, " ", B, "b", _B, " c.")

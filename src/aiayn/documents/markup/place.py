@@ -5,8 +5,8 @@
   order) keeps the longest part the earlier one leaves free.
 - An element whose words are translated holds at least one target word: one whose aligned pieces
   its siblings took takes one of them back from a sibling that keeps another; one whose words have
-  no aligned piece takes the target word just before its place (its neighbour's last), else the one
-  just after, if that word is spare (its source words have another target word, or it has none).
+  no aligned piece takes its neighbour's nearest target word (the last of the source word before it,
+  else the first of the one after it) where that neighbour has another.
 - An element left with none (its words dropped, or the only word of a sibling) is written empty
   where its neighbours suggest: after the target of the source piece before it (the nearest aligned
   one in its sentence), else before the target of the next aligned one, else at the end of its
@@ -40,11 +40,8 @@ class Layout:
             if element.start < element.end:
                 with_words.setdefault(element.parent, []).append(index)
         self._place(with_words, -1, Span(0, len(target.pieces) - 1))
-        for index, element in enumerate(self.elements):
-            if self.spans[index] is not None:
-                self.children.setdefault(element.parent, []).append(index)
-        for children in self.children.values():
-            children.sort(key=lambda i: self.spans[i])
+        for index in sorted((i for i, span in enumerate(self.spans) if span), key=self.spans.__getitem__):
+            self.children.setdefault(self.elements[index].parent, []).append(index)
         for index, element in enumerate(self.elements):
             if self.spans[index] is None:
                 self._set_item(index, element)
@@ -53,7 +50,7 @@ class Layout:
         """The spans of ``parent``'s children inside ``bounds`` (the parent's span), then theirs'. In
         source order, each child takes the longest part of its aligned span that the ones before left
         free; then each one left with none takes a piece back (:meth:`_take`) or, where none of its
-        words is aligned, a spare word beside its place (:meth:`_borrow`)."""
+        words is aligned, its neighbour's word (:meth:`_borrow`)."""
         siblings = with_words.get(parent, [])
         for index in siblings:
             aligned = self._aligned(index, bounds)
@@ -100,50 +97,45 @@ class Layout:
         self.spans[index] = _free(aligned, self._taken(siblings))
 
     def _borrow(self, index: int, bounds: Span, siblings: list[int]) -> None:
-        """An element with words, none of them aligned inside ``bounds``: the target word just before
-        the gap where it would go empty (its neighbour's last), else the one just after, if that word
-        is in its sentence, free and spare, and some word of the sentence is aligned (else there is
-        nothing to go by)."""
+        """An element with words, none of them aligned inside ``bounds``: the nearest target word of
+        its neighbour in the source (the last of the word before it, else the first of the word after
+        it, in its sentence) where the neighbour has another (:meth:`_spare`)."""
         pieces = self._pieces(index)
         if not pieces:
             return  # whitespace only
-        segment = self.source.pieces[pieces[0]].segment
-        ends, taken = self.target.segment_end, self._taken(siblings)
-        window = Span(ends[segment - 1] if segment > 0 else 0, ends[segment] - 1).within(bounds)
-        if window is not None and any(self.target.fan[word] for word in self.source.segments[segment].words):
-            gap = self._gap(index, bounds, siblings)
-            self.spans[index] = self._spare(gap - 1, window, taken) or self._spare(gap, window, taken)
+        first, last = self.source.pieces[pieces[0]], self.source.pieces[pieces[-1]]
+        words, taken = self.source.segments[first.segment].words, self._taken(siblings)
+        for neighbour, nearest in ((first.word - 1, -1), (last.word + 1, 0)):
+            targets = self.target.targets[neighbour] if neighbour in words else []
+            span = self._spare(targets[nearest], bounds, taken) if len(targets) > 1 else None
+            if span is not None:
+                self.spans[index] = span
+                return
 
-    def _spare(self, piece: int, window: Span, taken: list[Span]) -> Span | None:
-        """The letters of the target word that holds ``piece``, if the word is inside ``window``, in
-        none of the ``taken`` spans, and spare: aligned to no source word, or only to source words
-        that have another target word (the one translation of another source word is not this one's)."""
-        word = self.target.words[self.target.pieces[piece].word] if piece in window.pieces else None
-        if word is None or word.pieces[0] < window.low or word.pieces[-1] > window.high:
+    def _spare(self, word: int, bounds: Span, taken: list[Span]) -> Span | None:
+        """The letters of target word ``word`` if it is inside ``bounds``, in none of the ``taken``
+        spans, and each source word aligned to it has another (the one translation of a word is that
+        word's)."""
+        pieces = self.target.words[word]
+        whole = Span(pieces[0], pieces[-1])
+        if whole.within(bounds) != whole or any(span.within(whole) for span in taken):
             return None
-        whole = Span(word.pieces[0], word.pieces[-1])
-        if any(span.within(whole) for span in taken) or any(self.target.fan[s] < 2 for s in word.sources):
+        if any(word in targets and len(targets) < 2 for targets in self.target.targets):
             return None
-        letters = [p for p in word.pieces if self.target.pieces[p].part is Part.CORE]
+        letters = [p for p in pieces if self.target.pieces[p].part is Part.CORE]
         return Span(letters[0], letters[-1])
-
-    def _gap(self, index: int, bounds: Span, siblings: Sequence[int]) -> int:
-        """The gap where the element goes with no word: its neighbours' (:meth:`_neighbour_gap`),
-        inside ``bounds`` and not inside a sibling (before it or after it, as in the source)."""
-        gap = min(max(self._neighbour_gap(self.elements[index]), bounds.low), bounds.high + 1)
-        for sibling in sorted((s for s in siblings if self.spans[s]), key=self.spans.__getitem__):
-            start, end = self.spans[sibling]
-            if start < gap <= end:
-                gap = start if index < sibling else end + 1
-        return gap
 
     def _set_item(self, index: int, element: Element) -> None:
         parent = element.parent
         if parent >= 0 and self.spans[parent] is None:
             self.inner.setdefault(parent, []).append(index)
             return
-        bounds = self.spans[parent] if parent >= 0 else Span(0, len(self.target.pieces) - 1)
-        gap = self._gap(index, bounds, self.children.get(parent, ()))
+        low, high = self.spans[parent] if parent >= 0 else (0, len(self.target.pieces) - 1)
+        gap = min(max(self._neighbour_gap(element), low), high + 1)
+        for sibling in self.children.get(parent, ()):
+            start, end = self.spans[sibling]
+            if start < gap <= end:  # not inside a sibling: before it or after it, as in the source
+                gap = start if index < sibling else end + 1
         self.items.setdefault(parent, {}).setdefault(gap, []).append(index)
 
     def _neighbour_gap(self, element: Element) -> int:

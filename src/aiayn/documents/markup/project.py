@@ -27,16 +27,12 @@ _WORD = re.compile(r"\S+")  # str.split()'s words: re's \s is str.isspace()
 Segment = NamedTuple("Segment", [("start", int), ("end", int), ("sentence", int), ("words", range)])
 Word = NamedTuple("Word", [("start", int), ("end", int), ("pieces", range)])
 #: A source word, or the part of one between two elements' bounds
-Piece = NamedTuple("Piece", [("start", int), ("end", int), ("segment", int)])
+Piece = NamedTuple("Piece", [("start", int), ("end", int), ("word", int), ("segment", int)])
 #: What a target piece holds of its word: the punctuation before its letters, they, or the punctuation
 #: after them (a copied word's pieces, and a word of punctuation alone: CORE)
 Part = Enum("Part", "LEAD CORE TRAIL")
-#: word: the target word it is part of; copy_of: the source piece it copies, or -1
-TargetPiece = NamedTuple(
-    "TargetPiece", [("start", int), ("end", int), ("part", Part), ("word", int), ("copy_of", int)]
-)
-#: A target word: its pieces, and the source words aligned to it
-TargetWord = NamedTuple("TargetWord", [("pieces", range), ("sources", tuple[int, ...])])
+#: copy_of: the source piece the target piece copies, or -1
+TargetPiece = NamedTuple("TargetPiece", [("start", int), ("end", int), ("part", Part), ("copy_of", int)])
 #: Target text [start, end) copied from the source text at source_start
 Copy = NamedTuple("Copy", [("start", int), ("end", int), ("source_start", int)])
 
@@ -79,13 +75,9 @@ class Source:
         self.ends = [piece.end for piece in self.pieces]
 
     def _add_word(self, start: int, end: int, segment: int, cuts: list[int]) -> None:
-        bounds, k = [start], bisect.bisect_right(cuts, start)
-        while k < len(cuts) and cuts[k] < end:
-            bounds.append(cuts[k])
-            k += 1
-        bounds.append(end)
+        bounds = [start, *cuts[bisect.bisect_right(cuts, start) : bisect.bisect_left(cuts, end)], end]
         first = len(self.pieces)
-        self.pieces += [Piece(lo, hi, segment) for lo, hi in zip(bounds, bounds[1:])]
+        self.pieces += [Piece(lo, hi, len(self.words), segment) for lo, hi in zip(bounds, bounds[1:])]
         self.words.append(Word(start, end, range(first, len(self.pieces))))
 
 
@@ -119,14 +111,14 @@ def _parts(text: str, start: int, end: int) -> list[tuple[int, int, Part]]:
 class Target:
     """The target side of a run: its plain text (the translations, and the source's text between
     them), its words and pieces, for each source piece the span of target pieces aligned to it
-    (``aligned[piece]``, None for none), and for each source word how many target words are aligned
-    to it (``fan``)."""
+    (``aligned[piece]``, None for none), and for each source word the target words aligned to it
+    (``targets[word]``)."""
 
     def __init__(self, source: Source, translations: Sequence[Aligned]) -> None:
         self.source = source
         self.pieces: list[TargetPiece] = []
-        self.words: list[TargetWord] = []
-        self.fan = [0] * len(source.words)
+        self.words: list[range] = []  # the pieces of each target word
+        self.targets: list[list[int]] = [[] for _ in source.words]
         self.copies: list[Copy] = []
         self.segment_end: list[int] = []  # the first target piece after each segment's
         self.aligned: list[Span | None] = [None] * len(source.pieces)
@@ -155,15 +147,13 @@ class Target:
     def _add_words(self, text: str, words: list[tuple[int, int]], pairs: list[tuple[int, int]]) -> None:
         source = self.source
         copies: dict[int, int] = {}  # target word -> the source word aligned to it that it copies
-        sources: list[list[int]] = [[] for _ in words]  # target word -> the source words aligned to it
         for i, j in pairs:
-            sources[j].append(i)
-            self.fan[i] += 1
-            if j not in copies and source.inline.text[slice(*source.words[i][:2])] == text[slice(*words[j])]:
+            self.targets[i].append(len(self.words) + j)
+            (start, end, _), (lo, hi) = source.words[i], words[j]
+            if j not in copies and end - start == hi - lo and source.inline.text[start:end] == text[lo:hi]:
                 copies[j] = i
-        first = len(self.words)
-        targets = [self._add_word(text, *word, copies.get(j, -1), first + j) for j, word in enumerate(words)]
-        self.words += [TargetWord(pieces, tuple(aligned)) for pieces, aligned in zip(targets, sources)]
+        targets = [self._add_word(text, lo, hi, copies.get(j, -1)) for j, (lo, hi) in enumerate(words)]
+        self.words += targets
         for i, j in pairs:
             pieces = source.words[i].pieces
             if copies.get(j, -1) == i:  # piece to piece
@@ -179,7 +169,7 @@ class Target:
         the whole word where one side has no such part."""
         if len(target) == 1:
             return Span(target[0], target[0])
-        start, end, _ = self.source.pieces[piece]
+        start, end, _, _ = self.source.pieces[piece]
         text = self.source.inline.text[start:end]
         parts = {self.pieces[t].part: t for t in target}
         if not any(ch.isalnum() for ch in text):  # punctuation alone, cut off its word by an element
@@ -191,18 +181,18 @@ class Target:
         core = parts[Part.CORE]
         return Span(core if low is None else low, core if high is None else high)
 
-    def _add_word(self, text: str, start: int, end: int, copy: int, word: int) -> range:
+    def _add_word(self, text: str, start: int, end: int, copy: int) -> range:
         """The target pieces of a word: a copy's are its source word's; another word's are its
         letters and, apart from them, the punctuation before and after them."""
         first = len(self.pieces)
         if copy < 0:
             for lo, hi, part in _parts(text, start, end):
-                self.pieces.append(TargetPiece(self._length + lo, self._length + hi, part, word, -1))
+                self.pieces.append(TargetPiece(self._length + lo, self._length + hi, part, -1))
             return range(first, len(self.pieces))
         offset = self._length + start - self.source.words[copy].start
         for piece in self.source.words[copy].pieces:
-            lo, hi, _ = self.source.pieces[piece]
-            self.pieces.append(TargetPiece(offset + lo, offset + hi, Part.CORE, word, piece))
+            lo, hi, _, _ = self.source.pieces[piece]
+            self.pieces.append(TargetPiece(offset + lo, offset + hi, Part.CORE, piece))
         return range(first, len(self.pieces))
 
     def _link(self, piece: int, span: Span) -> None:

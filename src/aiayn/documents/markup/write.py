@@ -209,7 +209,7 @@ class _Writer:
         return "".join(out)
 
     def _piece(self, index: int) -> str:
-        start, end, _, _, copy = self.target.pieces[index]
+        start, end, _, copy = self.target.pieces[index]
         if copy >= 0:
             start, end = self.source.pieces[copy].start, self.source.pieces[copy].end
             return self.inline.source(start, end, self.escape)
