@@ -7,7 +7,16 @@ traceback. A :class:`SettingError` names the library's settings; a command that 
 """
 
 import contextlib
-from collections.abc import Iterator, Sequence
+import sys
+from collections.abc import Callable, Iterator, Sequence
+
+#: Where warnings go: a function given one line (without ``aiayn: warning:``).
+Warn = Callable[[str], None]
+
+
+def warning(message: str) -> None:
+    """The library's default :data:`Warn`: ``aiayn: warning: message`` on stderr."""
+    print(f"aiayn: warning: {message}", file=sys.stderr)
 
 
 class UserError(Exception):

@@ -71,7 +71,7 @@ from aiayn.decode.request import TEXT, Line, LineLike, Translation, Wanted, as_l
 from aiayn.decode.search import DecodeOptions, length_penalty
 from aiayn.decode.step import max_output_lengths
 from aiayn.decode.translator import LINE_BREAKS, Translator, source_ids, with_prefix, word_probabilities
-from aiayn.errors import Setting, SettingError
+from aiayn.errors import Setting, SettingError, Warn, warning
 from aiayn.export import (
     ALIGNMENT,
     INFO_FILE,
@@ -102,11 +102,6 @@ FLAGS = {
     "use_cache": "--no-cache",
     "glossary": "--glossary",
 }
-Warn = Callable[[str], None]
-
-
-def _warning(message: str) -> None:
-    print(f"aiayn: warning: {message}", file=sys.stderr)
 
 
 def _note(message: str) -> None:
@@ -155,7 +150,7 @@ def load_backend(
     ct2_dir: str | Path | None = None,
     compute_type: str = "default",
     batch_tokens: int = 4096,
-    warn: Warn = _warning,
+    warn: Warn = warning,
 ):
     """The backend of ``engine`` for the translation model of ``checkpoint`` (checkpoint or run
     directory): a :class:`~aiayn.decode.Translator` (torch) or a :class:`CTranslate2Backend`."""
@@ -243,7 +238,7 @@ class CTranslate2Backend:
     name = "ctranslate2"
 
     def __init__(
-        self, open_translator, tokenizer, config, *, batch_tokens: int = 4096, warn: Warn = _warning
+        self, open_translator, tokenizer, config, *, batch_tokens: int = 4096, warn: Warn = warning
     ) -> None:
         self.open_translator = open_translator  # () -> a new ctranslate2.Translator on the export
         self.translator = open_translator()

@@ -214,11 +214,6 @@ def _forced(
     return torch.tensor([one(s) for s in sentences], dtype=torch.long, device=device)
 
 
-def _check_lengths(batch_size: int, max_lens: list[int]) -> None:
-    if len(max_lens) != batch_size:
-        raise ValueError(f"max_lens has {len(max_lens)} entries for a batch of {batch_size}")
-
-
 # --- greedy search and sampling (one path per row) ------------------------------------------------
 
 Chooser = Callable[[Tensor], Tensor]  # (N, V) restricted log-probs -> (N,) token ids

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import math
 import re
-import sys
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator, Sequence
 
@@ -46,8 +45,8 @@ from aiayn.decode.constraints import beam_for, total_tokens
 from aiayn.decode.request import TEXT, Line, LineLike, Translation, Wanted, as_lines
 from aiayn.decode.search import Controls, DecodeOptions, Hypothesis, generate
 from aiayn.decode.step import max_output_lengths
+from aiayn.errors import Warn, warning
 
-Warn = Callable[[str], None]
 LINE_BREAKS = re.compile("[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
 
 
@@ -95,10 +94,6 @@ def source_ids(tokenizer, config, text: str, warn: Warn, line_number: int | None
     return ids[:limit]
 
 
-def _stderr(message: str) -> None:
-    print(f"aiayn: warning: {message}", file=sys.stderr)
-
-
 class Translator:
     """Translate lines of text with a trained model and its tokenizer: the torch engine
     (:class:`~aiayn.decode.request.Backend`).
@@ -121,7 +116,7 @@ class Translator:
         *,
         batch_tokens: int = 4096,
         options: DecodeOptions | None = None,
-        warn: Warn = _stderr,
+        warn: Warn = warning,
         align_layer: int | None = None,
         **option_values,
     ) -> None:

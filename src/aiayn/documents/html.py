@@ -27,7 +27,8 @@ import markupever
 from markupever import dom
 
 from aiayn.documents.markup import Assembled, InlineBuilder, Run
-from aiayn.documents.types import SplitSentences, Warn
+from aiayn.documents.types import SplitSentences
+from aiayn.errors import Warn
 
 _HTML = "http://www.w3.org/1999/xhtml"
 #: Elements that are part of the text around them (phrasing content that holds text).

@@ -28,7 +28,8 @@ from markdown_it.token import Token
 from mdit_py_plugins.front_matter import front_matter_plugin
 
 from aiayn.documents.markup import Assembled, InlineBuilder, Run
-from aiayn.documents.types import SplitSentences, Warn
+from aiayn.documents.types import SplitSentences
+from aiayn.errors import Warn
 
 
 @functools.cache

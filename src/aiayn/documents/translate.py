@@ -14,7 +14,6 @@ breaks inside a sentence among them) as single spaces.
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
@@ -26,14 +25,10 @@ from aiayn.documents.html import parse_html
 from aiayn.documents.markdown import parse_markdown
 from aiayn.documents.segment import Segmenter, segmenter_for
 from aiayn.documents.text import parse_text, whole
-from aiayn.documents.types import FORMATS, Parsed, Warn
-from aiayn.errors import UserError
+from aiayn.documents.types import FORMATS, Parsed
+from aiayn.errors import UserError, Warn, warning
 
 Pairs = tuple[tuple[int, int], ...]
-
-
-def _warning(message: str) -> None:
-    print(f"aiayn: warning: {message}", file=sys.stderr)
 
 
 @dataclass
@@ -91,7 +86,7 @@ class DocumentTranslator:
         *,
         language: str | None = None,
         split: bool = True,
-        warn: Warn = _warning,
+        warn: Warn = warning,
         segmenter: Segmenter | None = None,
     ) -> None:
         self.backend, self.language, self.split, self.warn = backend, language, split, warn

@@ -16,7 +16,6 @@ from aiayn.decode.request import Translation
 #: The sentence spans of a text: ``(start, end)`` offsets, stripped, in order (see
 #: :class:`aiayn.documents.segment.Segmenter`).
 SplitSentences = Callable[[str], list[tuple[int, int]]]
-Warn = Callable[[str], None]
 #: The document formats (``aiayn translate --format``, the API's ``format``)
 FORMATS = ("text", "html", "markdown")
 

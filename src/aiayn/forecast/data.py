@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import csv
 import io
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,7 +25,7 @@ import torch
 from torch import Tensor
 
 from aiayn.config import Checked, setting
-from aiayn.errors import UserError
+from aiayn.errors import UserError, warning
 
 FEATURE_MODES = ("M", "S", "MS")  # multivariate in/out, univariate target, multivariate in -> target
 SPLITS = ("train", "val", "test")
@@ -111,11 +110,6 @@ def _read_rows(path: Path) -> tuple[list[str], list[list[str]]]:
     return header, rows[1:]
 
 
-def warn(message: str) -> None:
-    """One warning line on stderr."""
-    print(f"aiayn: warning: {message}", file=sys.stderr)
-
-
 def _decode(path: Path) -> str:
     """The file's text: UTF-8 (a byte-order mark dropped), else Latin-1 with a warning naming the line."""
     data = path.read_bytes().removeprefix(b"\xef\xbb\xbf")
@@ -123,7 +117,7 @@ def _decode(path: Path) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError as err:
         line = data[: err.start].count(b"\n") + 1
-        warn(f"{path}:{line}: not UTF-8 (byte {data[err.start]:#04x}); the file is read as Latin-1")
+        warning(f"{path}:{line}: not UTF-8 (byte {data[err.start]:#04x}); the file is read as Latin-1")
         return data.decode("latin-1")
 
 
@@ -153,7 +147,7 @@ def _check_spacing(path: Path, name: str, stamps: np.ndarray) -> None:
     repeated = np.flatnonzero(diffs == np.timedelta64(0, "s"))
     if repeated.size:
         i = int(repeated[0]) + 1
-        warn(
+        warning(
             f"{path}:{_line(i)}: column '{name}': timestamp {_when(stamps[i])} repeated "
             f"({repeated.size} repeated in all); rows are used in file order"
         )
@@ -165,7 +159,7 @@ def _check_spacing(path: Path, name: str, stamps: np.ndarray) -> None:
     gaps = np.flatnonzero(diffs > step)
     if gaps.size:
         i = int(gaps[0]) + 1
-        warn(
+        warning(
             f"{path}:{_line(i)}: column '{name}': gap in time before {_when(stamps[i])} (expected "
             f"{_when(stamps[i - 1] + step)}, step {step.item()}; {gaps.size} gap(s) in all); rows are "
             "used as they are"

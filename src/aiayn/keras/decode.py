@@ -12,14 +12,14 @@ batch. Each step feeds only the newest token: the decoder's self-attention keys/
 from __future__ import annotations
 
 import math
-import sys
-from typing import Callable, Sequence
+from typing import Sequence
 
 import numpy as np
 from keras import ops
 
 from aiayn.data.batching import pad, token_batches
 from aiayn.decode.translator import LINE_BREAKS
+from aiayn.errors import Warn, warning
 from aiayn.keras.masks import padding_mask
 from aiayn.keras.transformer import Transformer
 
@@ -69,10 +69,6 @@ def greedy_search(model: Transformer, src, max_len_a: float = 1.0, max_len_b: fl
     return tokens
 
 
-def _warn(message: str) -> None:
-    print(f"aiayn: warning: {message}", file=sys.stderr)
-
-
 def translate(
     model: Transformer,
     tokenizer,
@@ -81,7 +77,7 @@ def translate(
     batch_tokens: int = 4096,
     max_len_a: float = 1.0,
     max_len_b: float = 50,
-    warn: Callable[[str], None] = _warn,
+    warn: Warn = warning,
 ) -> list[str]:
     """Greedy translations of ``lines``, one per line, as :class:`aiayn.decode.Translator` with
     ``beam=1`` gives them: a blank line gives a blank line; a source longer than ``max_len`` is
