@@ -278,7 +278,7 @@ class CTranslate2Backend:
                 nbest[0][0],
                 nbest,
                 sum(lps) / len(lps) if lps else 0.0,
-                word_probabilities(text, pieces, lps[: len(pieces)]),
+                word_probabilities(text, pieces, lps[: len(pieces)]) if lps else (),
                 length=len(lps),
             )
         return results

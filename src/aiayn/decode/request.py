@@ -2,7 +2,7 @@
 
 Every engine (:class:`~aiayn.decode.Translator`, the CTranslate2 backend of
 :mod:`aiayn.decode.backends`) and whatever stands between an engine and its callers (the server's
-batcher) answers the same call, :meth:`Backend.translate`::
+``BatchedBackend``, in front of its batcher) answers the same call, :meth:`Backend.translate`::
 
     backend.translate([Line("Ein Hund läuft."), Line("Zwei Männer", prefix="Two men")],
                       DecodeOptions(beam=4, nbest=2), Wanted(scores=True, alignment=True))
@@ -61,8 +61,9 @@ class Translation:
     not computed; ``nbest``: every hypothesis ``(score, text)``, best first (``options.nbest`` of
     them; ``()`` for a blank line); with ``Wanted.confidence``: ``confidence`` (the mean
     log-probability of its tokens, EOS included; ``probability`` is its exp), ``words`` (each word of
-    ``text.split()`` with its probability: the product of its pieces'), ``length`` (the tokens scored);
-    ``terms``: glossary terms (met, asked).
+    ``text.split()`` with its probability: the product of its pieces'), ``length`` (the tokens scored;
+    0, with ``confidence`` 0.0 and no ``words``, where confidence was not computed); ``terms``:
+    glossary terms (met, asked).
     """
 
     text: str
@@ -96,7 +97,9 @@ class Backend(Protocol):
 
     Every engine keeps :class:`~aiayn.decode.Translator`'s text conventions: a blank line gives
     ``Translation("")``, a source longer than ``max_len`` is truncated with a warning naming the line,
-    line breaks in an output become spaces, the answers come in the order of the lines."""
+    line breaks in an output become spaces, the answers come in the order of the lines. An engine
+    answers one call at a time (its model, ``progress`` and ``warn`` are its own): the server calls
+    it from one thread."""
 
     progress: Callable[[int], None] | None
 

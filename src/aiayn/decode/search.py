@@ -585,8 +585,9 @@ class DecodeOptions:
 
     ``max_len_a``/``max_len_b``: at most ``floor(a * S + b)`` tokens before EOS for a source of S
     tokens (its EOS included); the paper's "input length + 50" is a=1, b=50.
-    ``scores=False``: the caller needs no scores (``Translator.translate``), so a search that does
-    not need them to choose (greedy) skips them; its hypotheses' ``score``/``log_prob`` are NaN.
+    ``scores=False``: the caller needs no scores, so a search that does not need them to choose
+    (greedy) skips them; its hypotheses' ``score``/``log_prob`` are NaN. (The engines' ``translate``
+    sets it from what the call wants, :class:`~aiayn.decode.request.Wanted`.)
     ``paths``: the exact speed-ups (:class:`SearchPaths`, module docstring); a switch set to False
     gives its reference path, the same output. ``glossary``: ``(source term, target term)`` pairs
     whose target terms a translation must contain where the source term occurs

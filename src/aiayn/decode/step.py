@@ -38,7 +38,8 @@ BUCKET_RATIO = 0.8  # a bucket's shortest source has at least this fraction of i
 
 @dataclass(frozen=True)
 class SearchPaths:
-    """Which implementation of each exact speed-up decodes: the fast paths by default.
+    """Which implementation of each exact speed-up decodes: the fast paths by default (the
+    inference step where it was measured faster).
 
     Each switch set to False takes the reference path the fast one replaces, with the same output,
     so that tests and ``benchmarks/decode_paths.py`` can compare the two:
@@ -58,7 +59,7 @@ class SearchPaths:
     fast_step: bool | None = None
 
 
-FAST_PATHS = SearchPaths()  # every fast path: the default everywhere
+FAST_PATHS = SearchPaths()  # the defaults: every fast path (the inference step on the CPU)
 
 
 class ModelStep:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
-from aiayn.decode.align import joined_alignment
+from aiayn.decode.align import Pairs, joined_alignment
 from aiayn.decode.request import TEXT, Backend, Line, Translation, Wanted
 from aiayn.decode.search import DecodeOptions
 from aiayn.documents.fit import fit, source_limit
@@ -27,8 +27,6 @@ from aiayn.documents.segment import Segmenter, segmenter_for
 from aiayn.documents.text import parse_text, whole
 from aiayn.documents.types import FORMATS, Parsed
 from aiayn.errors import UserError, Warn, warning
-
-Pairs = tuple[tuple[int, int], ...]
 
 
 @dataclass
