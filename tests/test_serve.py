@@ -800,3 +800,26 @@ def test_requests_that_want_different_things_share_a_batch() -> None:
         ([Line("a"), Line("b"), Line("c", "x:"), Line("d"), Line("e", "y:")], Wanted(True, False, True)),
         ([Line("f")], Wanted(confidence=True)),
     ]
+
+
+def test_a_job_submitted_after_the_batcher_closed_is_refused_not_left_waiting() -> None:
+    """At shutdown the batcher answers the jobs it holds with an error, and refuses those that come
+    after (a document thread still at work would otherwise wait for an answer that never comes)."""
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    from aiayn.decode.search import DecodeOptions
+    from aiayn.serve.batching import Batcher
+
+    async def scenario():
+        with ThreadPoolExecutor(1) as pool:
+            batcher = Batcher(lambda lines, options, wanted: lines, len, pool, max_tokens=10, max_wait_s=0.0)
+            waiting = asyncio.create_task(batcher.submit([Line("a")], DecodeOptions(), TEXT))
+            await asyncio.sleep(0)  # queued; no worker runs
+            batcher.close("shutting down")
+            with pytest.raises(RuntimeError, match="shutting down"):
+                await asyncio.wait_for(waiting, timeout=5)
+            with pytest.raises(RuntimeError, match="shutting down"):
+                await asyncio.wait_for(batcher.submit([Line("b")], DecodeOptions(), TEXT), timeout=5)
+
+    asyncio.run(scenario())

@@ -64,11 +64,13 @@ class Batcher:
         #: requests in each of the last batches: several = concurrent clients, worth a wait
         self.recent: collections.deque[int] = collections.deque([1], maxlen=RECENT_BATCHES)
         self.taken: list[Job] = []  # the batch being gathered or decoded
+        self.closed: str | None = None  # why no job is taken any more
 
     def close(self, reason: str = "the server is shutting down") -> None:
         """Answer every job not yet answered (taken, held or queued) with an error: after the
         batcher's task is cancelled, nothing else would, and a caller waiting in another thread
-        (:mod:`aiayn.serve.documents`) would wait forever."""
+        (:mod:`aiayn.serve.documents`) would wait forever; so is every job submitted after."""
+        self.closed = reason
         pending = [*self.taken, *self.held]
         while not self.queue.empty():
             pending.append(self.queue.get_nowait())
@@ -78,6 +80,8 @@ class Batcher:
 
     async def submit(self, lines: list[Line], options: DecodeOptions, wanted: Wanted) -> list[Translation]:
         """The translation of each of ``lines``, decoded with whatever else arrives meanwhile."""
+        if self.closed is not None:
+            raise RuntimeError(self.closed)
         tokens = sum(self.count_tokens(line.text) for line in lines)
         future = asyncio.get_running_loop().create_future()
         job = Job(lines, options, wanted, tokens, future)
