@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 from aiayn.errors import UserError
@@ -62,13 +63,32 @@ def _matcher(pairs: Pairs) -> tuple[re.Pattern, dict[str, str]]:
     return re.compile(rf"(?<!\w)(?:{words})(?!\w)", re.IGNORECASE), targets
 
 
-def targets(pairs: Pairs, sentence: str) -> list[str]:
-    """The target term of each source term occurrence in ``sentence``, in order."""
+@dataclass(frozen=True)
+class Found:
+    """A source term found in a sentence: its target term and where it is (``sentence[start:end]``)."""
+
+    target: str
+    start: int
+    end: int
+
+    def words(self, sentence: str) -> range:
+        """The indices of the ``str.split()`` words of ``sentence`` the source term covers."""
+        first = len(sentence[: self.start].split())
+        return range(first, first + len(sentence[self.start : self.end].split()))
+
+
+def find(pairs: Pairs, sentence: str) -> list[Found]:
+    """Each source term occurrence in ``sentence``, in order: its target term and its place."""
     if not pairs:
         return []
     pattern, by_source = _matcher(pairs)
-    found = (by_source.get(_key(m.group(0))) for m in pattern.finditer(sentence))
-    return [target for target in found if target is not None]
+    found = ((by_source.get(_key(m.group(0))), m.start(), m.end()) for m in pattern.finditer(sentence))
+    return [Found(target, start, end) for target, start, end in found if target is not None]
+
+
+def targets(pairs: Pairs, sentence: str) -> list[str]:
+    """The target term of each source term occurrence in ``sentence``, in order."""
+    return [found.target for found in find(pairs, sentence)]
 
 
 def _key(term: str) -> str:
