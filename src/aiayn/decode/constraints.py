@@ -39,6 +39,8 @@ import torch
 from torch import Tensor
 
 NEG_INF = float("-inf")
+PLACE_PENALTY = 10.0  # log-probability lost for a term away from its source words (:func:`guide`)
+BEYOND = 2  # a term is passed once the source word attended most is this many words after its place
 Terms = Sequence[Sequence[int]]  # one sentence's constraints: token sequences, repeats allowed
 
 
@@ -49,8 +51,8 @@ def total_tokens(terms: Terms) -> int:
 
 def beam_for(beam: int, terms: Terms) -> int:
     """The beam a sentence with ``terms`` is searched with: ``beam`` slots kept by score, and one
-    more for each constraint token (the banks' room)."""
-    return beam + total_tokens(terms)
+    more for each term it is asked for (the banks' room)."""
+    return beam + sum(1 for term in terms if term)
 
 
 def _borders(term: Sequence[int], width: int) -> list[list[bool]]:
@@ -66,9 +68,25 @@ def _borders(term: Sequence[int], width: int) -> list[list[bool]]:
 class Constraints:
     """The constraints of a batch's sentences as tensors: ``terms`` ``(n, C, L)`` (distinct terms,
     -1 padded), ``lengths`` ``(n, C)`` (0: no term), ``need`` ``(n, C)`` (how often each is asked),
-    ``borders`` ``(n, C, L, L)``. ``continues`` ``(V,)`` bool: the pieces that continue a word."""
+    ``borders`` ``(n, C, L, L)``. ``continues`` ``(V,)`` bool: the pieces that continue a word;
+    ``ends`` ``(V,)`` bool: the pieces that end a sentence (none while a term is unmet), kept as
+    their ids ``(E,)``.
 
-    def __init__(self, per_sentence: Sequence[Terms], continues: Tensor | None, device) -> None:
+    ``places``: each sentence's source places of its terms (a list per term, as ``per_sentence``:
+    the source words, counted as the source pieces count them, where that term's source term is)
+    and ``words`` ``(n, S)`` the source word of each source position (-1: none, as EOS and padding):
+    the alignment guide (:func:`guide`); None: no guide."""
+
+    def __init__(
+        self,
+        per_sentence: Sequence[Terms],
+        continues: Tensor | None,
+        device,
+        *,
+        ends: Tensor | None = None,
+        places: Sequence[Sequence[Sequence[int]]] | None = None,
+        words: Tensor | None = None,
+    ) -> None:
         counted = [Counter(tuple(t) for t in terms if t) for terms in per_sentence]
         n, c = len(counted), max((len(c) for c in counted), default=0) or 1
         width = max((len(t) for terms in counted for t in terms), default=0) or 1
@@ -88,8 +106,31 @@ class Constraints:
         )
         self.borders = self.borders.to(device)
         self.tokens = (self.need * self.lengths).sum(dim=-1)  # (n,) constraint tokens of each sentence
+        self.slots = self.need.sum(dim=-1)  # (n,) the beam's slots for the banks: see beam_for
         self.banks = int(self.tokens.max()) + 1 if n else 1
         self.continues = continues.to(device) if continues is not None else None
+        self.ends = ends.nonzero()[:, 0].to(device) if ends is not None else None
+        self.places: Tensor | None = None  # (n, C, W + 1) bool: the source words of each term
+        self.words: Tensor | None = None  # (n, S): each source position's word, W where none
+        if places is not None and words is not None:
+            self._place(per_sentence, counted, places, words.to(device))
+
+    def _place(self, per_sentence, counted, places, words: Tensor) -> None:
+        """``places`` ``(n, C, R, W + 1)``: the source words of each term's occurrences, in source
+        order (the k-th is due once the term is met k times); ``words`` with W for no word."""
+        width = max(int(words.max()) + 1, 1)
+        self.words = words.masked_fill(words < 0, width)
+        repeats = max((count for terms in counted for count in terms.values()), default=1)
+        self.places = torch.zeros((len(counted), self.terms.size(1), repeats, width + 1), dtype=torch.bool)
+        for s, (terms, spans) in enumerate(zip(per_sentence, places)):
+            index = {term: j for j, term in enumerate(counted[s])}
+            found = sorted((min(span, default=width), tuple(t), span) for t, span in zip(terms, spans) if t)
+            seen: Counter = Counter()
+            for _, term, span in found:
+                j, k = index[term], seen[term]
+                self.places[s, j, k, [w for w in span if 0 <= w < width]] = True
+                seen[term] += 1
+        self.places = self.places.to(words.device)
 
     def rows(self, sentences: Tensor) -> "Constraints":
         """The constraints of the given sentence indices (a view for the rows that remain)."""
@@ -100,25 +141,42 @@ class Constraints:
             self.lengths[sentences],
         )
         out.borders, out.banks, out.continues = self.borders[sentences], self.banks, self.continues
-        out.tokens = self.tokens[sentences]
+        out.tokens, out.ends, out.slots = self.tokens[sentences], self.ends, self.slots[sentences]
+        guided = self.places is not None and self.words is not None
+        out.places = self.places[sentences] if guided else None
+        out.words = self.words[sentences] if guided else None
         return out
 
 
 class State:
     """What each of N hypotheses has met: ``count`` ``(N, C)`` completed occurrences of each term,
     ``partial`` ``(N, C)`` tokens of each matched so far, ``ended`` ``(N,)`` a term ended at the
-    last token."""
+    last token; the guide's (:func:`guide`) ``due`` ``(N, C)``, each term's source words attended
+    when the last token was chosen, ``passed`` ``(N, C)``, their place left without the term, and
+    ``misplaced`` ``(N,)``, the terms placed away from their source words (passed, or begun early)."""
 
-    def __init__(self, count: Tensor, partial: Tensor, ended: Tensor) -> None:
+    def __init__(
+        self, count: Tensor, partial: Tensor, ended: Tensor, due: Tensor, passed: Tensor, misplaced: Tensor
+    ) -> None:
         self.count, self.partial, self.ended = count, partial, ended
+        self.due, self.passed, self.misplaced = due, passed, misplaced
 
     @classmethod
     def start(cls, rows: int, terms: int, device) -> "State":
         zeros = torch.zeros((rows, terms), dtype=torch.long, device=device)
-        return cls(zeros, zeros.clone(), torch.zeros(rows, dtype=torch.bool, device=device))
+        no = torch.zeros((rows, terms), dtype=torch.bool, device=device)
+        none = torch.zeros(rows, dtype=torch.long, device=device)
+        return cls(zeros, zeros.clone(), none.bool(), no, no.clone(), none)
 
     def select(self, rows: Tensor) -> "State":
-        return State(self.count[rows], self.partial[rows], self.ended[rows])
+        return State(
+            self.count[rows],
+            self.partial[rows],
+            self.ended[rows],
+            self.due[rows],
+            self.passed[rows],
+            self.misplaced[rows],
+        )
 
 
 def advance(c: Constraints, state: State, tokens: Tensor) -> State:
@@ -134,7 +192,10 @@ def advance(c: Constraints, state: State, tokens: Tensor) -> State:
     done = (partial == c.lengths[:, None]) & (c.lengths[:, None] > 0)  # a term completed
     count = state.count[:, None] + done.long()
     partial = partial.masked_fill(done, 0)
-    return State(count.reshape(n * m, -1), partial.reshape(n * m, -1), done.any(dim=-1).reshape(-1))
+    due, passed, misplaced = (x.repeat_interleave(m, dim=0) for x in (state.due, state.passed, state.misplaced))
+    done = done.reshape(n * m, -1)  # a term met: its next occurrence's place is new
+    due, passed, ended = due & ~done, passed & ~done, done.any(dim=-1)
+    return State(count.reshape(n * m, -1), partial.reshape(n * m, -1), ended, due, passed, misplaced)
 
 
 def met(c: Constraints, state: State) -> Tensor:
@@ -155,10 +216,15 @@ def unmet(c: Constraints, state: State) -> Tensor:
 
 
 def restrict(c: Constraints, state: State, log_probs: Tensor, free: Tensor, eos: int) -> Tensor:
-    """In place, on the rows where ``free`` ``(N,)`` (not forced to a token): no EOS while a term is
-    unmet, no completing a term met as often as asked, no piece continuing a term's last word."""
+    """In place, on the rows where ``free`` ``(N,)`` (not forced to a token): no EOS and no piece that
+    ends a sentence (``c.ends``, unless it is the next piece of an unmet term) while a term is unmet,
+    no completing a term met as often as asked, no piece continuing a term's last word."""
     rows = free & unmet(c, state)
     log_probs[rows, eos] = NEG_INF
+    if c.ends is not None and c.ends.numel() and bool(rows.any()):
+        terms = candidates(c, state)  # (N, 2C) a term's next piece may be one
+        ban = rows[:, None] & ~(terms[:, :, None] == c.ends[None, None]).any(dim=1)  # (N, E)
+        log_probs[:, c.ends] = log_probs[:, c.ends].masked_fill(ban, NEG_INF)
     last = c.terms.gather(2, (c.lengths - 1).clamp(min=0)[:, :, None])[:, :, 0]  # (N, C)
     full = (state.count >= c.need) & (state.partial == c.lengths - 1) & (c.lengths > 0) & free[:, None]
     row, term = full.nonzero(as_tuple=True)
@@ -168,6 +234,32 @@ def restrict(c: Constraints, state: State, log_probs: Tensor, free: Tensor, eos:
         if ended.numel():
             log_probs[ended[:, None], c.continues.nonzero()[:, 0][None]] = NEG_INF
     return log_probs
+
+
+def guide(c: Constraints, state: State, attention: Tensor) -> tuple[Tensor, Tensor]:
+    """The alignment guide at this step, from ``attention`` ``(N, S)`` (each row's cross-attention
+    for the token it chooses now): a term is *due* where the source word attended most is one of its
+    source words. Updates ``state.due``/``state.passed``, and returns ``(left, early)``: ``left``
+    ``(N,)`` how many unmet terms each row has just moved past (due at the last token, not now, and
+    not begun), ``early`` ``(N, C)`` the terms that beginning now would put away from their place
+    (not due, and not passed: a passed term may still come late, its penalty paid)."""
+    if c.places is None or c.words is None:
+        none = torch.zeros_like(state.due)
+        return torch.zeros(state.due.size(0), dtype=torch.long, device=state.due.device), none
+    mass = torch.zeros(attention.size(0), c.places.size(-1), dtype=attention.dtype, device=attention.device)
+    mass.scatter_add_(1, c.words, attention)  # (N, W + 1) the attention of each source word
+    best = mass.argmax(dim=-1)  # (N,) the last column: no word (EOS, padding)
+    occurrence = state.count.clamp(max=c.places.size(2) - 1)  # (N, C) the occurrence due next
+    places = c.places.gather(2, occurrence[:, :, None, None].expand(-1, -1, 1, c.places.size(-1)))[:, :, 0]
+    due = places.gather(2, best[:, None, None].expand(-1, places.size(1), 1))[:, :, 0]  # (N, C)
+    open_ = (state.count < c.need) & (state.partial == 0) & (c.lengths > 0)
+    words = places[:, :, :-1]  # (N, C, W) the column "no word" left out
+    last = words.long().cumsum(dim=-1).argmax(dim=-1)  # (N, C) the place's last word
+    beyond = (best[:, None] >= last + BEYOND) & (best[:, None] < words.size(-1)) & words.any(dim=-1)
+    left = ((state.due & ~due) | beyond) & open_ & ~state.passed  # passed now, counted once
+    state.passed = state.passed | left
+    state.due = due
+    return left.sum(dim=-1), open_ & ~due & ~state.passed
 
 
 def candidates(c: Constraints, state: State) -> Tensor:

@@ -216,6 +216,8 @@ class FastStep:
 
     ``src`` ``(B, S)`` padded source ids; ``log_probs=False``: calls return logits (greedy search).
     ``group_rows``, ``by_length``: as :class:`~aiayn.decode.step.ModelStep`'s ``paths``.
+    ``attention_layer``: after each call, ``attention`` ``(N, S)`` holds that decoder layer's
+    cross-attention of the new position, its heads averaged (None: not kept).
     """
 
     def __init__(
@@ -226,9 +228,11 @@ class FastStep:
         log_probs: bool = True,
         group_rows: bool = True,
         by_length: bool = True,
+        attention_layer: int | None = None,
     ) -> None:
         config = model.config
         self.model, self.log_probs, self.group_rows = model, log_probs, group_rows
+        self.attention_layer, self.attention = attention_layer, None
         self.heads, self.d_model = config.n_heads, config.d_model
         self.d_k = config.d_model // config.n_heads
         self.weights = weights(model)
@@ -312,7 +316,11 @@ class FastStep:
         n, h, d_k = x.size(0), self.heads, self.d_k
         q = layer.cross_q(x).view(n, h, 1, d_k)  # (N, H, 1, d_k): as (N, 1, H, d_k) transposed
         keys, values = self.cross[i]
-        out = _attend(fold(q, self.group), keys, values, self.bias)  # (B, H, g, d_k): a group's rows
+        if i == self.attention_layer:
+            out, weights = _attend(fold(q, self.group), keys, values, self.bias, weights=True)
+            self.attention = fold(weights, self.group, inverse=True).float().mean(dim=1)[:, 0]  # (N, S)
+        else:
+            out = _attend(fold(q, self.group), keys, values, self.bias)  # (B, H, g, d_k): a group's rows
         if self.has_keys is not None:  # sources with no key: a zero output, as the model's
             out = torch.where(self.has_keys, out, 0.0)
         return layer.cross_out(fold(out, self.group, inverse=True).reshape(n, self.d_model))
@@ -347,14 +355,19 @@ class FastStep:
             self.has_keys = self.has_keys.index_select(0, runs)
 
 
-def _attend(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None) -> Tensor:
+def _attend(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, weights: bool = False):
     """softmax(q k^T / sqrt(d_k) + bias) v for few queries: ``q`` ``(B, H, T_q, d_k)``, ``k``/``v``
-    ``(B, H, T_k, d_k)``, ``bias`` broadcastable to ``(B, H, T_q, T_k)``."""
+    ``(B, H, T_k, d_k)``, ``bias`` broadcastable to ``(B, H, T_q, T_k)``. ``weights``: the output
+    and the softmax ``(B, H, T_q, T_k)``."""
     if q.dtype != torch.float32:  # fp16/bf16: scores and softmax in fp32, as the model's attention
         scores = (q.float() @ k.float().transpose(-2, -1)) * (1.0 / math.sqrt(q.size(-1)))
         scores = scores if bias is None else scores + bias.float()
-        return scores.softmax(dim=-1).to(v.dtype) @ v
-    scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.size(-1)))  # (B, H, T_q, T_k)
-    if bias is not None:
-        scores = scores + bias
-    return scores.softmax(dim=-1) @ v
+        probs = scores.softmax(dim=-1)
+        out = probs.to(v.dtype) @ v
+    else:
+        scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.size(-1)))  # (B, H, T_q, T_k)
+        if bias is not None:
+            scores = scores + bias
+        probs = scores.softmax(dim=-1)
+        out = probs @ v
+    return (out, probs) if weights else out

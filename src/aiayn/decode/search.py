@@ -58,6 +58,7 @@ from torch import Tensor
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID
 from aiayn.decode import constraints as lexical
 from aiayn.decode import fast_step
+from aiayn.decode.align import alignment_layer
 from aiayn.decode.constraints import Constraints, State, Terms
 from aiayn.decode.step import FAST_PATHS, ModelStep, SearchPaths, max_output_lengths, source_lengths
 from aiayn.errors import UserError
@@ -84,11 +85,13 @@ class Hypothesis:
     log_prob: float
     token_log_probs: tuple[float, ...] = ()
     met: int = 0
+    misplaced: int = 0
 
     @property
-    def rank(self) -> tuple[int, float]:
-        """What orders hypotheses: the constraints met, then the score."""
-        return self.met, self.score
+    def rank(self) -> tuple[int, int, float]:
+        """What orders hypotheses: the constraints met, then those away from their place (fewer
+        first), then the score."""
+        return self.met, -self.misplaced, self.score
 
 
 @dataclass(frozen=True)
@@ -104,10 +107,15 @@ def length_penalty(length: int, alpha: float) -> float:
 
 
 def _hypothesis(
-    tokens: list[int], log_prob: float, alpha: float, token_log_probs: Sequence[float] = (), met: int = 0
+    tokens: list[int],
+    log_prob: float,
+    alpha: float,
+    token_log_probs: Sequence[float] = (),
+    met: int = 0,
+    misplaced: int = 0,
 ) -> Hypothesis:
     score = log_prob / length_penalty(len(tokens) + 1, alpha)
-    return Hypothesis(tokens, score, log_prob, tuple(token_log_probs), met)
+    return Hypothesis(tokens, score, log_prob, tuple(token_log_probs), met, misplaced)
 
 
 # --- shared helpers -------------------------------------------------------------------------------
@@ -398,10 +406,10 @@ def beam_search(
     kind = _Beams if constraints is None else _ConstrainedBeams
     state = kind(step, max_lens, beam=beam, alpha=alpha, ids=ids, paths=paths, prefixes=prefixes)
     if constraints is not None:
-        state.constrain(constraints)
+        state.constrain(constraints, nbest)
     while state.active:
         state.advance()
-    return [sorted(f, key=lambda h: (-h.met, -h.score))[:nbest] for f in state.finished]
+    return [sorted(f, key=lambda h: tuple(-x for x in h.rank))[:nbest] for f in state.finished]
 
 
 class _Beams:
@@ -467,10 +475,21 @@ class _Beams:
         chosen = (origin.gather(-1, live), token.gather(-1, live), step_lps.gather(-1, live))
         self._select(*chosen, new_cum, forced == self.ids.eos)
 
-    def _finish(self, scores: Tensor, origin: Tensor, is_eos: Tensor, step_lps: Tensor, met=None) -> None:
-        """EOS among the first ``beam`` candidates ends a hypothesis; the best ``beam`` are kept.
-        ``met`` ``(n, candidates)``: the constraints each meets."""
-        hits = is_eos[:, : self.beam].nonzero()  # (hits, 2): (row, candidate), row-major order
+    def _finish(
+        self,
+        scores: Tensor,
+        origin: Tensor,
+        is_eos: Tensor,
+        step_lps: Tensor,
+        met=None,
+        misplaced=None,
+        ending: Tensor | None = None,
+    ) -> None:
+        """EOS among the first ``beam`` candidates ends a hypothesis (``ending`` ``(n, candidates)``:
+        the EOS candidates that end one); the best ``beam`` are kept. ``met``, ``misplaced`` ``(n,
+        candidates)``: the constraints each meets, and places away from their source words."""
+        ending = is_eos[:, : self.beam] if ending is None else ending
+        hits = ending.nonzero()  # (hits, 2): (row, candidate), row-major order
         if not hits.numel():
             return
         rows, cands = hits[:, 0], hits[:, 1]
@@ -478,11 +497,12 @@ class _Beams:
         prefixes, lps = self.prefix[old, 1:].tolist(), self.token_lps[old].tolist()
         eos_lps = step_lps[rows, cands].tolist()
         counts = met[rows, cands].tolist() if met is not None else [0] * len(eos_lps)
-        for row, tokens, score, lp, eos_lp, k in zip(
-            rows.tolist(), prefixes, scores[rows, cands].tolist(), lps, eos_lps, counts
+        away = misplaced[rows, cands].tolist() if misplaced is not None else [0] * len(eos_lps)
+        for row, tokens, score, lp, eos_lp, k, a in zip(
+            rows.tolist(), prefixes, scores[rows, cands].tolist(), lps, eos_lps, counts, away
         ):
             self._keep(
-                self.finished[self.active[row]], _hypothesis(tokens, score, self.alpha, [*lp, eos_lp], k)
+                self.finished[self.active[row]], _hypothesis(tokens, score, self.alpha, [*lp, eos_lp], k, a)
             )
 
     def _keep(self, finished: list[Hypothesis], hypothesis: Hypothesis) -> None:
@@ -492,6 +512,11 @@ class _Beams:
                 return
             finished.remove(worst)
         finished.append(hypothesis)
+
+    def _all_settled(self, cum: Tensor) -> list[bool]:
+        """Whether each active sentence is settled, its live hypotheses' log-probs ``cum`` ``(n, K)``."""
+        best_live = cum.max(dim=-1).values.tolist()  # (n,) one transfer, not one per sentence
+        return [self._settled(s, b) for s, b in zip(self.active, best_live)]
 
     def _settled(self, sentence: int, best_live: float) -> bool:
         """``beam`` finished, and the best live hypothesis (log-prob ``best_live``) cannot beat the
@@ -506,8 +531,7 @@ class _Beams:
         """Keep the unfinished sentences (``ended``: forced to end); their rows become the chosen
         (origin, token) pairs. Returns the indices of the sentences kept."""
         K, first = self.beam, self.t == 0
-        best_live = cum.max(dim=-1).values.tolist()  # (n,) one transfer, not one per sentence
-        done = [f or self._settled(s, b) for s, f, b in zip(self.active, ended.tolist(), best_live)]
+        done = [f or settled for f, settled in zip(ended.tolist(), self._all_settled(cum))]
         keep = torch.tensor([r for r, d in enumerate(done) if not d], dtype=torch.long, device=origin.device)
         rows = (keep[:, None] * K + origin[keep]).reshape(-1)  # (n'*K,) rows of the old prefix
         self.prefix = torch.cat([self.prefix[rows], token[keep].reshape(-1, 1)], dim=1)  # (n'*K, t+1)
@@ -522,8 +546,8 @@ class _Beams:
 class _ConstrainedBeams(_Beams):
     """Beam search with lexical constraints: dynamic beam allocation (:mod:`aiayn.decode.constraints`)."""
 
-    def constrain(self, constraints: Constraints) -> None:
-        self.constraints = constraints  # one row per active sentence
+    def constrain(self, constraints: Constraints, nbest: int = 1) -> None:
+        self.constraints, self.nbest = constraints, nbest  # one row per active sentence
         rows, terms = len(self.active) * self.beam, constraints.terms.size(1)
         self.state = State.start(rows, terms, self.prefix.device)  # one row per beam
 
@@ -534,21 +558,29 @@ class _ConstrainedBeams(_Beams):
         if rows == 1:
             log_probs = log_probs.repeat_interleave(K, 0)  # (n*K, V)
         c = self.constraints.rows(torch.arange(n, device=log_probs.device).repeat_interleave(K))
+        penalty = self._guide(c, rows)
         lexical.restrict(c, self.state, log_probs, forced.repeat_interleave(K) < 0, self.ids.eos)
         tokens, step_lps = self._candidates(c, log_probs)  # (n*K, M)
         m = tokens.size(1)
         after = lexical.advance(c, self.state, tokens)  # n*K*M rows
         per_candidate = c.rows(torch.arange(n * K, device=tokens.device).repeat_interleave(m))
-        cand = (self.cum.reshape(-1, 1) + step_lps).reshape(n, K * m)
+        misplaced = penalty(tokens)  # (n*K, M) terms each candidate places away from their place
+        after.misplaced = (self.state.misplaced[:, None] + misplaced).reshape(-1)
+        cand = (self.cum.reshape(-1, 1) + step_lps - lexical.PLACE_PENALTY * misplaced).reshape(n, K * m)
         order = cand.argsort(dim=-1, descending=True, stable=True)  # (n, K*m) ties: lower beam, token
         scores, token = cand.gather(-1, order), tokens.reshape(n, -1).gather(-1, order)
         step_lps, origin = step_lps.reshape(n, -1).gather(-1, order), order // m
         met = lexical.met(per_candidate, after).reshape(n, -1).gather(-1, order)
         is_eos = (token == self.ids.eos) & torch.isfinite(scores)
-        self._finish(scores, origin, is_eos, step_lps, met)
         banks = lexical.bank(per_candidate, after).reshape(n, -1).gather(-1, order)
+        by_score = (K - self.constraints.slots).clamp(min=1)  # the user's beam: see constraints.beam_for
+        # an EOS ends a hypothesis where the allocation would give it one of the K places: a bank's
+        # best may end although K hypotheses that have met fewer terms score better
+        placed = lexical.stripes(banks, torch.isfinite(scores), self.constraints.banks, by_score)
+        ending = torch.zeros_like(is_eos).scatter(1, placed.argsort(dim=-1, stable=True)[:, :K], True) & is_eos
+        misplaced = after.misplaced.reshape(n, -1).gather(-1, order)
+        self._finish(scores, origin, is_eos, step_lps, met, misplaced, ending)
         valid = ~is_eos & torch.isfinite(scores)
-        by_score = (K - self.constraints.tokens).clamp(min=1)  # the user's beam: see constraints.beam_for
         live = lexical.stripes(banks, valid, self.constraints.banks, by_score).argsort(dim=-1, stable=True)[
             :, :K
         ]
@@ -557,9 +589,51 @@ class _ConstrainedBeams(_Beams):
         state = after.select(
             (torch.arange(n, device=order.device)[:, None] * K * m + order.gather(-1, live)).reshape(-1)
         )
+        self._live_misplaced = state.misplaced.reshape(n, K)
         keep = self._select(*chosen, new_cum, forced == self.ids.eos)
         self.state = state.select((keep[:, None] * K + torch.arange(K, device=keep.device)).reshape(-1))
         self.constraints = self.constraints.rows(keep)
+
+    def _all_settled(self, cum: Tensor) -> list[bool]:
+        """As plain beam search, with the user's beam (not the banks') of finished hypotheses, and
+        the order of :attr:`Hypothesis.rank`: a live hypothesis that has placed more terms away from
+        their place than the worst of them cannot beat it, so it does not keep the search going."""
+        users = (self.beam - self.constraints.slots).clamp(min=1).clamp(max=self.nbest).tolist()
+        away = self._live_misplaced.tolist()
+        out = []
+        for row, (sentence, need, cums) in enumerate(zip(self.active, users, cum.tolist())):
+            finished = sorted(self.finished[sentence], key=lambda h: h.rank, reverse=True)
+            if len(finished) < need:
+                out.append(False)
+                continue
+            worst = finished[need - 1]
+            live = [(c, a) for c, a in zip(cums, away[row]) if c > NEG_INF]
+            if worst.met == int(self.constraints.need[row].sum()):  # the rank's next key decides first
+                if any(a < worst.misplaced for _, a in live):
+                    out.append(False)
+                    continue
+                live = [(c, a) for c, a in live if a == worst.misplaced]
+            best = max((c for c, _ in live), default=NEG_INF)
+            out.append(best / length_penalty(self.t + 2, self.alpha) <= worst.score)
+        return out
+
+    def _guide(self, c: Constraints, rows: int) -> Callable[[Tensor], Tensor]:
+        """The alignment guide (:func:`~aiayn.decode.constraints.guide`) at this step: a function of
+        the candidate tokens ``(N, M)`` that counts the terms each would place away from their place
+        (passed by its row just now, or begun early)."""
+        if c.places is None:
+            return lambda tokens: torch.zeros(tokens.shape, dtype=torch.long, device=tokens.device)
+        attention = self.step.attention  # (n * rows, S)
+        if rows == 1:
+            attention = attention.repeat_interleave(self.beam, 0)
+        left, early = lexical.guide(c, self.state, attention)
+        first = c.terms[:, :, 0]  # (N, C)
+
+        def penalty(tokens: Tensor) -> Tensor:
+            begins = ((tokens[:, :, None] == first[:, None, :]) & early[:, None, :]).any(dim=-1)
+            return left[:, None] + begins
+
+        return penalty
 
     def _candidates(self, c: Constraints, log_probs: Tensor) -> tuple[Tensor, Tensor]:
         """Each row's ``2 * beam`` best tokens and the tokens that advance its constraints (given once:
@@ -636,12 +710,18 @@ class DecodeOptions:
 class Controls:
     """Per-sentence controls of a batch: ``prefixes`` (the target ids each output starts with),
     ``terms`` (each sentence's constraints, :mod:`aiayn.decode.constraints`; searched with beam
-    search, at the options' beam) and ``continues`` (``(V,)`` bool, the pieces that continue a word:
-    none may follow a term)."""
+    search, at the options' beam), ``continues`` (``(V,)`` bool, the pieces that continue a word:
+    none may follow a term), ``ends`` (``(V,)`` bool, the pieces that end a sentence: none before the
+    terms are met), and the alignment guide's ``places`` (per sentence, per term: the source words
+    where its source term is) and ``source_words`` (per sentence, the word of each source id, its EOS
+    -1; :class:`~aiayn.decode.constraints.Constraints`)."""
 
     prefixes: Sequence[Sequence[int]] | None = None
     terms: Sequence[Terms] | None = None
     continues: Tensor | None = None
+    ends: Tensor | None = None
+    places: Sequence[Sequence[Sequence[int]]] | None = None
+    source_words: Sequence[Sequence[int]] | None = None
 
 
 def generate(
@@ -664,7 +744,9 @@ def generate(
     greedy = options.beam == 1 and not options.sample and not constrained
     with torch.inference_mode():
         # greedy: argmax of the logits
-        step = _step(model, src, options, log_probs=not greedy)
+        guided = constrained and controls.places is not None and controls.source_words is not None
+        layer = alignment_layer(config.n_decoder_layers) if guided else None
+        step = _step(model, src, options, log_probs=not greedy, attention_layer=layer)
         if options.sample:
             return sample_search(
                 step,
@@ -688,7 +770,21 @@ def generate(
                 paths=options.paths,
                 prefixes=prefixes,
             )
-        constraints = Constraints(controls.terms, controls.continues, src.device) if constrained else None
+        constraints = None
+        if constrained:
+            words = None
+            if guided:
+                words = torch.full(src.shape, -1, dtype=torch.long)
+                for row, found in enumerate(controls.source_words):
+                    words[row, : len(found)] = torch.tensor(found, dtype=torch.long)
+            constraints = Constraints(
+                controls.terms,
+                controls.continues,
+                src.device,
+                ends=controls.ends,
+                places=controls.places if guided else None,
+                words=words,
+            )
         return beam_search(
             step,
             max_lens,
@@ -702,7 +798,9 @@ def generate(
         )
 
 
-def _step(model, src: Tensor, options: DecodeOptions, *, log_probs: bool) -> StepFunction:
+def _step(
+    model, src: Tensor, options: DecodeOptions, *, log_probs: bool, attention_layer: int | None = None
+) -> StepFunction:
     """The step function ``generate`` decodes with: :class:`~aiayn.decode.fast_step.FastStep` where
     ``options.paths.fast_step`` takes it (by default: on the CPU), with the cache, for a model in eval
     mode; else :class:`~aiayn.decode.step.ModelStep` (the reference)."""
@@ -715,5 +813,8 @@ def _step(model, src: Tensor, options: DecodeOptions, *, log_probs: bool) -> Ste
             log_probs=log_probs,
             group_rows=paths.group_rows,
             by_length=paths.by_length,
+            attention_layer=attention_layer,
         )
-    return ModelStep(model, src, use_cache=options.use_cache, log_probs=log_probs, paths=paths)
+    return ModelStep(
+        model, src, use_cache=options.use_cache, log_probs=log_probs, paths=paths, attention_layer=attention_layer
+    )

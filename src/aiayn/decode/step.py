@@ -71,7 +71,9 @@ class ModelStep:
     the decoder over the whole prefix (slow, the reference the cached path is tested against).
     ``log_probs=False``: calls return the generator's logits, not log-probabilities.
     ``paths``: its ``group_rows`` and ``by_length`` (False: the encoder runs on the whole padded
-    batch at once, the reference of :func:`encode_by_length`).
+    batch at once, the reference of :func:`encode_by_length`). ``attention_layer``: after each call,
+    ``attention`` ``(N, S)`` holds that decoder layer's cross-attention of the last position, its
+    heads averaged (None: not kept).
     """
 
     def __init__(
@@ -82,8 +84,10 @@ class ModelStep:
         use_cache: bool = True,
         log_probs: bool = True,
         paths: SearchPaths = FAST_PATHS,
+        attention_layer: int | None = None,
     ) -> None:
         self.model, self.use_cache, self.log_probs = model, use_cache, log_probs
+        self.attention_layer, self.attention = attention_layer, None
         self.memory, self.src_mask = encode_sources(model, src, paths.by_length)
         self.cache = None
         if use_cache:
@@ -100,12 +104,16 @@ class ModelStep:
 
     def __call__(self, prefix: Tensor) -> Tensor:
         """``prefix`` ``(N, t)`` -> next-token log-probs (or logits) ``(N, V)``, fp32."""
+        weights = self.attention_layer is not None
         if self.cache is not None:
             states = self.model.decode(
-                prefix[:, -1:], self.memory, self.src_mask, cache=self.cache
+                prefix[:, -1:], self.memory, self.src_mask, cache=self.cache, need_weights=weights
             )  # (N, 1, D)
         else:
-            states = self.model.decode(prefix, self.memory, self.src_mask)  # (N, t, D)
+            states = self.model.decode(prefix, self.memory, self.src_mask, need_weights=weights)  # (N, t, D)
+        if weights:
+            cross = self.model.decoder.layers[self.attention_layer].last_cross_attention  # (N, H, T, S)
+            self.attention = cross[:, :, -1].float().mean(dim=1)
         return self.model.generator(states[:, -1:], log_probs=self.log_probs)[:, 0].float()  # (N, V)
 
     def reorder(self, new_order: Tensor) -> None:

@@ -50,12 +50,19 @@ from aiayn.errors import Warn, warning
 LINE_BREAKS = re.compile("[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
 
 
+#: The characters of a piece that ends a sentence (no such piece before a line's terms are met).
+SENTENCE_ENDS = frozenset(".!?\u2026\u3002\uff01\uff1f")
+
+
 @dataclass
 class _Line:
-    """What a line's search is given besides its source: a prefix and glossary terms (target ids)."""
+    """What a line's search is given besides its source: a prefix, glossary terms (target ids) with
+    their places (the source words of each term's source term), and the word of each source id."""
 
     prefix: list[int] = field(default_factory=list)
     terms: list[list[int]] = field(default_factory=list)
+    places: list[list[int]] = field(default_factory=list)
+    source_words: list[int] = field(default_factory=list)
 
 
 def word_probabilities(text: str, pieces: Sequence[str], log_probs: Sequence[float]) -> tuple:
@@ -199,15 +206,16 @@ class Translator:
             options.max_len_b,
             self.model.config.max_len,
         )
-        return {i: self._line(i, lines[i], options, limit) for i, limit in zip(sources, limits)}
+        return {i: self._line(i, lines[i], sources[i], options, limit) for i, limit in zip(sources, limits)}
 
-    def _line(self, i: int, line: Line, options: DecodeOptions, limit: int) -> _Line:
+    def _line(self, i: int, line: Line, source: list[int], options: DecodeOptions, limit: int) -> _Line:
         room = self.model.config.max_len - 1
         ids = self.tokenizer.encode(line.prefix, target=True) if line.prefix else []
         if len(ids) > room:
             self.warn(f"line {i + 1}: the prefix has {len(ids)} tokens, more than an output's {room}; cut")
             ids = ids[:room]
-        terms = [self.tokenizer.encode(t, target=True) for t in glossary.targets(options.glossary, line.text)]
+        found = glossary.find(options.glossary, line.text)
+        terms = [self.tokenizer.encode(f.target, target=True) for f in found]
         kept = list(terms)
         while kept and len(ids) + total_tokens(kept) > max(limit, len(ids)):
             kept.pop()
@@ -216,7 +224,11 @@ class Translator:
                 f"line {i + 1}: its glossary terms need {len(ids) + total_tokens(terms)} tokens, more than "
                 f"the {max(limit, len(ids))} its translation may have; {len(kept)} of {len(terms)} kept"
             )
-        return _Line(ids, kept)
+        if not kept:
+            return _Line(ids)
+        places = [list(f.words(line.text)) for f in found[: len(kept)]]
+        pieces = [self.tokenizer.id_to_piece(t) for t in source[:-1]]  # its EOS last
+        return _Line(ids, kept, places, [*word_starts(pieces), -1])
 
     def _beams(self, sources, controls: dict[int, _Line], options: DecodeOptions) -> dict[int, list[int]]:
         """The lines decoded with each beam: the options' own, or wider for a line's terms (said once)."""
@@ -237,20 +249,23 @@ class Translator:
             return Controls()
         lines = [controls[i] for i in batch]
         terms = [line.terms for line in lines]
+        if not any(terms):
+            return Controls(prefixes=[line.prefix for line in lines])
         return Controls(
             prefixes=[line.prefix for line in lines],
-            terms=terms if any(terms) else None,
-            continues=self._continues() if any(terms) else None,
+            terms=terms,
+            continues=self._pieces(lambda p: not p.startswith(WORD_START) and p[:1].isalnum()),
+            ends=self._pieces(lambda p: bool(p.lstrip(WORD_START)) and set(p.lstrip(WORD_START)) <= SENTENCE_ENDS),
+            places=[line.places for line in lines],
+            source_words=[line.source_words for line in lines],
         )
 
-    def _continues(self) -> torch.Tensor:
-        """``(V,)`` the target pieces that continue a word (no ``▁``, a letter or digit first)."""
+    def _pieces(self, test: Callable[[str], bool]) -> torch.Tensor:
+        """``(V,)`` the target pieces that pass ``test`` (those that continue a word: no ``▁``, a letter
+        or digit first; those that end a sentence: :data:`SENTENCE_ENDS` only)."""
         piece = self.tokenizer.id_to_piece
-        flags = [
-            not p.startswith(WORD_START) and p[:1].isalnum()
-            for p in (piece(i, target=True) for i in range(self.model.config.tgt_vocab_size))
-        ]
-        return torch.tensor(flags, dtype=torch.bool)
+        pieces = [piece(i, target=True) for i in range(self.model.config.tgt_vocab_size)]
+        return torch.tensor([test(p) for p in pieces], dtype=torch.bool)
 
     def text(self, hypothesis: Hypothesis, prefix: str = "") -> str:
         """The text of ``hypothesis`` (:meth:`detokenize`), its prefix kept as given."""
