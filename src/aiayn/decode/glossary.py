@@ -72,9 +72,11 @@ class Found:
     end: int
 
     def words(self, sentence: str) -> range:
-        """The indices of the ``str.split()`` words of ``sentence`` the source term covers."""
-        first = len(sentence[: self.start].split())
-        return range(first, first + len(sentence[self.start : self.end].split()))
+        """The indices of the ``str.split()`` words of ``sentence`` the source term covers (a word
+        it shares with punctuation, "(Hund)," too)."""
+        joined = self.start > 0 and not sentence[self.start - 1].isspace()  # its word began before
+        first = len(sentence[: self.start].split()) - joined
+        return range(first, len(sentence[: self.end].split()))
 
 
 def find(pairs: Pairs, sentence: str) -> list[Found]:
