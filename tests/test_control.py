@@ -276,6 +276,20 @@ def test_translate_glossary_prefix_and_scores_flags(tiny_translation_run, tmp_pa
     assert out[2].startswith("nine hundred six")
 
 
+def test_translate_finds_glossary_terms_inflected_in_the_source_language(
+    tiny_translation_run, tmp_path, capsys
+) -> None:
+    """--source-lang de: "Hund" finds "Hunde"; the checkpoint's "digits" has no lemmas: its own form only."""
+    src = lines_of(tmp_path / "in.txt", ["42 Hunde"])
+    glossary = lines_of(tmp_path / "g.tsv", ["Hund\tseven"])
+    run = ["translate", "--checkpoint", str(tiny_translation_run), "--input", str(src)]
+    run += ["--glossary", str(glossary)]
+    assert main(run) == 0
+    assert "seven" not in capsys.readouterr().out.split()
+    assert main([*run, "--source-lang", "de"]) == 0
+    assert capsys.readouterr().out.split().count("seven") == 1
+
+
 @pytest.mark.parametrize(
     "extra, needle",
     [
