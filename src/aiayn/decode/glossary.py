@@ -213,7 +213,7 @@ def _keys(code: str, word: str) -> frozenset[Key]:
 
 
 def _lemma(word: str, code: str) -> str:
-    import simplemma  # here: its import (0.1 s) would slow every `aiayn` start-up
+    import simplemma  # here: its import (60-100 ms) would slow every `aiayn` start-up
 
     # low_memory: a language's dictionary takes 20 MB, not 110 MB (and 0.6 s to load, not 1.4 s);
     # a lookup 30 us, not 8 (each word once: _keys is cached)
