@@ -87,6 +87,18 @@ def test_a_term_is_absent_without_the_glossary_and_present_exactly_once_with_it(
     assert [s.terms for s in scored] == [(1, 1), (0, 0), (0, 0), (1, 1)]
 
 
+def test_with_the_source_language_a_term_is_asked_for_in_its_inflected_forms(loaded) -> None:
+    """``glossary_language``: "Hund" is asked for where the line holds "Hunde" (terms met 1 of 1);
+    without it, only where the line holds "Hund" itself."""
+    pairs, line, wanted = (("Hund", "seven"),), ["42 Hunde"], CONFIDENCE
+    [plain] = translator(loaded, beam=4, glossary=pairs).translate(line, wanted=wanted)
+    assert plain.terms == (0, 0) and "seven" not in plain.text.split()
+    [inflected] = translator(loaded, beam=4, glossary=pairs, glossary_language="de").translate(
+        line, wanted=wanted
+    )
+    assert inflected.terms == (1, 1) and inflected.text.split().count("seven") == 1
+
+
 def once(text: str) -> list[str]:
     """The spans of words that ``text`` holds exactly once, in order."""
     words = text.split()
@@ -262,6 +274,20 @@ def test_translate_glossary_prefix_and_scores_flags(tiny_translation_run, tmp_pa
     assert probability == pytest.approx(math.exp(log_prob), abs=1e-3) and 0 < probability <= 1
     assert len(words.split()) == len(text.split())
     assert out[2].startswith("nine hundred six")
+
+
+def test_translate_finds_glossary_terms_inflected_in_the_source_language(
+    tiny_translation_run, tmp_path, capsys
+) -> None:
+    """--source-lang de: "Hund" finds "Hunde"; the checkpoint's "digits" has no lemmas: its own form only."""
+    src = lines_of(tmp_path / "in.txt", ["42 Hunde"])
+    glossary = lines_of(tmp_path / "g.tsv", ["Hund\tseven"])
+    run = ["translate", "--checkpoint", str(tiny_translation_run), "--input", str(src)]
+    run += ["--glossary", str(glossary)]
+    assert main(run) == 0
+    assert "seven" not in capsys.readouterr().out.split()
+    assert main([*run, "--source-lang", "de"]) == 0
+    assert capsys.readouterr().out.split().count("seven") == 1
 
 
 @pytest.mark.parametrize(

@@ -286,6 +286,31 @@ def test_a_glossary_puts_its_terms_in_the_translation_once(tiny_translation_run,
     }
 
 
+def test_a_glossary_term_finds_its_inflected_forms_in_the_servers_source_language(
+    tiny_translation_run,
+) -> None:
+    """The model's source language (--source-lang, else the checkpoint's) is the glossary's: with
+    "de", "Hund" is asked for where a sentence holds "Hunde"; with the checkpoint's "digits" (no
+    lemmas), not."""
+    from fastapi.testclient import TestClient
+
+    from aiayn.serve.app import Limits, Served, create_app
+
+    model, tokenizer, _ = load(tiny_translation_run)
+    body = {"text": ["42 Hunde"], "scores": True, "glossary": [["Hund", "seven"]]}
+    terms = {}
+    for source in ("de", "digits"):
+        info = {"languages": {"source": source, "target": "words"}}
+        served = Served("translation", info, backend=Translator(model, tokenizer))
+        with TestClient(create_app(served, Limits(), {"max_tokens": 0, "max_wait_s": 0})) as client:
+            answer = client.post("/v1/translate", json=body)
+        assert answer.status_code == 200, answer.text
+        [translation] = answer.json()["translations"]
+        terms[source] = [s["terms"] for s in translation["sentence_scores"]]
+        assert translation["text"].split().count("seven") == (source == "de")
+    assert terms == {"de": [[1, 1]], "digits": [[0, 0]]}
+
+
 def test_a_prefix_starts_the_translation_and_the_model_continues(tiny_translation_run, shared_server) -> None:
     """Each document's (first sentence's) translation starts with its prefix, kept as given, the rest
     the model's as ``Translator`` continues it; "" is no prefix; with scores and alignments too."""

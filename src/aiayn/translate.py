@@ -14,9 +14,10 @@ translate
     naming the line. ``--output`` (here and in evaluate) is checked before the model loads and
     replaced only by a complete result. ``--glossary FILE`` (``source<TAB>target`` lines,
     :mod:`aiayn.decode.glossary`) makes each source term's target term appear in the translation
-    (constrained beam search; the torch engine). ``--prefix-file FILE``: line i holds the start of
-    line i's translation (blank: none); the model completes it (a line split into sentences: its
-    first sentence's).
+    (constrained beam search; the torch engine); a source term is found in its inflected forms too
+    where the source language (``--source-lang``, else the checkpoint's) has simplemma's lemmas.
+    ``--prefix-file FILE``: line i holds the start of line i's translation (blank: none); the model
+    completes it (a line split into sentences: its first sentence's).
     ``--scores`` appends `` ||| `` the line's confidence (the probability form, then the mean
     log-probability of its tokens) and `` ||| `` each word's probability (words of the translation,
     split at spaces).
@@ -207,7 +208,8 @@ def _register_translate(subparsers) -> None:
     p.add_argument(
         "--glossary",
         help="a file of 'source term<TAB>target term' lines: where a source term occurs (whole words, any "
-        "case), its target term appears in the translation (constrained beam search; torch engine)",
+        "case, inflected forms in the source language), its target term appears in the translation "
+        "(constrained beam search; torch engine)",
     )
     p.add_argument(
         "--prefix-file",
@@ -222,8 +224,8 @@ def _register_translate(subparsers) -> None:
     )
     p.add_argument(
         "--source-lang",
-        help="the source language for sentence splitting (default: the checkpoint's, else a "
-        "language-neutral rule)",
+        help="the source language for sentence splitting and glossary terms' inflected forms (default: "
+        "the checkpoint's, else a language-neutral rule and each term's own form)",
     )
     p.set_defaults(func=run_translate)
 
@@ -242,7 +244,11 @@ def _sampling(args) -> dict:
 @naming_flags(FLAGS)
 def run_translate(args) -> int:
     _check_document_flags(args)
-    controls = {"glossary": read_glossary(args.glossary)} if args.glossary else {}
+    controls = (
+        {"glossary": read_glossary(args.glossary), "glossary_language": _source_language(args)}
+        if args.glossary
+        else {}
+    )
     options, load = _engine_loader(args, nbest=args.nbest, **_sampling(args), **controls)
     prefixes = read_lines(args.prefix_file) if args.prefix_file is not None else None
     with output_lines(args.output) as write:
@@ -298,8 +304,12 @@ def _documents(args, load):
     # here: the formats' parsers (markupever, markdown-it) would slow every `aiayn` start-up
     from aiayn.documents.translate import DocumentTranslator
 
-    language = args.source_lang or model_languages(args.checkpoint)[0]
-    return DocumentTranslator(load(), language=language, split=not args.no_split)
+    return DocumentTranslator(load(), language=_source_language(args), split=not args.no_split)
+
+
+def _source_language(args) -> str | None:
+    """``--source-lang``, else the checkpoint's source language (None where it records none)."""
+    return args.source_lang or model_languages(args.checkpoint)[0]
 
 
 def _numbered(blocks):

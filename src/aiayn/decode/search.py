@@ -665,7 +665,8 @@ class DecodeOptions:
     ``paths``: the exact speed-ups (:class:`SearchPaths`, module docstring); a switch set to False
     gives its reference path, the same output. ``glossary``: ``(source term, target term)`` pairs
     whose target terms a translation must contain where the source term occurs
-    (:mod:`aiayn.decode.glossary`; beam search only).
+    (:mod:`aiayn.decode.glossary`; beam search only). ``glossary_language``: the source language
+    whose lemmas glossary terms match in (inflected forms); None: each term's own form only.
     """
 
     beam: int = 4
@@ -682,6 +683,7 @@ class DecodeOptions:
     scores: bool = True
     paths: SearchPaths = FAST_PATHS
     glossary: tuple[tuple[str, str], ...] = ()
+    glossary_language: str | None = None
 
     def __post_init__(self) -> None:
         checks = [

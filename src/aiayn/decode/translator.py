@@ -14,8 +14,9 @@ convention as training (src = ids + [EOS], tgt_in = [BOS] + ids, tgt_out = ids +
   outputs come back in input order.
 * A **prefix** (per line, target text) is tokenized as the target side is, forced as the start of
   the output, and kept exactly as given in the text (the model continues after it).
-* A **glossary** (``options.glossary``, :mod:`aiayn.decode.glossary`) makes each line's target terms
-  constraints of a beam search (:mod:`aiayn.decode.constraints`), searched with the beam widened by
+* A **glossary** (``options.glossary``, :mod:`aiayn.decode.glossary`; its source terms found in
+  their inflected forms too where ``options.glossary_language`` is given) makes each line's target
+  terms constraints of a beam search (:mod:`aiayn.decode.constraints`), searched with the beam widened by
   one slot per term token for that line (said through ``warn`` in one message, the same each call);
   terms that do not fit the line's maximum output length are left out from the last, with a warning
   naming the line.
@@ -155,7 +156,7 @@ class Translator:
                 self._align(src, [lines[i].text for i in batch], best, texts) if wanted.alignment else None
             )
             for k, i in enumerate(batch):
-                asked = len(glossary.targets(options.glossary, lines[i].text))
+                asked = len(glossary.targets(options.glossary, lines[i].text, options.glossary_language))
                 alignment = alignments[k] if alignments else ()
                 results[i] = self._translation(best[k], nbest[k], alignment, asked, wanted)
         return results
@@ -214,7 +215,7 @@ class Translator:
         if len(ids) > room:
             self.warn(f"line {i + 1}: the prefix has {len(ids)} tokens, more than an output's {room}; cut")
             ids = ids[:room]
-        found = glossary.find(options.glossary, line.text)
+        found = glossary.find(options.glossary, line.text, options.glossary_language)
         terms = [self.tokenizer.encode(f.target, target=True) for f in found]
         kept = list(terms)
         while kept and len(ids) + total_tokens(kept) > max(limit, len(ids)):

@@ -106,8 +106,9 @@ class SearchOptions(_Strict):
     glossary: list[list[str]] | None = Field(
         None,
         description="[[source term, target term], ...] (at most 1000): where a source term occurs "
-        "(whole words, any case), its target term appears in the translation, exactly as written, once "
-        "per occurrence (constrained beam search; the torch engine, not with sample)",
+        "(whole words, any case, inflected forms in the model's source language), its target term "
+        "appears in the translation, exactly as written, once per occurrence (constrained beam search; "
+        "the torch engine, not with sample)",
     )
 
 
@@ -215,8 +216,7 @@ def create_app(served: Served, limits: Limits, batcher_settings: dict[str, Any],
         batcher = task = None
         if served.kind == "translation":
             batcher = Batcher(served.backend.translate, _token_counter(served), executor, **batcher_settings)
-            source = (served.info.get("languages") or {}).get("source")
-            app.state.documents = Documents(served.backend, batcher, source)
+            app.state.documents = Documents(served.backend, batcher, _source_language(served))
             task = asyncio.create_task(batcher.run())
         yield
         if task is not None:
@@ -462,6 +462,7 @@ def _options(body: SearchOptions, served: Served, nbest: int, **sampling: Any) -
             raise _bad(422, f"{name}: must be <= {MAX_BEAM}")
     if body.engine is not None and body.engine != served.backend.name:
         raise _bad(422, f"engine: this server runs {served.backend.name!r}; valid: {served.backend.name}")
+    glossary = _glossary(body.glossary)
     try:
         return DecodeOptions(
             beam=body.beam,
@@ -469,11 +470,18 @@ def _options(body: SearchOptions, served: Served, nbest: int, **sampling: Any) -
             nbest=nbest,
             max_len_a=body.max_len_a,
             max_len_b=body.max_len_b,
-            glossary=_glossary(body.glossary),
+            glossary=glossary,
+            glossary_language=_source_language(served) if glossary else None,
             **sampling,
         )
     except UserError as err:
         raise _bad(422, str(err)) from None
+
+
+def _source_language(served: Served) -> str | None:
+    """The model's source language (``--source-lang``, else the checkpoint's), None where unknown:
+    its sentences' segmenter's, and the one glossary terms are found in their inflected forms in."""
+    return (served.info.get("languages") or {}).get("source")
 
 
 def _sampling(body: TranslateRequest) -> dict[str, Any]:
