@@ -1,33 +1,45 @@
 """Lexical constraints for beam search: target token sequences (a glossary's terms) that a translation
-must contain, each exactly as often as it is asked for.
+must contain, each exactly as often as it is asked for, placed where their source words are translated.
 
-The search is Post & Vilar's (2018) *dynamic beam allocation* in Hu et al.'s (2019) vectorized form:
-at each step a hypothesis is extended not only by its best tokens but also by the token that
-continues a constraint it has begun and the first token of each constraint it has not met; the
-candidates are put in *banks* by how many constraint tokens they have produced (met terms count
-whole, a term under way by its tokens so far), and the beam is filled from the banks in turn (the
-best of each bank, the fullest bank first, then the second best of each, ...), so that hypotheses
-that have met more constraints survive beside better-scored ones that have met fewer.
+The search is Post & Vilar's (2018) *dynamic beam allocation* in Hu et al.'s (2019) vectorized form,
+guided by the model's own alignment (as Hasler et al., 2018, use attention to place constraints):
 
-The beam is the user's ``beam`` plus one slot per constraint token (:func:`beam_for`), and the
-user's ``beam`` slots go first to the best candidates by score, as plain beam search would keep
-them: the allocation only adds hypotheses. (Filling the whole beam by banks, as Post & Vilar do,
-keeps one hypothesis per bank when the beam has as many slots as banks, and the one that met no
-constraint yet is often the start of the best translation: on test2016 it changed words the
-constraints did not touch; ``benchmarks/README.md`` has the record.)
+* **Candidates.** A hypothesis is extended not only by its best tokens but also by the token that
+  continues a constraint it has begun and the first token of each constraint it has not met.
+* **Banks.** The candidates are put in banks by how many constraint tokens they have produced (met
+  terms count whole, a term under way by its tokens so far), and the beam is filled from the banks in
+  turn (the best of each bank, the fullest bank first, then the second best of each, ...), so that
+  hypotheses that have met more constraints survive beside better-scored ones that have met fewer.
+  The beam is the user's ``beam`` plus one slot per constraint token (:func:`beam_for`); the user's
+  ``beam`` slots go first to the best candidates by score, as plain beam search would keep them.
+  An EOS ends a hypothesis where this allocation gives it one of the beam's places (a bank's best
+  ends even when ``beam`` hypotheses that have met fewer terms score better).
+* **The alignment guide** (:func:`guide`; when the step function gives its cross-attention, as the
+  model's do with ``attention_layer``): a term is *due* where the source word the decoder attends to
+  most (one decoder layer, heads averaged, as :mod:`aiayn.decode.align` reads alignments) is one of
+  its source term's words; a term asked twice is due at its second place once met once. A
+  hypothesis that moves past the place without the term (the term was due at its last token and is
+  not now, or the word attended is :data:`BEYOND` words or more after the place), or that begins a
+  term before its place, *misplaces* it: :data:`PLACE_PENALTY` off its score, and one more in its
+  ``misplaced`` count, which ranks before the score (``Hypothesis.rank``: terms met, fewer misplaced,
+  score). A term that is never due is still met: beginning it anywhere is allowed, at that cost.
+* **No sentence end before the terms**: neither EOS nor a piece that ends a sentence (``ends``: ``.``
+  ``!`` ``?`` ...) while a term is unmet, unless it is that term's own next piece. Without this rule
+  the cheapest place for a term the model would not choose is after the sentence's full stop.
 
 What a hypothesis has met is read off its tokens as it grows, with each term's automaton (the
 Knuth-Morris-Pratt one: the longest end of the output that begins the term), in tensors for every
 row and term at once:
 
 * EOS is allowed only once every term is met (except at the maximum length, where EOS is forced and
-  the finished hypotheses are ranked by the terms they meet, then by score);
+  the finished hypotheses are ranked by the terms they meet, then as above);
 * a term met as often as asked cannot be completed once more ("exactly once" for a term asked once);
 * right after a term, a piece that would continue its last word is not allowed (``continues``: the
   pieces that do not start a word), so the term stays a whole word.
 
 Sentences never interact (each row reads its own sentence's terms), so the search stays
-batch-invariant.
+batch-invariant. ``benchmarks/terminology.py`` measures it on terms the model would not choose;
+``benchmarks/README.md`` has the record (and why the allocation keeps the user's beam by score).
 """
 
 from __future__ import annotations
@@ -51,8 +63,8 @@ def total_tokens(terms: Terms) -> int:
 
 def beam_for(beam: int, terms: Terms) -> int:
     """The beam a sentence with ``terms`` is searched with: ``beam`` slots kept by score, and one
-    more for each term it is asked for (the banks' room)."""
-    return beam + sum(1 for term in terms if term)
+    more for each constraint token (the banks' room)."""
+    return beam + total_tokens(terms)
 
 
 def _borders(term: Sequence[int], width: int) -> list[list[bool]]:
@@ -106,7 +118,7 @@ class Constraints:
         )
         self.borders = self.borders.to(device)
         self.tokens = (self.need * self.lengths).sum(dim=-1)  # (n,) constraint tokens of each sentence
-        self.slots = self.need.sum(dim=-1)  # (n,) the beam's slots for the banks: see beam_for
+        self.slots = self.tokens  # (n,) the beam's slots for the banks: see beam_for
         self.banks = int(self.tokens.max()) + 1 if n else 1
         self.continues = continues.to(device) if continues is not None else None
         self.ends = ends.nonzero()[:, 0].to(device) if ends is not None else None
@@ -192,7 +204,8 @@ def advance(c: Constraints, state: State, tokens: Tensor) -> State:
     done = (partial == c.lengths[:, None]) & (c.lengths[:, None] > 0)  # a term completed
     count = state.count[:, None] + done.long()
     partial = partial.masked_fill(done, 0)
-    due, passed, misplaced = (x.repeat_interleave(m, dim=0) for x in (state.due, state.passed, state.misplaced))
+    inherited = (x.repeat_interleave(m, dim=0) for x in (state.due, state.passed, state.misplaced))
+    due, passed, misplaced = inherited
     done = done.reshape(n * m, -1)  # a term met: its next occurrence's place is new
     due, passed, ended = due & ~done, passed & ~done, done.any(dim=-1)
     return State(count.reshape(n * m, -1), partial.reshape(n * m, -1), ended, due, passed, misplaced)

@@ -398,7 +398,9 @@ def beam_search(
     ``paths.shortlist``: score only each row's best ``2 * beam`` tokens (exact, see
     ``_Beams.advance``); False scores all ``beam * V`` candidates. ``paths.two_stage``: see
     :func:`stable_topk`. ``constraints``: the lexically constrained search of
-    :mod:`aiayn.decode.constraints` (hypotheses ranked by the constraints they meet, then score).
+    :mod:`aiayn.decode.constraints` (hypotheses ranked by :attr:`Hypothesis.rank`: the constraints
+    they meet, those away from their place, then the score); its n-best list holds only hypotheses
+    that meet as many and place as many away as the best (it may be shorter than ``nbest``).
     """
     if not 1 <= nbest <= beam:
         raise ValueError(f"nbest ({nbest}) must be between 1 and beam ({beam})")
@@ -409,7 +411,11 @@ def beam_search(
         state.constrain(constraints, nbest)
     while state.active:
         state.advance()
-    return [sorted(f, key=lambda h: tuple(-x for x in h.rank))[:nbest] for f in state.finished]
+    ranked = [sorted(f, key=lambda h: h.rank, reverse=True)[:nbest] for f in state.finished]
+    if constraints is None:
+        return ranked
+    # under a glossary, an n-best entry is as good as the best on the terms, or left out
+    return [[h for h in hyps if h.rank[:2] == hyps[0].rank[:2]] for hyps in ranked]
 
 
 class _Beams:
@@ -572,18 +578,18 @@ class _ConstrainedBeams(_Beams):
         step_lps, origin = step_lps.reshape(n, -1).gather(-1, order), order // m
         met = lexical.met(per_candidate, after).reshape(n, -1).gather(-1, order)
         is_eos = (token == self.ids.eos) & torch.isfinite(scores)
+        misplaced = after.misplaced.reshape(n, -1).gather(-1, order)
+        n_banks = self.constraints.banks
         banks = lexical.bank(per_candidate, after).reshape(n, -1).gather(-1, order)
         by_score = (K - self.constraints.slots).clamp(min=1)  # the user's beam: see constraints.beam_for
         # an EOS ends a hypothesis where the allocation would give it one of the K places: a bank's
         # best may end although K hypotheses that have met fewer terms score better
-        placed = lexical.stripes(banks, torch.isfinite(scores), self.constraints.banks, by_score)
-        ending = torch.zeros_like(is_eos).scatter(1, placed.argsort(dim=-1, stable=True)[:, :K], True) & is_eos
-        misplaced = after.misplaced.reshape(n, -1).gather(-1, order)
+        placed = lexical.stripes(banks, torch.isfinite(scores), n_banks, by_score)
+        first_k = placed.argsort(dim=-1, stable=True)[:, :K]
+        ending = torch.zeros_like(is_eos).scatter(1, first_k, True) & is_eos
         self._finish(scores, origin, is_eos, step_lps, met, misplaced, ending)
         valid = ~is_eos & torch.isfinite(scores)
-        live = lexical.stripes(banks, valid, self.constraints.banks, by_score).argsort(dim=-1, stable=True)[
-            :, :K
-        ]
+        live = lexical.stripes(banks, valid, n_banks, by_score).argsort(dim=-1, stable=True)[:, :K]
         new_cum = scores.gather(-1, live).masked_fill(~valid.gather(-1, live), NEG_INF)
         chosen = (origin.gather(-1, live), token.gather(-1, live), step_lps.gather(-1, live))
         state = after.select(
@@ -818,5 +824,10 @@ def _step(
             attention_layer=attention_layer,
         )
     return ModelStep(
-        model, src, use_cache=options.use_cache, log_probs=log_probs, paths=paths, attention_layer=attention_layer
+        model,
+        src,
+        use_cache=options.use_cache,
+        log_probs=log_probs,
+        paths=paths,
+        attention_layer=attention_layer,
     )

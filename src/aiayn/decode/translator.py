@@ -137,6 +137,7 @@ class Translator:
         self.batch_tokens, self.warn = batch_tokens, warn
         self.options = replace(options or DecodeOptions(), **option_values)
         self.progress: Callable[[int], None] | None = None
+        self._kinds: tuple[torch.Tensor, torch.Tensor] | None = None  # see _piece_kinds
 
     def translate(
         self, lines: Sequence[LineLike], options: DecodeOptions | None = None, wanted: Wanted = TEXT
@@ -252,21 +253,28 @@ class Translator:
         terms = [line.terms for line in lines]
         if not any(terms):
             return Controls(prefixes=[line.prefix for line in lines])
+        continues, ends = self._piece_kinds()
         return Controls(
             prefixes=[line.prefix for line in lines],
             terms=terms,
-            continues=self._pieces(lambda p: not p.startswith(WORD_START) and p[:1].isalnum()),
-            ends=self._pieces(lambda p: bool(p.lstrip(WORD_START)) and set(p.lstrip(WORD_START)) <= SENTENCE_ENDS),
+            continues=continues,
+            ends=ends,
             places=[line.places for line in lines],
             source_words=[line.source_words for line in lines],
         )
 
-    def _pieces(self, test: Callable[[str], bool]) -> torch.Tensor:
-        """``(V,)`` the target pieces that pass ``test`` (those that continue a word: no ``▁``, a letter
-        or digit first; those that end a sentence: :data:`SENTENCE_ENDS` only)."""
-        piece = self.tokenizer.id_to_piece
-        pieces = [piece(i, target=True) for i in range(self.model.config.tgt_vocab_size)]
-        return torch.tensor([test(p) for p in pieces], dtype=torch.bool)
+    def _piece_kinds(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(V,)`` each: the target pieces that continue a word (no ``▁``, a letter or digit first) and
+        those that end a sentence (:data:`SENTENCE_ENDS` only, ``▁`` aside); computed once."""
+        if self._kinds is None:
+            piece = self.tokenizer.id_to_piece
+            pieces = [piece(i, target=True) for i in range(self.model.config.tgt_vocab_size)]
+            bare = [p.lstrip(WORD_START) for p in pieces]
+            self._kinds = (
+                torch.tensor([not p.startswith(WORD_START) and p[:1].isalnum() for p in pieces]),
+                torch.tensor([bool(b) and set(b) <= SENTENCE_ENDS for b in bare]),
+            )
+        return self._kinds
 
     def text(self, hypothesis: Hypothesis, prefix: str = "") -> str:
         """The text of ``hypothesis`` (:meth:`detokenize`), its prefix kept as given."""
