@@ -18,11 +18,12 @@ guided by the model's own alignment (as Hasler et al., 2018, use attention to pl
   model's do with ``attention_layer``): a term is *due* where the source word the decoder attends to
   most (one decoder layer, heads averaged, as :mod:`aiayn.decode.align` reads alignments) is one of
   its source term's words; a term asked twice is due at its second place once met once. A
-  hypothesis that moves past the place without the term (the term was due at its last token and is
-  not now, or the word attended is :data:`BEYOND` words or more after the place), or that begins a
-  term before its place, *misplaces* it: :data:`PLACE_PENALTY` off its score, and one more in its
-  ``misplaced`` count, which ranks before the score (``Hypothesis.rank``: terms met, fewer misplaced,
-  score). A term that is never due is still met: beginning it anywhere is allowed, at that cost.
+  hypothesis that moves past the place without the term (for :data:`PATIENCE` steps: the term was
+  due and is no longer, or the word attended is :data:`BEYOND` words or more after the place), or
+  that begins a term before its place, *misplaces* it: :data:`PLACE_PENALTY` off its score, and
+  one more in its ``misplaced`` count, which ranks before the score (``Hypothesis.rank``: terms
+  met, fewer misplaced, score). A term that is never due is still met: beginning it anywhere is
+  allowed, at that cost.
 * **No sentence end before the terms**: neither EOS nor a piece that ends a sentence (``ends``: ``.``
   ``!`` ``?`` ...) while a term is unmet, unless it is that term's own next piece. Without this rule
   the cheapest place for a term the model would not choose is after the sentence's full stop.
@@ -52,7 +53,8 @@ from torch import Tensor
 
 NEG_INF = float("-inf")
 PLACE_PENALTY = 10.0  # log-probability lost for a term away from its source words (:func:`guide`)
-BEYOND = 2  # a term is passed once the source word attended most is this many words after its place
+BEYOND = 3  # attending this many words or more after a term's place is moving past it, as leaving it is
+PATIENCE = 3  # the steps a hypothesis may be past a term's place, without it, before the term is passed
 Terms = Sequence[Sequence[int]]  # one sentence's constraints: token sequences, repeats allowed
 
 
@@ -164,21 +166,30 @@ class State:
     """What each of N hypotheses has met: ``count`` ``(N, C)`` completed occurrences of each term,
     ``partial`` ``(N, C)`` tokens of each matched so far, ``ended`` ``(N,)`` a term ended at the
     last token; the guide's (:func:`guide`) ``due`` ``(N, C)``, each term's source words attended
-    when the last token was chosen, ``passed`` ``(N, C)``, their place left without the term, and
-    ``misplaced`` ``(N,)``, the terms placed away from their source words (passed, or begun early)."""
+    when the last token was chosen, ``passed`` ``(N, C)``, their place left without the term,
+    ``misplaced`` ``(N,)``, the terms placed away from their source words (passed, or begun early),
+    and ``away`` ``(N, C)``, the steps in a row each open term has been away from its place."""
 
     def __init__(
-        self, count: Tensor, partial: Tensor, ended: Tensor, due: Tensor, passed: Tensor, misplaced: Tensor
+        self,
+        count: Tensor,
+        partial: Tensor,
+        ended: Tensor,
+        due: Tensor,
+        passed: Tensor,
+        misplaced: Tensor,
+        away: Tensor | None = None,
     ) -> None:
         self.count, self.partial, self.ended = count, partial, ended
         self.due, self.passed, self.misplaced = due, passed, misplaced
+        self.away = torch.zeros_like(count) if away is None else away
 
     @classmethod
     def start(cls, rows: int, terms: int, device) -> "State":
         zeros = torch.zeros((rows, terms), dtype=torch.long, device=device)
         no = torch.zeros((rows, terms), dtype=torch.bool, device=device)
         none = torch.zeros(rows, dtype=torch.long, device=device)
-        return cls(zeros, zeros.clone(), none.bool(), no, no.clone(), none)
+        return cls(zeros, zeros.clone(), none.bool(), no, no.clone(), none, zeros.clone())
 
     def select(self, rows: Tensor) -> "State":
         return State(
@@ -188,6 +199,7 @@ class State:
             self.due[rows],
             self.passed[rows],
             self.misplaced[rows],
+            self.away[rows],
         )
 
 
@@ -204,11 +216,11 @@ def advance(c: Constraints, state: State, tokens: Tensor) -> State:
     done = (partial == c.lengths[:, None]) & (c.lengths[:, None] > 0)  # a term completed
     count = state.count[:, None] + done.long()
     partial = partial.masked_fill(done, 0)
-    inherited = (x.repeat_interleave(m, dim=0) for x in (state.due, state.passed, state.misplaced))
-    due, passed, misplaced = inherited
+    kept = (state.due, state.passed, state.misplaced, state.away)
+    due, passed, misplaced, away = (x.repeat_interleave(m, dim=0) for x in kept)
     done = done.reshape(n * m, -1)  # a term met: its next occurrence's place is new
-    due, passed, ended = due & ~done, passed & ~done, done.any(dim=-1)
-    return State(count.reshape(n * m, -1), partial.reshape(n * m, -1), ended, due, passed, misplaced)
+    due, passed, ended, away = due & ~done, passed & ~done, done.any(dim=-1), away.masked_fill(done, 0)
+    return State(count.reshape(n * m, -1), partial.reshape(n * m, -1), ended, due, passed, misplaced, away)
 
 
 def met(c: Constraints, state: State) -> Tensor:
@@ -252,10 +264,14 @@ def restrict(c: Constraints, state: State, log_probs: Tensor, free: Tensor, eos:
 def guide(c: Constraints, state: State, attention: Tensor) -> tuple[Tensor, Tensor]:
     """The alignment guide at this step, from ``attention`` ``(N, S)`` (each row's cross-attention
     for the token it chooses now): a term is *due* where the source word attended most is one of its
-    source words. Updates ``state.due``/``state.passed``, and returns ``(left, early)``: ``left``
-    ``(N,)`` how many unmet terms each row has just moved past (due at the last token, not now, and
-    not begun), ``early`` ``(N, C)`` the terms that beginning now would put away from their place
-    (not due, and not passed: a passed term may still come late, its penalty paid)."""
+    source words. A row is *away* from an open term's place (unmet, not begun) when the term is not
+    due now but was due before (and not since), or when the word attended is :data:`BEYOND` words or
+    more after the place; after :data:`PATIENCE` steps away in a row the term is *passed* (so that
+    reordering, "a city street" for "Straße ... Stadt", costs nothing: the attention comes back).
+    Updates ``state.due``/``away``/``passed``, and returns ``(left, early)``: ``left`` ``(N,)`` how many
+    terms each row has passed at this step, ``early`` ``(N, C)`` the terms that beginning now would
+    put away from their place (not due, and not passed: a passed term may still come late, its
+    penalty paid)."""
     if c.places is None or c.words is None:
         none = torch.zeros_like(state.due)
         return torch.zeros(state.due.size(0), dtype=torch.long, device=state.due.device), none
@@ -269,7 +285,10 @@ def guide(c: Constraints, state: State, attention: Tensor) -> tuple[Tensor, Tens
     words = places[:, :, :-1]  # (N, C, W) the column "no word" left out
     last = words.long().cumsum(dim=-1).argmax(dim=-1)  # (N, C) the place's last word
     beyond = (best[:, None] >= last + BEYOND) & (best[:, None] < words.size(-1)) & words.any(dim=-1)
-    left = ((state.due & ~due) | beyond) & open_ & ~state.passed  # passed now, counted once
+    seen = state.away > 0  # attended before, and away since
+    away = open_ & ~due & ((state.due | seen) | beyond)
+    state.away = torch.where(away, state.away + 1, torch.zeros_like(state.away))
+    left = (state.away >= PATIENCE) & open_ & ~state.passed  # passed now, counted once
     state.passed = state.passed | left
     state.due = due
     return left.sum(dim=-1), open_ & ~due & ~state.passed
