@@ -104,17 +104,30 @@ def test_without_constraints_a_term_is_absent_with_them_present_exactly_once() -
     [[plain]] = beam_search(Step(TABLE, 1), [6], beam=3, alpha=0.0)
     assert plain.tokens == [A, A]
     [[held]] = beam_search(Step(TABLE, 1), [6], beam=3, alpha=0.0, constraints=constraints([[[B, C]]]))
-    # "a b c": .7 * .05 * (1/70: "c" after "a b", the default's share) * .9 (EOS). "b c" + EOS
-    # (.05 * 1/70 * .9) would be better, but at t=2 it is far below the first 3 candidates ("a a b"
-    # .021, ...) and does not end
-    assert (held.tokens, held.met) == ([A, B, C], 1)
-    assert held.log_prob == pytest.approx(math.log(0.7 * 0.05 / 70 * 0.9))
-    # asked twice: twice, "a c c" (.7 * .05 * 1/70 * .9)
+    # K = 3 (given as it is), one term occurrence: by_score 2, and it stops once one has ended. After
+    # "a" the table's d/unk share .025, elsewhere every token but EOS .9 has 1/70.
+    # t=0: a .7, d .1, b .05 [1], c .05, unk 1/60                   -> a, d by score; bank 1's b
+    # t=1: a a .42, a b .035 [1], a c .035, a unk .0175, a d .0175, d x .0014 each,
+    #      b x .0007 each (b c [2])                                  -> a a, a b [1]; bank 2's b c
+    # t=2: a a b .021 [1], a a c .021, a a unk .0084, ..., b c eos .00064 [2], a b x .0005 each
+    #      (a b c [2]): b c eos is bank 2's best, placed third of K = 3: it ends
+    #                                                                -> a a b [1], a a c; a b c [2]
+    # t=3: a b c eos .00045 ends, a a b x and a a c x .0003 each: one ended, and the best live
+    #      .0003 is below its .00064: stop. "b c" + EOS: .05 * 1/70 * .9
+    assert (held.tokens, held.met) == ([B, C], 1)
+    assert held.log_prob == pytest.approx(math.log(0.05 / 70 * 0.9))
+    # asked twice: twice. K = 5, by_score 3:
+    # t=0: a .7, d .1, b .05, c .05 [1], unk 1/60                  -> a, d, b; c [1]; unk
+    # t=1: a a .42, a b .035, a c .035 [1], a unk, a d .0175, d x .0014 (d c [1]), b x .0007,
+    #      c x .0007 (c c [2]), unk x .00024                         -> a a, a b, a c [1]; c c [2]; d c [1]
+    # t=2: a a b .021, a a c .021 [1], a a unk .0084, ..., c c eos .00064 [2] (bank 2's best: ends),
+    #      a b x, a c x .0005 (a c c [2]), ...                       -> a a b, a a c, a a unk; a c c, d c c
+    # t=3: a c c eos .00045 [2] ends; the best live .0003 is below .00064: stop
     [[twice]] = beam_search(
         Step(TABLE, 1), [8], beam=beam_for(3, [[C], [C]]), alpha=0.0, constraints=constraints([[[C], [C]]])
     )
-    assert (twice.tokens, twice.met) == ([A, C, C], 2)
-    assert twice.log_prob == pytest.approx(math.log(0.7 * 0.05 / 70 * 0.9))
+    assert (twice.tokens, twice.met) == ([C, C], 2)
+    assert twice.log_prob == pytest.approx(math.log(0.05 / 70 * 0.9))
 
 
 def test_a_term_met_as_often_as_asked_is_not_completed_again() -> None:
@@ -122,8 +135,13 @@ def test_a_term_met_as_often_as_asked_is_not_completed_again() -> None:
     [[h]] = beam_search(
         Step(likes_c, 1, dist(c=0.5, eos=0.4)), [5], beam=2, alpha=0.0, constraints=constraints([[[C]]])
     )
-    # "c" + EOS (.9 * 1/70): after "c" a second "c" is barred
-    assert (h.tokens, h.met) == ([C], 1) and h.log_prob == pytest.approx(math.log(0.9 / 70))
+    # K = 2, by_score 1. t=0: c .9 [1], unk 1/70, ...                 -> c [1]; bank 0's unk
+    # t=1: after "c" a second "c" is barred; unk, eos, a, b, d have 1/70 each, so c unk and c eos
+    #      tie (.9/70) and c unk, the lower id, comes first: it is the best by score and bank 1's
+    #      best, and c eos is neither: it does not end. unk c .0071 [1], unk unk .00024
+    #                                                                -> c unk [1]; bank 0's unk unk
+    # t=2: c unk eos (.9/70 * .4) ends; the best live .9/70 * 1/60 is below it: stop
+    assert (h.tokens, h.met) == ([C, UNK], 1) and h.log_prob == pytest.approx(math.log(0.9 / 70 * 0.4))
 
 
 def test_no_piece_continues_the_last_word_of_a_term() -> None:
@@ -218,23 +236,29 @@ WRITES_AB = {
 }
 ELSE = only(eos=0.9, unk=0.05, c=0.03, d=0.02)  # after any other prefix
 
-# How the traces read. A row offers its 2K best tokens and, for each unmet term, its next token and
-# its first token where they are not among them;
-# EOS is barred while a term is unmet, and a met term's last token once it is met. Candidates are
-# listed best first by their product of probabilities (alpha = 0: a score is its log), with [n] their
-# bank (constraint tokens produced) where n > 0. An EOS among the first K candidates ends a
-# hypothesis. The next beams: the best valid candidate by score (by_score = K - tokens = 1), then
-# each bank's best (the fullest first), then each bank's second best, ... The search stops once K
-# have ended and the best live product is below the worst ended one.
+# How the traces read. The beam is K = beam + one slot per term occurrence (beam_for). A row offers
+# its 2K best tokens and, for each unmet term, its next token and its first token where they are not
+# among them; EOS is barred while a term is unmet, and a met term's last token once it is met as often
+# as asked. Candidates are listed best first by their product of probabilities (alpha = 0: a score is
+# its log), with [n] their bank (constraint tokens produced) where n > 0. They fill the beam in this
+# order: the by_score = K - (term occurrences) = beam best by score, then each bank's best (the
+# fullest first), then each bank's second best, ... (a candidate placed by score uses its bank's
+# turn). An EOS candidate among the first K of that order ends a hypothesis, so a bank's best that
+# ends is kept whatever scores better, and an EOS beyond the by_score best that is not its bank's
+# turn does not end. The next beams: the first K of the same order over the candidates that are not
+# EOS. K finished hypotheses are kept; the search stops once min(beam, nbest) have ended (here
+# nbest = K: beam) and no live one can outrank the last of those: where that one meets every term
+# (and, unguided, none is misplaced), once the best live product is no better than its.
 
 
-def constrained(terms, beam: int = 1, alpha: float = 0.0):
+def constrained(terms, beam: int = 1, alpha: float = 0.0, nbest: int | None = None):
     """Beam search on WRITES_AB with one sentence's ``terms`` at the width a Translator gives them
-    (K = ``beam`` + one per term token): its finished hypotheses, best first, and the beams of each
-    step (each row's tokens after BOS)."""
+    (K = ``beam`` + one per term occurrence), ``nbest`` K unless given (it stops once
+    ``min(beam, nbest)`` have ended and no live one can beat them): its finished hypotheses (up to
+    ``nbest``), best first, and the beams of each step (each row's tokens after BOS)."""
     k = beam_for(beam, terms)
     step = Step(WRITES_AB, 1, ELSE)
-    [hyps] = beam_search(step, [6], beam=k, alpha=alpha, nbest=k, constraints=constraints([terms]))
+    [hyps] = beam_search(step, [6], beam=k, alpha=alpha, nbest=nbest or k, constraints=constraints([terms]))
     return hyps, step.beams
 
 
@@ -249,47 +273,56 @@ def test_the_plain_search_on_the_table_writes_a_b() -> None:
 
 
 def test_a_one_token_term_exactly() -> None:
-    # "c", K = 2:
-    # t=0: a .5, b .2, unk .15, c .1 [1]                                        -> a, c [1]
-    # t=1: a b .30, c a .07 [1], a c .05 [1], a unk .035, a d .015, c eos .012, c unk .011 [1],
-    #      c d .007 [1]                                                         -> a b, c a [1]
-    # t=2: c a eos .063 ends; a b c .021 [1], a b d .009, c a unk .0035 [1], c a d .0014 [1]
-    #      -> a b c [1] by score, then bank 1's best is a b c itself: bank 0's a b d
-    # t=3: a b c eos .0189 ends, a b c unk .00105 [1], a b d unk .00045, ...: two ended and
-    #      .00105 < .0189: stop
+    # "c", K = 2, by_score 1; it stops once one has ended:
+    # t=0: a .5, b .2, unk .15, c .1 [1]                                        -> a; bank 1's c
+    # t=1: a b .30, c a .07 [1], a c .05 [1], a unk .035, a d .015, c eos .012 [1], c unk .011 [1],
+    #      c d .007 [1]: c eos is neither the best nor bank 1's best (c a)    -> a b; bank 1's c a
+    # t=2: c a eos .063 [1], a b c .021 [1], a b d .009, c a unk .0035 [1], c a d .0014 [1]
+    #      -> c a eos by score: it ends; the beams: a b c [1] by score, bank 1's best is a b c
+    #      itself, then bank 0's a b d. One ended, the best live .021 < .063: stop
     hyps, beams = constrained([[C]])
+    assert found(hyps) == [([C, A], pytest.approx(math.log(0.063)), 1)]
+    assert beams == [[()], [(A,), (C,)], [(A, B), (C, A)]]
+    # beam 2: K = 3, by_score 2; it stops once two have ended:
+    # t=0: a .5, b .2, unk .15, c .1 [1], d .05                                 -> a, b; c [1]
+    # t=1: a b .30, c a .07 [1], a c .05 [1], a unk .035, a d .015, c eos .012 [1], c unk .011 [1],
+    #      b unk .01, ...                                                       -> a b, c a [1]; a c [1]
+    # t=2: c a eos .063 [1], a c eos .045 [1], a b c .021 [1], a b d .009, c a unk .0035 [1], ...
+    #      -> the two best end; the beams: a b c, a b d by score, then bank 1's second, c a unk.
+    #      Two ended, the best live .021 < .045: stop
+    hyps, beams = constrained([[C]], beam=2)
     assert found(hyps) == [
         ([C, A], pytest.approx(math.log(0.063)), 1),
-        ([A, B, C], pytest.approx(math.log(0.0189)), 1),
+        ([A, C], pytest.approx(math.log(0.045)), 1),
     ]
-    assert beams == [[()], [(A,), (C,)], [(A, B), (C, A)], [(A, B, C), (A, B, D)]]
-    # alpha = 0.6 orders candidates by log-prob as before; the scores are divided by ((5 + |Y|) / 6) ** 0.6
-    hyps, _ = constrained([[C]], alpha=0.6)
-    assert [h.tokens for h in hyps] == [[C, A], [A, B, C]]
-    assert [h.score for h in hyps] == pytest.approx(
-        [math.log(0.063) / (8 / 6) ** 0.6, math.log(0.0189) / (9 / 6) ** 0.6]
-    )
+    assert beams == [[()], [(A,), (B,), (C,)], [(A, B), (C, A), (A, C)]]
 
 
-def test_a_term_the_model_ranks_last_exactly() -> None:
+def test_a_term_the_model_ranks_last_ends_as_its_bank_s_best_exactly() -> None:
     # "d", K = 2: at t=0 "d" is not among the 4 best tokens; it comes in as the term's candidate.
-    # t=0: a .5, b .2, unk .15, c .1 (the 4 best), d .05 [1] (the term)        -> a, d [1]
-    # t=1: a b .30, a c .05, d eos .045, a unk .035, a d .015 [1], d unk .0025 [1], d c .0015 [1]
-    #      "d" + EOS (.045, better than all the search returns) is third, not among the first K = 2
-    #      candidates: it does not end, and is lost                            -> a b, a d [1]
-    # t=2: a b c .021, a d eos .0135 ends, a b d .009 [1], a d unk .00075 [1], a d c .00045 [1]
-    #                                                                           -> a b c, a b d [1]
-    # t=3: a b d eos .0081 ends, a b c unk .00105, ...: two ended and .00105 < .0081: stop
+    # t=0: a .5, b .2, unk .15, c .1 (the 4 best), d .05 [1] (the term)        -> a; bank 1's d
+    # t=1: a b .30, a c .05, d eos .045 [1], a unk .035, a d .015 [1], d unk .0025 [1], d c .0015 [1]
+    #      "d" + EOS (.045, the best the search returns) is third by score but bank 1's best: it is
+    #      placed second of K = 2 and ends                                     -> a b; bank 1's a d
+    #      one ended, the best live .30 is above it: on
+    # t=2: a b c .021, a d eos .0135 [1], a b d .009 [1], a d unk .00075 [1], a d c .00045 [1]
+    #      -> a d eos, bank 1's best, ends; the beams a b c, and bank 1's a b d. The best live
+    #      .021 < .045: stop
     hyps, beams = constrained([[D]])
     assert found(hyps) == [
+        ([D], pytest.approx(math.log(0.045)), 1),
         ([A, D], pytest.approx(math.log(0.0135)), 1),
-        ([A, B, D], pytest.approx(math.log(0.0081)), 1),
     ]
-    assert beams == [[()], [(A,), (D,)], [(A, B), (A, D)], [(A, B, C), (A, B, D)]]
-    # with beam 2 (K = 3, by_score 2) "d" + EOS is among the first K at t=1 and ends: the best
-    # t=0 -> a, b, d [1]; t=1: a b .30, a c .05, d eos .045 ends, ... -> a b, a c, a d [1];
-    # t=2: a b c .021, a d eos .0135 ends, a b d .009 [1], ... -> a b c, a b d [1], a c d [1];
-    # t=3: a b d eos .0081 ends (a c d eos .0009 ends too, worse than the three kept): stop
+    assert beams == [[()], [(A,), (D,)], [(A, B), (A, D)]]
+    # beam 2: K = 3, by_score 2, it stops once two have ended.
+    # t=0 -> a, b; d [1]
+    # t=1: a b .30, a c .05, d eos .045 [1] (bank 1's best: ends), a unk .035, a d .015 [1], b unk .01,
+    #      ...                                                                 -> a b, a c; a d [1]
+    # t=2: a b c .021, a d eos .0135 [1] (second by score: ends), a b d .009 [1], a c unk .0025,
+    #      a c c .0015, a c d .001 [1], ...: the beams a b c, a b d [1] by score, then bank 1's
+    #      second, a c d [1]. Two ended; the best live .021 > .0135: on
+    # t=3: a b d eos .0081 [1], a b c unk .00105, a c d eos .0009 [1], ...: both EOS are among the
+    #      first 3 and end, a c d's is worse than the three kept. Best live .00105 < .0135: stop
     hyps, beams = constrained([[D]], beam=2)
     assert found(hyps) == [
         ([D], pytest.approx(math.log(0.045)), 1),
@@ -297,57 +330,57 @@ def test_a_term_the_model_ranks_last_exactly() -> None:
         ([A, B, D], pytest.approx(math.log(0.0081)), 1),
     ]
     assert beams == [[()], [(A,), (B,), (D,)], [(A, B), (A, C), (A, D)], [(A, B, C), (A, B, D), (A, C, D)]]
+    # nbest 1 with beam 2: one ended is enough, so at t=2 (.021 < .045) it stops a step earlier
+    hyps, beams = constrained([[D]], beam=2, nbest=1)
+    assert found(hyps) == [([D], pytest.approx(math.log(0.045)), 1)] and len(beams) == 3
+    # alpha = 0.6 orders candidates by log-prob as before; the scores are divided by
+    # ((5 + |Y|) / 6) ** 0.6, and the bound at t=2 (log .021 / (9/6) ** .6 = -3.03 > log .0135 / (8/6)
+    # ** .6 = -3.62) still goes on, at t=3 (-5.05) stops
+    hyps, _ = constrained([[D]], beam=2, alpha=0.6)
+    assert [h.tokens for h in hyps] == [[D], [A, D], [A, B, D]]
+    products = [0.045, 0.0135, 0.0081]
+    assert [h.score for h in hyps] == pytest.approx(
+        [math.log(p) / ((5 + n) / 6) ** 0.6 for p, n in zip(products, [2, 3, 4])]
+    )
 
 
 def test_a_term_of_two_tokens_exactly() -> None:
-    # "c d", K = 3: [1] after "c", [2] once met.
-    # t=0: a .5, b .2, unk .15, c .1 [1], d .05                  -> a; round 0: c [1]; round 1: b
-    # t=1: a b .30, c a .07, a c .05 [1], a unk .035, a d .015, c unk .011, b unk .01, c d .007 [2],
-    #      b c .006 [1], b d .004                                -> a b; round 0: c d [2], a c [1]
-    # t=2: a b c .021 [1], a b d .009, c d eos .0063 ends (third of K = 3), a c unk .0025,
-    #      a c c .0015 [1], a c d .001 [2], c d unk .00035 [2], ...
-    #      -> a b c [1]; round 0: a c d [2], (bank 1's best is a b c) a b d
-    # t=3: a b c unk .00105, a c d eos .0009 ends, a b c c .00063 [1], a b d unk .00045,
-    #      a b c d .00042 [2], ...                               -> a b c unk; a b c d [2], a b c c [1]
-    # t=4: a b c d eos .000378 ends: three ended, best live a b c unk unk .0000525: stop
+    # "c d", K = 2 (one occurrence), by_score 1: [1] after "c", [2] once met.
+    # t=0: a .5, b .2, unk .15, c .1 [1]                                       -> a; bank 1's c
+    # t=1: a b .30, c a .07, a c .05 [1], a unk .035, a d .015, c unk .011, c d .007 [2]
+    #                                                                           -> a b; bank 2's c d
+    # t=2: a b c .021 [1], a b d .009, c d eos .0063 [2], c d unk .00035 [2], c d c .00021 [2], ...
+    #      -> c d eos, bank 2's best, ends; the beams a b c [1], and bank 2's c d unk [2]
+    #      one ended, the best live .021 is above it: on
+    # t=3: a b c unk .00105, a b c c .00063 [1], a b c d .00042 [2], c d unk eos .000315 [2], ...
+    #      -> c d unk eos is bank 2's second: it does not end. The best live .00105 < .0063: stop
     hyps, beams = constrained([[C, D]])
-    assert found(hyps) == [
-        ([C, D], pytest.approx(math.log(0.0063)), 1),
-        ([A, C, D], pytest.approx(math.log(0.0009)), 1),
-        ([A, B, C, D], pytest.approx(math.log(0.000378)), 1),
-    ]
-    assert beams == [
-        [()],
-        [(A,), (C,), (B,)],
-        [(A, B), (C, D), (A, C)],
-        [(A, B, C), (A, C, D), (A, B, D)],
-        [(A, B, C, UNK), (A, B, C, D), (A, B, C, C)],
-    ]
+    assert found(hyps) == [([C, D], pytest.approx(math.log(0.0063)), 1)]
+    assert beams == [[()], [(A,), (C,)], [(A, B), (C, D)], [(A, B, C), (C, D, UNK)]]
 
 
 def test_two_terms_exactly() -> None:
-    # "c" and "d", K = 3: [1] one met, [2] both.
+    # "c" and "d", K = 3, by_score 1: [1] one met, [2] both.
     # t=0: a .5, b .2, unk .15, c .1 [1], d .05 [1]     -> a; round 0: c [1]; round 1: d [1] before b
     # t=1: a b .30, c a .07 [1], a c .05 [1], a unk .035, a d .015 [1], c unk .011 [1], c d .007 [2],
     #      d unk .0025 [1], d c .0015 [2]                -> a b; round 0: c d [2], c a [1]
-    # t=2: a b c .021 [1], a b d .009 [1], c d eos .0063 ends, c a unk .0035 [1], c a d .0014 [2],
+    # t=2: a b c .021 [1], a b d .009 [1], c d eos .0063 [2], c a unk .0035 [1], c a d .0014 [2],
     #      c d unk .00035 [2]
-    #      -> a b c [1]; round 0: c a d [2]; round 1: c d unk [2] (before bank 1's a b d, better)
-    # t=3: c a d eos .00126 ends, a b c unk .00105 [1], a b c d .00042 [2], c d unk eos .000315
-    #      (fourth: does not end), c a d unk .00007 [2], ...  -> a b c unk; a b c d [2], c a d unk [2]
-    # t=4: a b c d eos .000378 ends, c a d unk eos .000063 ends but is worse than the three kept: stop
+    #      -> c d eos, bank 2's best, ends; the beams a b c [1]; round 0: c a d [2] (bank 2's best
+    #      that is not EOS; bank 1's is a b c); round 1: c d unk [2] (before bank 1's a b d)
+    #      one ended, the best live .021 is above it: on
+    # t=3: c a d eos .00126 [2], a b c unk .00105 [1], a b c d .00042 [2], c d unk eos .000315 [2], ...
+    #      -> c a d eos by score: it ends. The best live .00105 < .0063: stop
     hyps, beams = constrained([[C], [D]])
     assert found(hyps) == [
         ([C, D], pytest.approx(math.log(0.0063)), 2),
         ([C, A, D], pytest.approx(math.log(0.00126)), 2),
-        ([A, B, C, D], pytest.approx(math.log(0.000378)), 2),
     ]
     assert beams == [
         [()],
         [(A,), (C,), (D,)],
         [(A, B), (C, D), (C, A)],
         [(A, B, C), (C, A, D), (C, D, UNK)],
-        [(A, B, C, UNK), (A, B, C, D), (C, A, D, UNK)],
     ]
 
 
