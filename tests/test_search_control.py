@@ -1,7 +1,8 @@
 """Prefixes, per-token log-probabilities and lexically constrained beam search: the constraint state
 after given tokens, exact beams and scores on a fake model of fixed probabilities (as
-tests/test_search.py), the bank allocation against its rule written as plain loops, and a small real
-model."""
+tests/test_search.py), with the alignment guide (a fake cross-attention) and the sentence ends, the
+guide's state after given tokens, the bank allocation against its rule written as plain loops, and a
+small real model."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from aiayn.model.masks import padding_mask
 
 PAD, UNK, BOS, EOS, A, B, C, D = range(8)
 INF = math.inf
+T, F = True, False
 
 
 def dist(**p: float) -> list[float]:
@@ -384,6 +386,270 @@ def test_two_terms_exactly() -> None:
     ]
 
 
+# --- the alignment guide and the sentence ends (exact, on fixed tables) ------------------------------
+
+
+class GuidedStep(Step):
+    """A :class:`Step` that also exposes ``attention`` ``(rows, S)`` after each call, as ModelStep
+    and FastStep do with an ``attention_layer``: all of a row's attention on the source position
+    ``looks(prefix)`` (prefix: the tokens after BOS); by default the t-th token attends to position
+    t, the last (EOS) once past it: a monotone alignment."""
+
+    def __init__(self, table, words: list[int], looks=None, default: list[float] | None = None):
+        super().__init__(table, 1, default or ELSE)
+        self.width = len(words)
+        self.looks = looks or (lambda prefix: min(len(prefix), self.width - 1))
+        self.attention: torch.Tensor | None = None
+
+    def __call__(self, prefix: torch.Tensor) -> torch.Tensor:
+        out = super().__call__(prefix)
+        self.attention = torch.zeros(prefix.size(0), self.width)
+        for row, tokens in enumerate(prefix.tolist()):
+            self.attention[row, self.looks(tuple(tokens[1:]))] = 1.0
+        return out
+
+
+def guided(table, terms, places, words, *, beam=1, max_len=6, looks=None, ends=None, nbest=None, alpha=0.0):
+    """Constrained beam search on ``table`` (ELSE for other prefixes) with one sentence's ``terms``,
+    their ``places`` (a list of source words per term; None: no guide), the source's ``words`` (its
+    EOS -1) and the end pieces ``ends`` (tokens), at K = beam_for(beam, terms): its hypotheses (up to
+    ``nbest``, K unless given), best first, and each step's beams."""
+    k = beam_for(beam, terms)
+    mask = torch.zeros(8, dtype=torch.bool)
+    mask[list(ends or [])] = True
+    c = Constraints(
+        [terms],
+        None,
+        "cpu",
+        ends=mask,
+        places=None if places is None else [places],
+        words=torch.tensor([words]),
+    )
+    step = GuidedStep(table, words, looks)
+    [hyps] = beam_search(step, [max_len], beam=k, alpha=alpha, nbest=nbest or k, constraints=c)
+    return hyps, step.beams
+
+
+def placed(hyps) -> list[tuple[list[int], float, int, int]]:
+    return [(h.tokens, h.log_prob, h.met, h.misplaced) for h in hyps]
+
+
+P = lexical.PLACE_PENALTY  # what a term away from its place costs (log-prob)
+
+# How the guided traces read: as the traces above, with each row's attended source word at each
+# step ("@w", the monotone alignment unless said), the term's place, and *P for each term placed away
+# from it (a factor e^-10 on the product: P). With the guide, a term is due where its place is
+# attended (the k-th occurrence's place once the term is met k times); a row that was due at the
+# last token and is not now, or attends to a word BEYOND = 2 or more words after the place's last,
+# has passed it while it had not begun it (*P on all its candidates, once); beginning the term while
+# neither due nor passed is early (*P on that candidate). {m}: misplaced m > 0.
+
+# The model writes "a b"; the term "c" translates source word 1, attended when the second token is
+# chosen. Source: words 0, 1, 2, EOS.
+IN_PLACE = {
+    (): only(a=0.6, b=0.25, c=0.1, d=0.05),
+    (A,): only(b=0.7, c=0.2, eos=0.1),
+    (A, B): only(eos=0.6, c=0.3, d=0.1),
+    (A, C): only(b=0.5, eos=0.4, d=0.1),
+}
+SOURCE = [0, 1, 2, -1]
+
+
+def test_a_term_where_its_source_word_is_attended_beats_it_tacked_on_at_the_end() -> None:
+    # Unguided, K = 2, by_score 1:
+    # t=0: a .6, b .25, c .1 [1], d .05                                        -> a; bank 1's c
+    # t=1: a b .42, a c .12 [1], c eos .09 [1], c unk .005 [1], c d .002 [1]   -> a b; a c [1]
+    # t=2: a b c .126 [1], a c b .06 [1], a c eos .048 [1], a b d .042        -> a b c; bank 0's a b d
+    # t=3: a b c eos .1134 ends (.6 * .7 * .3 * .9); best live .0063: stop
+    hyps, beams = guided(IN_PLACE, [[C]], None, SOURCE)
+    assert placed(hyps) == [([A, B, C], pytest.approx(math.log(0.1134)), 1, 0)]
+    assert beams[2:] == [[(A, B), (A, C)], [(A, B, C), (A, B, D)]]
+    # Guided, "c" at word 1:
+    # t=0 @0: a .6, b .25, d .05, c .1*P [1]{1} (early)                        -> a; bank 1's c{1}
+    # t=1 @1, due: a b .42, a c .12 [1] (not early), c eos .09*P [1]{1}, ...   -> a b; a c [1]
+    # t=2 @2: a b was due, is not now: passed, *P on both its candidates.
+    #      a c b .06 [1], a c eos .048 [1], a c d .012 [1], a b c .126*P [1]{1}, a b d .042*P {1}
+    #      -> a c b by score; bank 1's best is a c b itself, bank 0's is a b d: a c eos, second by
+    #      score, is not placed and does not end                              -> a c b; a b d{1}
+    # t=3 @EOS: a c b eos .054 ends (.6 * .2 * .5 * .9 < .1134, but "c" in place); best live that
+    #      is not misplaced .003: stop
+    hyps, beams = guided(IN_PLACE, [[C]], [[1]], SOURCE)
+    assert placed(hyps) == [([A, C, B], pytest.approx(math.log(0.054)), 1, 0)]
+    assert beams[2:] == [[(A, B), (A, C)], [(A, C, B), (A, B, D)]]
+
+
+def test_a_term_whose_place_is_never_attended_is_still_met_once_misplaced() -> None:
+    # "c" at word 2, which nothing attends: @0 at t=0, @1 at t=1, then @EOS. The term is never due
+    # and never passed (EOS is no word, word 1 is not beyond word 2): beginning it is always early.
+    # K = 2, at most 4 tokens (the 5th forced EOS).
+    # t=0: a .6, b .25, d .05, c .1*P [1]{1}                                    -> a; bank 1's c
+    # t=1: a b .42, a c .12*P [1]{1}, c eos .09*P [1]{1}, ...                    -> a b; a c{1}
+    # t=2: a b d .042, a b c .126*P [1]{1}, a c b .06*P [1]{1}, a c eos .048*P [1]{1}, ...
+    #                                                                           -> a b d; a b c{1}
+    # t=3: a b d unk .0021, a b d d .00084, a b c eos .1134*P [1]{1} (bank 1's best: ends), ...
+    #      -> a b d unk; a b c unk{1}. One ended with a term misplaced, and a b d unk has none
+    #      misplaced (it has not begun the term): it might still outrank it, the search goes on
+    # t=4: forced EOS: a b d unk eos .00189 (meets no term), a b c unk eos .00567*P [1]{1}: both
+    #      end, and the second replaces the first among the K kept
+    hyps, beams = guided(
+        IN_PLACE, [[C]], [[2]], SOURCE, max_len=4, looks=lambda p: {(): 0, (A,): 1}.get(p, 3)
+    )
+    assert placed(hyps) == [
+        ([A, B, C], pytest.approx(math.log(0.1134) - P), 1, 1),
+        ([A, B, C, UNK], pytest.approx(math.log(0.00567) - P), 1, 1),
+    ]
+    assert beams[3:] == [[(A, B, D), (A, B, C)], [(A, B, D, UNK), (A, B, C, UNK)]]
+    # the penalty is in the score and the log-prob, not in the tokens' own log-probabilities
+    assert sum(hyps[0].token_log_probs) == pytest.approx(hyps[0].log_prob + P)
+
+
+# The model likes "c c"; "c" is asked twice, for source words 0 and 2.
+TWICE = {
+    (): only(c=0.6, a=0.3, b=0.1),
+    (C,): only(c=0.5, a=0.4, eos=0.1),
+    (C, C): only(eos=0.6, a=0.3, b=0.1),
+    (C, A): only(eos=0.5, c=0.3, b=0.2),
+}
+
+
+def test_a_term_asked_twice_is_due_the_second_time_at_its_second_place() -> None:
+    # Unguided, K = 3 (two occurrences), by_score 1:
+    # t=0: c .6 [1], a .3, b .1                                                -> c; a; b
+    # t=1: c c .3 [2], c a .24 [1], a unk .015, a c .009 [1], ...              -> c c; c a [1]; a unk
+    # t=2: c c eos .18 [2] ends; c c a .09 [2]: the best live .09 < .18: stop
+    hyps, _ = guided(TWICE, [[C], [C]], None, SOURCE)
+    assert placed(hyps) == [([C, C], pytest.approx(math.log(0.18)), 2, 0)]
+    # Guided, the first "c" at word 0, the second at word 2:
+    # t=0 @0, the first due: c .6 [1], a .3, b .1                              -> c; a; b
+    # t=1 @1: the second "c" is not due: c c is early; a and b were due and are not: passed
+    #      c a .24 [1], c c .3*P [2]{1}, a unk .015*P {1}, a c .009*P [1]{1}, ...
+    #                                                                           -> c a; c c{1}; a unk{1}
+    # t=2 @2, the second due: c a c .072 [2] (not early), c a b .048 [1], c c eos .18*P [2]{1}, ...
+    #      -> c a c by score; bank 1's c a b; bank 0's a unk unk: c c eos (bank 2's second) does not
+    #      end
+    # t=3 @EOS: c a c eos .0648 [2] ends (c a b passes the second place: *P); best live not
+    #      misplaced .0036: stop
+    hyps, beams = guided(TWICE, [[C], [C]], [[0], [2]], SOURCE)
+    assert placed(hyps) == [([C, A, C], pytest.approx(math.log(0.0648)), 2, 0)]
+    assert beams == [
+        [()],
+        [(C,), (A,), (B,)],
+        [(C, A), (C, C), (A, UNK)],
+        [(C, A, C), (C, A, B), (A, UNK, UNK)],
+    ]
+
+
+# The model writes "a d", "d" an end piece (as "."), and puts "c" after it.
+ENDS = {
+    (): only(a=0.8, c=0.12, d=0.08),
+    (A,): only(d=0.7, c=0.2, eos=0.1),
+    (A, D): only(eos=0.6, c=0.3, unk=0.1),
+    (A, C): only(d=0.8, eos=0.2),
+    (C,): only(a=0.5, d=0.3, eos=0.2),
+}
+
+
+def test_no_sentence_end_before_a_term_unless_it_is_the_term_s_own_piece() -> None:
+    # Without ends, K = 2, by_score 1:
+    # t=0: a .8, c .12 [1], d .08                                              -> a; bank 1's c
+    # t=1: a d .56, a c .16 [1], c a .06 [1], c d .036 [1], c eos .024 [1]     -> a d; a c [1]
+    # t=2: a d c .168 [1], a c d .128 [1], a d unk .056, a c eos .032 [1]      -> a d c; a d unk
+    # t=3: a d c eos .1512 ends; best live .0084: stop
+    hyps, beams = guided(ENDS, [[C]], None, [0, -1])
+    assert placed(hyps) == [([A, D, C], pytest.approx(math.log(0.1512)), 1, 0)]
+    # "d" an end: barred while "c" is unmet (and EOS is).
+    # t=0: a .8, c .12 [1]                                                     -> a; c [1]
+    # t=1: a c .16 [1] (a d barred), c a .06 [1], c d .036 [1] (c met: d free), c eos .024 [1]
+    #      -> a c by score, bank 1's best; then bank 1's second: c a
+    # t=2: a c d .128 [1], c a eos .054 [1], a c eos .032 [1], c a unk .003 [1], c a d .0012 [1]
+    #      -> a c d; c a eos, bank 1's second, ends; the beams a c d, c a unk. Best live .128: on
+    # t=3: a c d eos .1152 ends; best live .0064: stop
+    hyps, beams = guided(ENDS, [[C]], None, [0, -1], ends=[D])
+    assert placed(hyps) == [
+        ([A, C, D], pytest.approx(math.log(0.1152)), 1, 0),
+        ([C, A], pytest.approx(math.log(0.054)), 1, 0),
+    ]
+    assert beams == [[()], [(A,), (C,)], [(A, C), (C, A)], [(A, C, D), (C, A, UNK)]]
+    # the term "c d": "d" is its own next piece after "c", so it is not barred there.
+    # t=0: a .8, c .12 [1] (d barred: not the term's next piece)             -> a; c [1]
+    # t=1: a c .16 [1], c a .06, c d .036 [2]                                  -> a c; bank 2's c d
+    # t=2: a c d .128 [2], c d eos .0324 [2] (bank 2's second: ends), c d unk .0018 [2], ...
+    #                                                                           -> a c d; c d unk
+    # t=3: a c d eos .1152 ends; best live .0064: stop
+    hyps, beams = guided(ENDS, [[C, D]], None, [0, -1], ends=[D])
+    assert placed(hyps) == [
+        ([A, C, D], pytest.approx(math.log(0.1152)), 1, 0),
+        ([C, D], pytest.approx(math.log(0.0324)), 1, 0),
+    ]
+    assert beams == [[()], [(A,), (C,)], [(A, C), (C, D)], [(A, C, D), (C, D, UNK)]]
+
+
+# (terms, tokens produced, tokens barred in id order), "d" an end piece
+ENDS_BARRED = {
+    "a term unmet: no end piece": ([[C]], [], [EOS, D]),
+    "an end piece that begins an unmet term": ([[D]], [], [EOS]),
+    "an end piece that continues a term under way": ([[C, D]], [C], [EOS]),
+    "an end piece that is not the term's next piece": ([[C, D]], [], [EOS, D]),
+    "every term met: the end pieces are free": ([[C]], [C], [C]),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(ENDS_BARRED))
+def test_the_end_pieces_barred_after_given_tokens(case) -> None:
+    terms, produced, barred = ENDS_BARRED[case]
+    ends = torch.zeros(8, dtype=torch.bool)
+    ends[D] = True
+    c = Constraints([terms], None, "cpu", ends=ends)
+    state = State.start(1, c.terms.size(1), "cpu")
+    for token in produced:
+        state = lexical.advance(c, state, torch.tensor([[token]]))
+    log_probs = lexical.restrict(c, state, torch.zeros(1, 8), torch.tensor([True]), EOS)
+    assert (log_probs[0] == -INF).nonzero()[:, 0].tolist() == barred
+
+
+# The model starts with "c" and ends at once, where "c" (for word 1) comes early; in its place,
+# after "a", "c" is 1/9999 as likely as the model's "b"
+RANK = {
+    (): only(c=0.9, a=0.1),
+    (C,): only(eos=0.9, a=0.1),
+    (A,): only(b=0.9999, c=0.0001),
+}
+
+
+def test_a_hypothesis_with_its_terms_in_place_ranks_before_a_better_scored_misplaced_one() -> None:
+    # "c" at word 1, K = 2, by_score 1 (log-probs: c eos is log .81 - 10 = -10.21, a c eos log 9e-6
+    # = -11.62):
+    # t=0 @0: a .1, c .9*P [1]{1} (early)                                      -> a; bank 1's c{1}
+    # t=1 @1: a b .09999, c eos .81*P [1]{1} (bank 1's best: ends), a c .00001 [1], c a .09*P [1]{1}
+    #      -> a b; bank 1's a c. One ended, misplaced, and a b has none misplaced: on
+    # t=2 @2: a b passes its place: *P. a c eos .000009 [1] ends, a c unk .0000005 [1],
+    #      a b unk .005*P {1}, ...; now the first by rank, a c, has none misplaced and meets the
+    #      term; the best live with none misplaced, .0000005, is below it: stop
+    hyps, beams = guided(RANK, [[C]], [[1]], SOURCE)
+    assert placed(hyps) == [
+        ([A, C], pytest.approx(math.log(0.1 * 0.0001 * 0.9)), 1, 0),
+        ([C], pytest.approx(math.log(0.81) - P), 1, 1),
+    ]
+    assert hyps[1].score > hyps[0].score
+    assert beams == [[()], [(A,), (C,)], [(A, B), (A, C)]]
+
+
+@pytest.mark.parametrize("beam", [1, 2, 3])
+@pytest.mark.parametrize(
+    "terms, places", [([[A]], [[0]]), ([[B]], [[1]]), ([[A], [B]], [[0], [1]]), ([[A, B]], [[0, 1]])]
+)
+def test_a_term_the_plain_search_writes_in_its_place_changes_nothing(beam, terms, places) -> None:
+    """Metamorphic: the plain search writes "a b", "a" attending to source word 0, "b" to word 1;
+    terms asked there, guided, give the same tokens and the same score as the plain search at the
+    user's beam (the constrained one is wider: beam + one per term), alpha 0.6."""
+    [[plain]] = beam_search(Step(WRITES_AB, 1, ELSE), [6], beam=beam, alpha=0.6)
+    assert plain.tokens == [A, B]
+    hyps, _ = guided(WRITES_AB, terms, places, [0, 1, -1], beam=beam, nbest=1, alpha=0.6)
+    [held] = hyps
+    assert (held.tokens, held.met, held.misplaced) == (plain.tokens, len(terms), 0)
+    assert held.score == pytest.approx(plain.score) and held.log_prob == pytest.approx(plain.log_prob)
+
+
 # --- the bank allocation (constraints.stripes, as _ConstrainedBeams.advance uses it) ----------------
 
 
@@ -418,7 +684,6 @@ def filled_by_search(scores, banks, valid, n_banks: int, by_score: list[int]) ->
     return order.gather(-1, keys.argsort(dim=-1, stable=True)).tolist()
 
 
-T, F = True, False
 # (scores, banks, valid, banks in the batch, by_score, the order they fill the beam)
 ALLOCATIONS = {
     "no constraints: the plain beam's order": ([-3, -1, -2, -4], [0, 0, 0, 0], [T] * 4, 1, 2, [1, 2, 0, 3]),
