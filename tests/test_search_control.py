@@ -650,6 +650,56 @@ def test_a_term_the_plain_search_writes_in_its_place_changes_nothing(beam, terms
     assert held.score == pytest.approx(plain.score) and held.log_prob == pytest.approx(plain.log_prob)
 
 
+# --- the alignment guide's state (constraints.guide) after given tokens -------------------------------
+
+# (terms, places, [(source word attended, token produced)], the word attended now,
+#  then after the guide: due, passed, passed just now (left), early). Source words 0-4, then EOS (5).
+GUIDES = {
+    "due where its word is attended": ([[C]], [[1]], [], 1, [T], [F], 0, [F]),
+    "elsewhere not due, and beginning it is early": ([[C]], [[1]], [], 0, [F], [F], 0, [T]),
+    "passed by moving away: due at the last token, not now": ([[C]], [[1]], [(1, A)], 2, [F], [T], 1, [F]),
+    "passed once, counted once": ([[C]], [[1]], [(1, A), (2, A)], 3, [F], [T], 0, [F]),
+    "passed, due again: not early (its cost is paid)": ([[C]], [[1]], [(1, A), (2, A)], 1, [T], [T], 0, [F]),
+    "passed by BEYOND: two words after its place, never due": ([[C]], [[1]], [], 3, [F], [T], 1, [F]),
+    "one word after its place is not beyond": ([[C]], [[1]], [], 2, [F], [F], 0, [T]),
+    "a place of two words: beyond counts from its last": ([[C]], [[1, 2]], [], 3, [F], [F], 0, [T]),
+    "a place of two words, passed": ([[C]], [[1, 2]], [], 4, [F], [T], 1, [F]),
+    "EOS is no word: a term due before is passed": ([[C]], [[4]], [(4, A)], 5, [F], [T], 1, [F]),
+    "a term under way is neither passed nor early": ([[C, D]], [[1]], [(1, C)], 4, [F], [F], 0, [F]),
+    "the second occurrence due at its own place": ([[C], [C]], [[0], [2]], [(0, C)], 2, [T], [F], 0, [F]),
+    "the second occurrence not at the first's": ([[C], [C]], [[0], [2]], [(0, C)], 0, [F], [F], 0, [T]),
+    "met, the next occurrence's place is fresh": ([[C], [C]], [[0], [2]], [(2, C)], 1, [F], [F], 0, [T]),
+    "a term met as often as asked: nothing": ([[C]], [[1]], [(1, C)], 4, [F], [F], 0, [F]),
+}  # fmt: skip
+
+
+def attend(position: int, width: int = 6) -> torch.Tensor:
+    return torch.nn.functional.one_hot(torch.tensor([position]), width).float()
+
+
+@pytest.mark.parametrize("case", list(GUIDES))
+def test_the_guide_after_given_tokens(case) -> None:
+    terms, places, history, now, due, passed, left, early = GUIDES[case]
+    c = Constraints([terms], None, "cpu", places=[places], words=torch.tensor([[0, 1, 2, 3, 4, -1]]))
+    state = State.start(1, c.terms.size(1), "cpu")
+    for position, token in history:  # as the search: the guide at the step, then the token
+        lexical.guide(c, state, attend(position))
+        state = lexical.advance(c, state, torch.tensor([[token]]))
+    now_left, now_early = lexical.guide(c, state, attend(now))
+    assert state.due[0].tolist() == due and state.passed[0].tolist() == passed
+    assert int(now_left[0]) == left and now_early[0].tolist() == early
+
+
+def test_the_guide_sums_the_attention_of_a_word_s_pieces() -> None:
+    # source pieces: word 0 in two pieces, word 1, EOS; .3 + .3 on word 0 outweighs .4 on word 1
+    c = Constraints([[[C], [D]]], None, "cpu", places=[[[0], [1]]], words=torch.tensor([[0, 0, 1, -1]]))
+    state = State.start(1, c.terms.size(1), "cpu")
+    lexical.guide(c, state, torch.tensor([[0.3, 0.3, 0.4, 0.0]]))
+    assert state.due[0].tolist() == [T, F]
+    lexical.guide(c, state, torch.tensor([[0.3, 0.0, 0.4, 0.3]]))  # word 1 now, EOS .3 is no word
+    assert state.due[0].tolist() == [F, T] and state.passed[0].tolist() == [T, F]
+
+
 # --- the bank allocation (constraints.stripes, as _ConstrainedBeams.advance uses it) ----------------
 
 
