@@ -1,7 +1,8 @@
 """Prefixes, per-token log-probabilities and lexically constrained beam search: the constraint state
 after given tokens, exact beams and scores on a fake model of fixed probabilities (as
-tests/test_search.py), the bank allocation against its rule written as plain loops, and a small real
-model."""
+tests/test_search.py), with the alignment guide (a fake cross-attention) and the sentence ends, the
+guide's state after given tokens, the bank allocation against its rule written as plain loops, and a
+small real model."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from aiayn.model.masks import padding_mask
 
 PAD, UNK, BOS, EOS, A, B, C, D = range(8)
 INF = math.inf
+T, F = True, False
 
 
 def dist(**p: float) -> list[float]:
@@ -104,17 +106,30 @@ def test_without_constraints_a_term_is_absent_with_them_present_exactly_once() -
     [[plain]] = beam_search(Step(TABLE, 1), [6], beam=3, alpha=0.0)
     assert plain.tokens == [A, A]
     [[held]] = beam_search(Step(TABLE, 1), [6], beam=3, alpha=0.0, constraints=constraints([[[B, C]]]))
-    # "a b c": .7 * .05 * (1/70: "c" after "a b", the default's share) * .9 (EOS). "b c" + EOS
-    # (.05 * 1/70 * .9) would be better, but at t=2 it is far below the first 3 candidates ("a a b"
-    # .021, ...) and does not end
-    assert (held.tokens, held.met) == ([A, B, C], 1)
-    assert held.log_prob == pytest.approx(math.log(0.7 * 0.05 / 70 * 0.9))
-    # asked twice: twice, "a c c" (.7 * .05 * 1/70 * .9)
+    # K = 3 (given as it is), one term occurrence: by_score 2, and it stops once one has ended. After
+    # "a" the table's d/unk share .025, elsewhere every token but EOS .9 has 1/70.
+    # t=0: a .7, d .1, b .05 [1], c .05, unk 1/60                   -> a, d by score; bank 1's b
+    # t=1: a a .42, a b .035 [1], a c .035, a unk .0175, a d .0175, d x .0014 each,
+    #      b x .0007 each (b c [2])                                  -> a a, a b [1]; bank 2's b c
+    # t=2: a a b .021 [1], a a c .021, a a unk .0084, ..., b c eos .00064 [2], a b x .0005 each
+    #      (a b c [2]): b c eos is bank 2's best, placed third of K = 3: it ends
+    #                                                                -> a a b [1], a a c; a b c [2]
+    # t=3: a b c eos .00045 ends, a a b x and a a c x .0003 each: one ended, and the best live
+    #      .0003 is below its .00064: stop. "b c" + EOS: .05 * 1/70 * .9
+    assert (held.tokens, held.met) == ([B, C], 1)
+    assert held.log_prob == pytest.approx(math.log(0.05 / 70 * 0.9))
+    # asked twice: twice. K = 5, by_score 3:
+    # t=0: a .7, d .1, b .05, c .05 [1], unk 1/60                  -> a, d, b; c [1]; unk
+    # t=1: a a .42, a b .035, a c .035 [1], a unk, a d .0175, d x .0014 (d c [1]), b x .0007,
+    #      c x .0007 (c c [2]), unk x .00024                         -> a a, a b, a c [1]; c c [2]; d c [1]
+    # t=2: a a b .021, a a c .021 [1], a a unk .0084, ..., c c eos .00064 [2] (bank 2's best: ends),
+    #      a b x, a c x .0005 (a c c [2]), ...                       -> a a b, a a c, a a unk; a c c, d c c
+    # t=3: a c c eos .00045 [2] ends; the best live .0003 is below .00064: stop
     [[twice]] = beam_search(
         Step(TABLE, 1), [8], beam=beam_for(3, [[C], [C]]), alpha=0.0, constraints=constraints([[[C], [C]]])
     )
-    assert (twice.tokens, twice.met) == ([A, C, C], 2)
-    assert twice.log_prob == pytest.approx(math.log(0.7 * 0.05 / 70 * 0.9))
+    assert (twice.tokens, twice.met) == ([C, C], 2)
+    assert twice.log_prob == pytest.approx(math.log(0.05 / 70 * 0.9))
 
 
 def test_a_term_met_as_often_as_asked_is_not_completed_again() -> None:
@@ -122,8 +137,13 @@ def test_a_term_met_as_often_as_asked_is_not_completed_again() -> None:
     [[h]] = beam_search(
         Step(likes_c, 1, dist(c=0.5, eos=0.4)), [5], beam=2, alpha=0.0, constraints=constraints([[[C]]])
     )
-    # "c" + EOS (.9 * 1/70): after "c" a second "c" is barred
-    assert (h.tokens, h.met) == ([C], 1) and h.log_prob == pytest.approx(math.log(0.9 / 70))
+    # K = 2, by_score 1. t=0: c .9 [1], unk 1/70, ...                 -> c [1]; bank 0's unk
+    # t=1: after "c" a second "c" is barred; unk, eos, a, b, d have 1/70 each, so c unk and c eos
+    #      tie (.9/70) and c unk, the lower id, comes first: it is the best by score and bank 1's
+    #      best, and c eos is neither: it does not end. unk c .0071 [1], unk unk .00024
+    #                                                                -> c unk [1]; bank 0's unk unk
+    # t=2: c unk eos (.9/70 * .4) ends; the best live .9/70 * 1/60 is below it: stop
+    assert (h.tokens, h.met) == ([C, UNK], 1) and h.log_prob == pytest.approx(math.log(0.9 / 70 * 0.4))
 
 
 def test_no_piece_continues_the_last_word_of_a_term() -> None:
@@ -218,23 +238,29 @@ WRITES_AB = {
 }
 ELSE = only(eos=0.9, unk=0.05, c=0.03, d=0.02)  # after any other prefix
 
-# How the traces read. A row offers its 2K best tokens and, for each unmet term, its next token and
-# its first token where they are not among them;
-# EOS is barred while a term is unmet, and a met term's last token once it is met. Candidates are
-# listed best first by their product of probabilities (alpha = 0: a score is its log), with [n] their
-# bank (constraint tokens produced) where n > 0. An EOS among the first K candidates ends a
-# hypothesis. The next beams: the best valid candidate by score (by_score = K - tokens = 1), then
-# each bank's best (the fullest first), then each bank's second best, ... The search stops once K
-# have ended and the best live product is below the worst ended one.
+# How the traces read. The beam is K = beam + one slot per term occurrence (beam_for). A row offers
+# its 2K best tokens and, for each unmet term, its next token and its first token where they are not
+# among them; EOS is barred while a term is unmet, and a met term's last token once it is met as often
+# as asked. Candidates are listed best first by their product of probabilities (alpha = 0: a score is
+# its log), with [n] their bank (constraint tokens produced) where n > 0. They fill the beam in this
+# order: the by_score = K - (term occurrences) = beam best by score, then each bank's best (the
+# fullest first), then each bank's second best, ... (a candidate placed by score uses its bank's
+# turn). An EOS candidate among the first K of that order ends a hypothesis, so a bank's best that
+# ends is kept whatever scores better, and an EOS beyond the by_score best that is not its bank's
+# turn does not end. The next beams: the first K of the same order over the candidates that are not
+# EOS. K finished hypotheses are kept; the search stops once min(beam, nbest) have ended (here
+# nbest = K: beam) and no live one can outrank the last of those: where that one meets every term
+# (and, unguided, none is misplaced), once the best live product is no better than its.
 
 
-def constrained(terms, beam: int = 1, alpha: float = 0.0):
+def constrained(terms, beam: int = 1, alpha: float = 0.0, nbest: int | None = None):
     """Beam search on WRITES_AB with one sentence's ``terms`` at the width a Translator gives them
-    (K = ``beam`` + one per term token): its finished hypotheses, best first, and the beams of each
-    step (each row's tokens after BOS)."""
+    (K = ``beam`` + one per term occurrence), ``nbest`` K unless given (it stops once
+    ``min(beam, nbest)`` have ended and no live one can beat them): its finished hypotheses (up to
+    ``nbest``), best first, and the beams of each step (each row's tokens after BOS)."""
     k = beam_for(beam, terms)
     step = Step(WRITES_AB, 1, ELSE)
-    [hyps] = beam_search(step, [6], beam=k, alpha=alpha, nbest=k, constraints=constraints([terms]))
+    [hyps] = beam_search(step, [6], beam=k, alpha=alpha, nbest=nbest or k, constraints=constraints([terms]))
     return hyps, step.beams
 
 
@@ -249,47 +275,56 @@ def test_the_plain_search_on_the_table_writes_a_b() -> None:
 
 
 def test_a_one_token_term_exactly() -> None:
-    # "c", K = 2:
-    # t=0: a .5, b .2, unk .15, c .1 [1]                                        -> a, c [1]
-    # t=1: a b .30, c a .07 [1], a c .05 [1], a unk .035, a d .015, c eos .012, c unk .011 [1],
-    #      c d .007 [1]                                                         -> a b, c a [1]
-    # t=2: c a eos .063 ends; a b c .021 [1], a b d .009, c a unk .0035 [1], c a d .0014 [1]
-    #      -> a b c [1] by score, then bank 1's best is a b c itself: bank 0's a b d
-    # t=3: a b c eos .0189 ends, a b c unk .00105 [1], a b d unk .00045, ...: two ended and
-    #      .00105 < .0189: stop
+    # "c", K = 2, by_score 1; it stops once one has ended:
+    # t=0: a .5, b .2, unk .15, c .1 [1]                                        -> a; bank 1's c
+    # t=1: a b .30, c a .07 [1], a c .05 [1], a unk .035, a d .015, c eos .012 [1], c unk .011 [1],
+    #      c d .007 [1]: c eos is neither the best nor bank 1's best (c a)    -> a b; bank 1's c a
+    # t=2: c a eos .063 [1], a b c .021 [1], a b d .009, c a unk .0035 [1], c a d .0014 [1]
+    #      -> c a eos by score: it ends; the beams: a b c [1] by score, bank 1's best is a b c
+    #      itself, then bank 0's a b d. One ended, the best live .021 < .063: stop
     hyps, beams = constrained([[C]])
+    assert found(hyps) == [([C, A], pytest.approx(math.log(0.063)), 1)]
+    assert beams == [[()], [(A,), (C,)], [(A, B), (C, A)]]
+    # beam 2: K = 3, by_score 2; it stops once two have ended:
+    # t=0: a .5, b .2, unk .15, c .1 [1], d .05                                 -> a, b; c [1]
+    # t=1: a b .30, c a .07 [1], a c .05 [1], a unk .035, a d .015, c eos .012 [1], c unk .011 [1],
+    #      b unk .01, ...                                                       -> a b, c a [1]; a c [1]
+    # t=2: c a eos .063 [1], a c eos .045 [1], a b c .021 [1], a b d .009, c a unk .0035 [1], ...
+    #      -> the two best end; the beams: a b c, a b d by score, then bank 1's second, c a unk.
+    #      Two ended, the best live .021 < .045: stop
+    hyps, beams = constrained([[C]], beam=2)
     assert found(hyps) == [
         ([C, A], pytest.approx(math.log(0.063)), 1),
-        ([A, B, C], pytest.approx(math.log(0.0189)), 1),
+        ([A, C], pytest.approx(math.log(0.045)), 1),
     ]
-    assert beams == [[()], [(A,), (C,)], [(A, B), (C, A)], [(A, B, C), (A, B, D)]]
-    # alpha = 0.6 orders candidates by log-prob as before; the scores are divided by ((5 + |Y|) / 6) ** 0.6
-    hyps, _ = constrained([[C]], alpha=0.6)
-    assert [h.tokens for h in hyps] == [[C, A], [A, B, C]]
-    assert [h.score for h in hyps] == pytest.approx(
-        [math.log(0.063) / (8 / 6) ** 0.6, math.log(0.0189) / (9 / 6) ** 0.6]
-    )
+    assert beams == [[()], [(A,), (B,), (C,)], [(A, B), (C, A), (A, C)]]
 
 
-def test_a_term_the_model_ranks_last_exactly() -> None:
+def test_a_term_the_model_ranks_last_ends_as_its_bank_s_best_exactly() -> None:
     # "d", K = 2: at t=0 "d" is not among the 4 best tokens; it comes in as the term's candidate.
-    # t=0: a .5, b .2, unk .15, c .1 (the 4 best), d .05 [1] (the term)        -> a, d [1]
-    # t=1: a b .30, a c .05, d eos .045, a unk .035, a d .015 [1], d unk .0025 [1], d c .0015 [1]
-    #      "d" + EOS (.045, better than all the search returns) is third, not among the first K = 2
-    #      candidates: it does not end, and is lost                            -> a b, a d [1]
-    # t=2: a b c .021, a d eos .0135 ends, a b d .009 [1], a d unk .00075 [1], a d c .00045 [1]
-    #                                                                           -> a b c, a b d [1]
-    # t=3: a b d eos .0081 ends, a b c unk .00105, ...: two ended and .00105 < .0081: stop
+    # t=0: a .5, b .2, unk .15, c .1 (the 4 best), d .05 [1] (the term)        -> a; bank 1's d
+    # t=1: a b .30, a c .05, d eos .045 [1], a unk .035, a d .015 [1], d unk .0025 [1], d c .0015 [1]
+    #      "d" + EOS (.045, the best the search returns) is third by score but bank 1's best: it is
+    #      placed second of K = 2 and ends                                     -> a b; bank 1's a d
+    #      one ended, the best live .30 is above it: on
+    # t=2: a b c .021, a d eos .0135 [1], a b d .009 [1], a d unk .00075 [1], a d c .00045 [1]
+    #      -> a d eos, bank 1's best, ends; the beams a b c, and bank 1's a b d. The best live
+    #      .021 < .045: stop
     hyps, beams = constrained([[D]])
     assert found(hyps) == [
+        ([D], pytest.approx(math.log(0.045)), 1),
         ([A, D], pytest.approx(math.log(0.0135)), 1),
-        ([A, B, D], pytest.approx(math.log(0.0081)), 1),
     ]
-    assert beams == [[()], [(A,), (D,)], [(A, B), (A, D)], [(A, B, C), (A, B, D)]]
-    # with beam 2 (K = 3, by_score 2) "d" + EOS is among the first K at t=1 and ends: the best
-    # t=0 -> a, b, d [1]; t=1: a b .30, a c .05, d eos .045 ends, ... -> a b, a c, a d [1];
-    # t=2: a b c .021, a d eos .0135 ends, a b d .009 [1], ... -> a b c, a b d [1], a c d [1];
-    # t=3: a b d eos .0081 ends (a c d eos .0009 ends too, worse than the three kept): stop
+    assert beams == [[()], [(A,), (D,)], [(A, B), (A, D)]]
+    # beam 2: K = 3, by_score 2, it stops once two have ended.
+    # t=0 -> a, b; d [1]
+    # t=1: a b .30, a c .05, d eos .045 [1] (bank 1's best: ends), a unk .035, a d .015 [1], b unk .01,
+    #      ...                                                                 -> a b, a c; a d [1]
+    # t=2: a b c .021, a d eos .0135 [1] (second by score: ends), a b d .009 [1], a c unk .0025,
+    #      a c c .0015, a c d .001 [1], ...: the beams a b c, a b d [1] by score, then bank 1's
+    #      second, a c d [1]. Two ended; the best live .021 > .0135: on
+    # t=3: a b d eos .0081 [1], a b c unk .00105, a c d eos .0009 [1], ...: both EOS are among the
+    #      first 3 and end, a c d's is worse than the three kept. Best live .00105 < .0135: stop
     hyps, beams = constrained([[D]], beam=2)
     assert found(hyps) == [
         ([D], pytest.approx(math.log(0.045)), 1),
@@ -297,58 +332,372 @@ def test_a_term_the_model_ranks_last_exactly() -> None:
         ([A, B, D], pytest.approx(math.log(0.0081)), 1),
     ]
     assert beams == [[()], [(A,), (B,), (D,)], [(A, B), (A, C), (A, D)], [(A, B, C), (A, B, D), (A, C, D)]]
+    # nbest 1 with beam 2: one ended is enough, so at t=2 (.021 < .045) it stops a step earlier
+    hyps, beams = constrained([[D]], beam=2, nbest=1)
+    assert found(hyps) == [([D], pytest.approx(math.log(0.045)), 1)] and len(beams) == 3
+    # alpha = 0.6 orders candidates by log-prob as before; the scores are divided by
+    # ((5 + |Y|) / 6) ** 0.6, and the bound at t=2 (log .021 / (9/6) ** .6 = -3.03 > log .0135 / (8/6)
+    # ** .6 = -3.62) still goes on, at t=3 (-5.05) stops
+    hyps, _ = constrained([[D]], beam=2, alpha=0.6)
+    assert [h.tokens for h in hyps] == [[D], [A, D], [A, B, D]]
+    products = [0.045, 0.0135, 0.0081]
+    assert [h.score for h in hyps] == pytest.approx(
+        [math.log(p) / ((5 + n) / 6) ** 0.6 for p, n in zip(products, [2, 3, 4])]
+    )
 
 
 def test_a_term_of_two_tokens_exactly() -> None:
-    # "c d", K = 3: [1] after "c", [2] once met.
-    # t=0: a .5, b .2, unk .15, c .1 [1], d .05                  -> a; round 0: c [1]; round 1: b
-    # t=1: a b .30, c a .07, a c .05 [1], a unk .035, a d .015, c unk .011, b unk .01, c d .007 [2],
-    #      b c .006 [1], b d .004                                -> a b; round 0: c d [2], a c [1]
-    # t=2: a b c .021 [1], a b d .009, c d eos .0063 ends (third of K = 3), a c unk .0025,
-    #      a c c .0015 [1], a c d .001 [2], c d unk .00035 [2], ...
-    #      -> a b c [1]; round 0: a c d [2], (bank 1's best is a b c) a b d
-    # t=3: a b c unk .00105, a c d eos .0009 ends, a b c c .00063 [1], a b d unk .00045,
-    #      a b c d .00042 [2], ...                               -> a b c unk; a b c d [2], a b c c [1]
-    # t=4: a b c d eos .000378 ends: three ended, best live a b c unk unk .0000525: stop
+    # "c d", K = 2 (one occurrence), by_score 1: [1] after "c", [2] once met.
+    # t=0: a .5, b .2, unk .15, c .1 [1]                                       -> a; bank 1's c
+    # t=1: a b .30, c a .07, a c .05 [1], a unk .035, a d .015, c unk .011, c d .007 [2]
+    #                                                                           -> a b; bank 2's c d
+    # t=2: a b c .021 [1], a b d .009, c d eos .0063 [2], c d unk .00035 [2], c d c .00021 [2], ...
+    #      -> c d eos, bank 2's best, ends; the beams a b c [1], and bank 2's c d unk [2]
+    #      one ended, the best live .021 is above it: on
+    # t=3: a b c unk .00105, a b c c .00063 [1], a b c d .00042 [2], c d unk eos .000315 [2], ...
+    #      -> c d unk eos is bank 2's second: it does not end. The best live .00105 < .0063: stop
     hyps, beams = constrained([[C, D]])
-    assert found(hyps) == [
-        ([C, D], pytest.approx(math.log(0.0063)), 1),
-        ([A, C, D], pytest.approx(math.log(0.0009)), 1),
-        ([A, B, C, D], pytest.approx(math.log(0.000378)), 1),
-    ]
-    assert beams == [
-        [()],
-        [(A,), (C,), (B,)],
-        [(A, B), (C, D), (A, C)],
-        [(A, B, C), (A, C, D), (A, B, D)],
-        [(A, B, C, UNK), (A, B, C, D), (A, B, C, C)],
-    ]
+    assert found(hyps) == [([C, D], pytest.approx(math.log(0.0063)), 1)]
+    assert beams == [[()], [(A,), (C,)], [(A, B), (C, D)], [(A, B, C), (C, D, UNK)]]
 
 
 def test_two_terms_exactly() -> None:
-    # "c" and "d", K = 3: [1] one met, [2] both.
+    # "c" and "d", K = 3, by_score 1: [1] one met, [2] both.
     # t=0: a .5, b .2, unk .15, c .1 [1], d .05 [1]     -> a; round 0: c [1]; round 1: d [1] before b
     # t=1: a b .30, c a .07 [1], a c .05 [1], a unk .035, a d .015 [1], c unk .011 [1], c d .007 [2],
     #      d unk .0025 [1], d c .0015 [2]                -> a b; round 0: c d [2], c a [1]
-    # t=2: a b c .021 [1], a b d .009 [1], c d eos .0063 ends, c a unk .0035 [1], c a d .0014 [2],
+    # t=2: a b c .021 [1], a b d .009 [1], c d eos .0063 [2], c a unk .0035 [1], c a d .0014 [2],
     #      c d unk .00035 [2]
-    #      -> a b c [1]; round 0: c a d [2]; round 1: c d unk [2] (before bank 1's a b d, better)
-    # t=3: c a d eos .00126 ends, a b c unk .00105 [1], a b c d .00042 [2], c d unk eos .000315
-    #      (fourth: does not end), c a d unk .00007 [2], ...  -> a b c unk; a b c d [2], c a d unk [2]
-    # t=4: a b c d eos .000378 ends, c a d unk eos .000063 ends but is worse than the three kept: stop
+    #      -> c d eos, bank 2's best, ends; the beams a b c [1]; round 0: c a d [2] (bank 2's best
+    #      that is not EOS; bank 1's is a b c); round 1: c d unk [2] (before bank 1's a b d)
+    #      one ended, the best live .021 is above it: on
+    # t=3: c a d eos .00126 [2], a b c unk .00105 [1], a b c d .00042 [2], c d unk eos .000315 [2], ...
+    #      -> c a d eos by score: it ends. The best live .00105 < .0063: stop
     hyps, beams = constrained([[C], [D]])
     assert found(hyps) == [
         ([C, D], pytest.approx(math.log(0.0063)), 2),
         ([C, A, D], pytest.approx(math.log(0.00126)), 2),
-        ([A, B, C, D], pytest.approx(math.log(0.000378)), 2),
     ]
     assert beams == [
         [()],
         [(A,), (C,), (D,)],
         [(A, B), (C, D), (C, A)],
         [(A, B, C), (C, A, D), (C, D, UNK)],
-        [(A, B, C, UNK), (A, B, C, D), (C, A, D, UNK)],
     ]
+
+
+# --- the alignment guide and the sentence ends (exact, on fixed tables) ------------------------------
+
+
+class GuidedStep(Step):
+    """A :class:`Step` that also exposes ``attention`` ``(rows, S)`` after each call, as ModelStep
+    and FastStep do with an ``attention_layer``: all of a row's attention on the source position
+    ``looks(prefix)`` (prefix: the tokens after BOS); by default the t-th token attends to position
+    t, the last (EOS) once past it: a monotone alignment."""
+
+    def __init__(self, table, words: list[int], looks=None, default: list[float] | None = None):
+        super().__init__(table, 1, default or ELSE)
+        self.width = len(words)
+        self.looks = looks or (lambda prefix: min(len(prefix), self.width - 1))
+        self.attention: torch.Tensor | None = None
+
+    def __call__(self, prefix: torch.Tensor) -> torch.Tensor:
+        out = super().__call__(prefix)
+        self.attention = torch.zeros(prefix.size(0), self.width)
+        for row, tokens in enumerate(prefix.tolist()):
+            self.attention[row, self.looks(tuple(tokens[1:]))] = 1.0
+        return out
+
+
+def guided(table, terms, places, words, *, beam=1, max_len=6, looks=None, ends=None, nbest=None, alpha=0.0):
+    """Constrained beam search on ``table`` (ELSE for other prefixes) with one sentence's ``terms``,
+    their ``places`` (a list of source words per term; None: no guide), the source's ``words`` (its
+    EOS -1) and the end pieces ``ends`` (tokens), at K = beam_for(beam, terms): its hypotheses (up to
+    ``nbest``, K unless given), best first, and each step's beams."""
+    k = beam_for(beam, terms)
+    mask = torch.zeros(8, dtype=torch.bool)
+    mask[list(ends or [])] = True
+    c = Constraints(
+        [terms],
+        None,
+        "cpu",
+        ends=mask,
+        places=None if places is None else [places],
+        words=torch.tensor([words]),
+    )
+    step = GuidedStep(table, words, looks)
+    [hyps] = beam_search(step, [max_len], beam=k, alpha=alpha, nbest=nbest or k, constraints=c)
+    return hyps, step.beams
+
+
+def placed(hyps) -> list[tuple[list[int], float, int, int]]:
+    return [(h.tokens, h.log_prob, h.met, h.misplaced) for h in hyps]
+
+
+P = lexical.PLACE_PENALTY  # what a term away from its place costs (log-prob)
+
+# How the guided traces read: as the traces above, with each row's attended source word at each
+# step ("@w", the monotone alignment unless said), the term's place, and *P for each term placed away
+# from it (a factor e^-10 on the product: P). With the guide, a term is due where its place is
+# attended (the k-th occurrence's place once the term is met k times); a row that was due at the
+# last token and is not now, or attends to a word BEYOND = 2 or more words after the place's last,
+# has passed it while it had not begun it (*P on all its candidates, once); beginning the term while
+# neither due nor passed is early (*P on that candidate). {m}: misplaced m > 0.
+
+# The model writes "a b"; the term "c" translates source word 1, attended when the second token is
+# chosen. Source: words 0, 1, 2, EOS.
+IN_PLACE = {
+    (): only(a=0.6, b=0.25, c=0.1, d=0.05),
+    (A,): only(b=0.7, c=0.2, eos=0.1),
+    (A, B): only(eos=0.6, c=0.3, d=0.1),
+    (A, C): only(b=0.5, eos=0.4, d=0.1),
+}
+SOURCE = [0, 1, 2, -1]
+
+
+def test_a_term_where_its_source_word_is_attended_beats_it_tacked_on_at_the_end() -> None:
+    # Unguided, K = 2, by_score 1:
+    # t=0: a .6, b .25, c .1 [1], d .05                                        -> a; bank 1's c
+    # t=1: a b .42, a c .12 [1], c eos .09 [1], c unk .005 [1], c d .002 [1]   -> a b; a c [1]
+    # t=2: a b c .126 [1], a c b .06 [1], a c eos .048 [1], a b d .042        -> a b c; bank 0's a b d
+    # t=3: a b c eos .1134 ends (.6 * .7 * .3 * .9); best live .0063: stop
+    hyps, beams = guided(IN_PLACE, [[C]], None, SOURCE)
+    assert placed(hyps) == [([A, B, C], pytest.approx(math.log(0.1134)), 1, 0)]
+    assert beams[2:] == [[(A, B), (A, C)], [(A, B, C), (A, B, D)]]
+    # Guided, "c" at word 1:
+    # t=0 @0: a .6, b .25, d .05, c .1*P [1]{1} (early)                        -> a; bank 1's c{1}
+    # t=1 @1, due: a b .42, a c .12 [1] (not early), c eos .09*P [1]{1}, ...   -> a b; a c [1]
+    # t=2 @2: a b was due, is not now: passed, *P on both its candidates.
+    #      a c b .06 [1], a c eos .048 [1], a c d .012 [1], a b c .126*P [1]{1}, a b d .042*P {1}
+    #      -> a c b by score; bank 1's best is a c b itself, bank 0's is a b d: a c eos, second by
+    #      score, is not placed and does not end                              -> a c b; a b d{1}
+    # t=3 @EOS: a c b eos .054 ends (.6 * .2 * .5 * .9 < .1134, but "c" in place); best live that
+    #      is not misplaced .003: stop
+    hyps, beams = guided(IN_PLACE, [[C]], [[1]], SOURCE)
+    assert placed(hyps) == [([A, C, B], pytest.approx(math.log(0.054)), 1, 0)]
+    assert beams[2:] == [[(A, B), (A, C)], [(A, C, B), (A, B, D)]]
+
+
+def test_a_term_whose_place_is_never_attended_is_still_met_once_misplaced() -> None:
+    # "c" at word 2, which nothing attends: @0 at t=0, @1 at t=1, then @EOS. The term is never due
+    # and never passed (EOS is no word, word 1 is not beyond word 2): beginning it is always early.
+    # K = 2, at most 4 tokens (the 5th forced EOS).
+    # t=0: a .6, b .25, d .05, c .1*P [1]{1}                                    -> a; bank 1's c
+    # t=1: a b .42, a c .12*P [1]{1}, c eos .09*P [1]{1}, ...                    -> a b; a c{1}
+    # t=2: a b d .042, a b c .126*P [1]{1}, a c b .06*P [1]{1}, a c eos .048*P [1]{1}, ...
+    #                                                                           -> a b d; a b c{1}
+    # t=3: a b d unk .0021, a b d d .00084, a b c eos .1134*P [1]{1} (bank 1's best: ends), ...
+    #      -> a b d unk; a b c unk{1}. One ended with a term misplaced, and a b d unk has none
+    #      misplaced (it has not begun the term): it might still outrank it, the search goes on
+    # t=4: forced EOS: a b d unk eos .00189 (meets no term), a b c unk eos .00567*P [1]{1}: both
+    #      end, and the second replaces the first among the K kept
+    hyps, beams = guided(
+        IN_PLACE, [[C]], [[2]], SOURCE, max_len=4, looks=lambda p: {(): 0, (A,): 1}.get(p, 3)
+    )
+    assert placed(hyps) == [
+        ([A, B, C], pytest.approx(math.log(0.1134) - P), 1, 1),
+        ([A, B, C, UNK], pytest.approx(math.log(0.00567) - P), 1, 1),
+    ]
+    assert beams[3:] == [[(A, B, D), (A, B, C)], [(A, B, D, UNK), (A, B, C, UNK)]]
+    # the penalty is in the score and the log-prob, not in the tokens' own log-probabilities
+    assert sum(hyps[0].token_log_probs) == pytest.approx(hyps[0].log_prob + P)
+
+
+# The model likes "c c"; "c" is asked twice, for source words 0 and 2.
+TWICE = {
+    (): only(c=0.6, a=0.3, b=0.1),
+    (C,): only(c=0.5, a=0.4, eos=0.1),
+    (C, C): only(eos=0.6, a=0.3, b=0.1),
+    (C, A): only(eos=0.5, c=0.3, b=0.2),
+}
+
+
+def test_a_term_asked_twice_is_due_the_second_time_at_its_second_place() -> None:
+    # Unguided, K = 3 (two occurrences), by_score 1:
+    # t=0: c .6 [1], a .3, b .1                                                -> c; a; b
+    # t=1: c c .3 [2], c a .24 [1], a unk .015, a c .009 [1], ...              -> c c; c a [1]; a unk
+    # t=2: c c eos .18 [2] ends; c c a .09 [2]: the best live .09 < .18: stop
+    hyps, _ = guided(TWICE, [[C], [C]], None, SOURCE)
+    assert placed(hyps) == [([C, C], pytest.approx(math.log(0.18)), 2, 0)]
+    # Guided, the first "c" at word 0, the second at word 2:
+    # t=0 @0, the first due: c .6 [1], a .3, b .1                              -> c; a; b
+    # t=1 @1: the second "c" is not due: c c is early; a and b were due and are not: passed
+    #      c a .24 [1], c c .3*P [2]{1}, a unk .015*P {1}, a c .009*P [1]{1}, ...
+    #                                                                           -> c a; c c{1}; a unk{1}
+    # t=2 @2, the second due: c a c .072 [2] (not early), c a b .048 [1], c c eos .18*P [2]{1}, ...
+    #      -> c a c by score; bank 1's c a b; bank 0's a unk unk: c c eos (bank 2's second) does not
+    #      end
+    # t=3 @EOS: c a c eos .0648 [2] ends (c a b passes the second place: *P); best live not
+    #      misplaced .0036: stop
+    hyps, beams = guided(TWICE, [[C], [C]], [[0], [2]], SOURCE)
+    assert placed(hyps) == [([C, A, C], pytest.approx(math.log(0.0648)), 2, 0)]
+    assert beams == [
+        [()],
+        [(C,), (A,), (B,)],
+        [(C, A), (C, C), (A, UNK)],
+        [(C, A, C), (C, A, B), (A, UNK, UNK)],
+    ]
+
+
+# The model writes "a d", "d" an end piece (as "."), and puts "c" after it.
+ENDS = {
+    (): only(a=0.8, c=0.12, d=0.08),
+    (A,): only(d=0.7, c=0.2, eos=0.1),
+    (A, D): only(eos=0.6, c=0.3, unk=0.1),
+    (A, C): only(d=0.8, eos=0.2),
+    (C,): only(a=0.5, d=0.3, eos=0.2),
+}
+
+
+def test_no_sentence_end_before_a_term_unless_it_is_the_term_s_own_piece() -> None:
+    # Without ends, K = 2, by_score 1:
+    # t=0: a .8, c .12 [1], d .08                                              -> a; bank 1's c
+    # t=1: a d .56, a c .16 [1], c a .06 [1], c d .036 [1], c eos .024 [1]     -> a d; a c [1]
+    # t=2: a d c .168 [1], a c d .128 [1], a d unk .056, a c eos .032 [1]      -> a d c; a d unk
+    # t=3: a d c eos .1512 ends; best live .0084: stop
+    hyps, beams = guided(ENDS, [[C]], None, [0, -1])
+    assert placed(hyps) == [([A, D, C], pytest.approx(math.log(0.1512)), 1, 0)]
+    # "d" an end: barred while "c" is unmet (and EOS is).
+    # t=0: a .8, c .12 [1]                                                     -> a; c [1]
+    # t=1: a c .16 [1] (a d barred), c a .06 [1], c d .036 [1] (c met: d free), c eos .024 [1]
+    #      -> a c by score, bank 1's best; then bank 1's second: c a
+    # t=2: a c d .128 [1], c a eos .054 [1], a c eos .032 [1], c a unk .003 [1], c a d .0012 [1]
+    #      -> a c d; c a eos, bank 1's second, ends; the beams a c d, c a unk. Best live .128: on
+    # t=3: a c d eos .1152 ends; best live .0064: stop
+    hyps, beams = guided(ENDS, [[C]], None, [0, -1], ends=[D])
+    assert placed(hyps) == [
+        ([A, C, D], pytest.approx(math.log(0.1152)), 1, 0),
+        ([C, A], pytest.approx(math.log(0.054)), 1, 0),
+    ]
+    assert beams == [[()], [(A,), (C,)], [(A, C), (C, A)], [(A, C, D), (C, A, UNK)]]
+    # the term "c d": "d" is its own next piece after "c", so it is not barred there.
+    # t=0: a .8, c .12 [1] (d barred: not the term's next piece)             -> a; c [1]
+    # t=1: a c .16 [1], c a .06, c d .036 [2]                                  -> a c; bank 2's c d
+    # t=2: a c d .128 [2], c d eos .0324 [2] (bank 2's second: ends), c d unk .0018 [2], ...
+    #                                                                           -> a c d; c d unk
+    # t=3: a c d eos .1152 ends; best live .0064: stop
+    hyps, beams = guided(ENDS, [[C, D]], None, [0, -1], ends=[D])
+    assert placed(hyps) == [
+        ([A, C, D], pytest.approx(math.log(0.1152)), 1, 0),
+        ([C, D], pytest.approx(math.log(0.0324)), 1, 0),
+    ]
+    assert beams == [[()], [(A,), (C,)], [(A, C), (C, D)], [(A, C, D), (C, D, UNK)]]
+
+
+# (terms, tokens produced, tokens barred in id order), "d" an end piece
+ENDS_BARRED = {
+    "a term unmet: no end piece": ([[C]], [], [EOS, D]),
+    "an end piece that begins an unmet term": ([[D]], [], [EOS]),
+    "an end piece that continues a term under way": ([[C, D]], [C], [EOS]),
+    "an end piece that is not the term's next piece": ([[C, D]], [], [EOS, D]),
+    "every term met: the end pieces are free": ([[C]], [C], [C]),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(ENDS_BARRED))
+def test_the_end_pieces_barred_after_given_tokens(case) -> None:
+    terms, produced, barred = ENDS_BARRED[case]
+    ends = torch.zeros(8, dtype=torch.bool)
+    ends[D] = True
+    c = Constraints([terms], None, "cpu", ends=ends)
+    state = State.start(1, c.terms.size(1), "cpu")
+    for token in produced:
+        state = lexical.advance(c, state, torch.tensor([[token]]))
+    log_probs = lexical.restrict(c, state, torch.zeros(1, 8), torch.tensor([True]), EOS)
+    assert (log_probs[0] == -INF).nonzero()[:, 0].tolist() == barred
+
+
+# The model starts with "c" and ends at once, where "c" (for word 1) comes early; in its place,
+# after "a", "c" is 1/9999 as likely as the model's "b"
+RANK = {
+    (): only(c=0.9, a=0.1),
+    (C,): only(eos=0.9, a=0.1),
+    (A,): only(b=0.9999, c=0.0001),
+}
+
+
+def test_a_hypothesis_with_its_terms_in_place_ranks_before_a_better_scored_misplaced_one() -> None:
+    # "c" at word 1, K = 2, by_score 1 (log-probs: c eos is log .81 - 10 = -10.21, a c eos log 9e-6
+    # = -11.62):
+    # t=0 @0: a .1, c .9*P [1]{1} (early)                                      -> a; bank 1's c{1}
+    # t=1 @1: a b .09999, c eos .81*P [1]{1} (bank 1's best: ends), a c .00001 [1], c a .09*P [1]{1}
+    #      -> a b; bank 1's a c. One ended, misplaced, and a b has none misplaced: on
+    # t=2 @2: a b passes its place: *P. a c eos .000009 [1] ends, a c unk .0000005 [1],
+    #      a b unk .005*P {1}, ...; now the first by rank, a c, has none misplaced and meets the
+    #      term; the best live with none misplaced, .0000005, is below it: stop
+    hyps, beams = guided(RANK, [[C]], [[1]], SOURCE)
+    assert placed(hyps) == [
+        ([A, C], pytest.approx(math.log(0.1 * 0.0001 * 0.9)), 1, 0),
+        ([C], pytest.approx(math.log(0.81) - P), 1, 1),
+    ]
+    assert hyps[1].score > hyps[0].score
+    assert beams == [[()], [(A,), (C,)], [(A, B), (A, C)]]
+
+
+@pytest.mark.parametrize("beam", [1, 2, 3])
+@pytest.mark.parametrize(
+    "terms, places", [([[A]], [[0]]), ([[B]], [[1]]), ([[A], [B]], [[0], [1]]), ([[A, B]], [[0, 1]])]
+)
+def test_a_term_the_plain_search_writes_in_its_place_changes_nothing(beam, terms, places) -> None:
+    """Metamorphic: the plain search writes "a b", "a" attending to source word 0, "b" to word 1;
+    terms asked there, guided, give the same tokens and the same score as the plain search at the
+    user's beam (the constrained one is wider: beam + one per term), alpha 0.6."""
+    [[plain]] = beam_search(Step(WRITES_AB, 1, ELSE), [6], beam=beam, alpha=0.6)
+    assert plain.tokens == [A, B]
+    hyps, _ = guided(WRITES_AB, terms, places, [0, 1, -1], beam=beam, nbest=1, alpha=0.6)
+    [held] = hyps
+    assert (held.tokens, held.met, held.misplaced) == (plain.tokens, len(terms), 0)
+    assert held.score == pytest.approx(plain.score) and held.log_prob == pytest.approx(plain.log_prob)
+
+
+# --- the alignment guide's state (constraints.guide) after given tokens -------------------------------
+
+# (terms, places, [(source word attended, token produced)], the word attended now,
+#  then after the guide: due, passed, passed just now (left), early). Source words 0-4, then EOS (5).
+GUIDES = {
+    "due where its word is attended": ([[C]], [[1]], [], 1, [T], [F], 0, [F]),
+    "elsewhere not due, and beginning it is early": ([[C]], [[1]], [], 0, [F], [F], 0, [T]),
+    "passed by moving away: due at the last token, not now": ([[C]], [[1]], [(1, A)], 2, [F], [T], 1, [F]),
+    "passed once, counted once": ([[C]], [[1]], [(1, A), (2, A)], 3, [F], [T], 0, [F]),
+    "passed, due again: not early (its cost is paid)": ([[C]], [[1]], [(1, A), (2, A)], 1, [T], [T], 0, [F]),
+    "passed by BEYOND: two words after its place, never due": ([[C]], [[1]], [], 3, [F], [T], 1, [F]),
+    "one word after its place is not beyond": ([[C]], [[1]], [], 2, [F], [F], 0, [T]),
+    "a place of two words: beyond counts from its last": ([[C]], [[1, 2]], [], 3, [F], [F], 0, [T]),
+    "a place of two words, passed": ([[C]], [[1, 2]], [], 4, [F], [T], 1, [F]),
+    "EOS is no word: a term due before is passed": ([[C]], [[4]], [(4, A)], 5, [F], [T], 1, [F]),
+    "a term under way is neither passed nor early": ([[C, D]], [[1]], [(1, C)], 4, [F], [F], 0, [F]),
+    "the second occurrence due at its own place": ([[C], [C]], [[0], [2]], [(0, C)], 2, [T], [F], 0, [F]),
+    "the second occurrence not at the first's": ([[C], [C]], [[0], [2]], [(0, C)], 0, [F], [F], 0, [T]),
+    "met, the next occurrence's place is fresh": ([[C], [C]], [[0], [2]], [(2, C)], 1, [F], [F], 0, [T]),
+    "a term met as often as asked: nothing": ([[C]], [[1]], [(1, C)], 4, [F], [F], 0, [F]),
+}  # fmt: skip
+
+
+def attend(position: int, width: int = 6) -> torch.Tensor:
+    return torch.nn.functional.one_hot(torch.tensor([position]), width).float()
+
+
+@pytest.mark.parametrize("case", list(GUIDES))
+def test_the_guide_after_given_tokens(case) -> None:
+    terms, places, history, now, due, passed, left, early = GUIDES[case]
+    c = Constraints([terms], None, "cpu", places=[places], words=torch.tensor([[0, 1, 2, 3, 4, -1]]))
+    state = State.start(1, c.terms.size(1), "cpu")
+    for position, token in history:  # as the search: the guide at the step, then the token
+        lexical.guide(c, state, attend(position))
+        state = lexical.advance(c, state, torch.tensor([[token]]))
+    now_left, now_early = lexical.guide(c, state, attend(now))
+    assert state.due[0].tolist() == due and state.passed[0].tolist() == passed
+    assert int(now_left[0]) == left and now_early[0].tolist() == early
+
+
+def test_the_guide_sums_the_attention_of_a_word_s_pieces() -> None:
+    # source pieces: word 0 in two pieces, word 1, EOS; .3 + .3 on word 0 outweighs .4 on word 1
+    c = Constraints([[[C], [D]]], None, "cpu", places=[[[0], [1]]], words=torch.tensor([[0, 0, 1, -1]]))
+    state = State.start(1, c.terms.size(1), "cpu")
+    lexical.guide(c, state, torch.tensor([[0.3, 0.3, 0.4, 0.0]]))
+    assert state.due[0].tolist() == [T, F]
+    lexical.guide(c, state, torch.tensor([[0.3, 0.0, 0.4, 0.3]]))  # word 1 now, EOS .3 is no word
+    assert state.due[0].tolist() == [F, T] and state.passed[0].tolist() == [T, F]
 
 
 # --- the bank allocation (constraints.stripes, as _ConstrainedBeams.advance uses it) ----------------
@@ -385,7 +734,6 @@ def filled_by_search(scores, banks, valid, n_banks: int, by_score: list[int]) ->
     return order.gather(-1, keys.argsort(dim=-1, stable=True)).tolist()
 
 
-T, F = True, False
 # (scores, banks, valid, banks in the batch, by_score, the order they fill the beam)
 ALLOCATIONS = {
     "no constraints: the plain beam's order": ([-3, -1, -2, -4], [0, 0, 0, 0], [T] * 4, 1, 2, [1, 2, 0, 3]),
