@@ -574,7 +574,7 @@ TWICE = {
 
 
 def test_a_term_asked_twice_is_due_the_second_time_at_its_second_place() -> None:
-    # Unguided, K = 3 (two occurrences), by_score 1:
+    # Unguided, K = 3 (two constraint tokens: "c" twice), by_score 1:
     # t=0: c .6 [1], a .3, b .1                                                -> c; a; b
     # t=1: c c .3 [2], c a .24 [1], a unk .015, a c .009 [1], ...              -> c c; c a [1]; a unk
     # t=2: c c eos .18 [2] ends; c c a .09 [2]: the best live .09 < .18: stop
