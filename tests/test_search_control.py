@@ -16,7 +16,7 @@ from aiayn import TransformerConfig, build_model
 from aiayn.decode import DecodeOptions, beam_search, generate, greedy_search, sample_search
 from aiayn.decode import constraints as lexical
 from aiayn.decode.constraints import Constraints, State, _borders, beam_for, stripes
-from aiayn.decode.search import Controls
+from aiayn.decode.search import Controls, _Beams
 from aiayn.model.masks import padding_mask
 
 PAD, UNK, BOS, EOS, A, B, C, D = range(8)
@@ -106,16 +106,16 @@ def test_without_constraints_a_term_is_absent_with_them_present_exactly_once() -
     [[plain]] = beam_search(Step(TABLE, 1), [6], beam=3, alpha=0.0)
     assert plain.tokens == [A, A]
     [[held]] = beam_search(Step(TABLE, 1), [6], beam=3, alpha=0.0, constraints=constraints([[[B, C]]]))
-    # K = 3 (given as it is), one term occurrence: by_score 2, and it stops once one has ended. After
-    # "a" the table's d/unk share .025, elsewhere every token but EOS .9 has 1/70.
-    # t=0: a .7, d .1, b .05 [1], c .05, unk 1/60                   -> a, d by score; bank 1's b
-    # t=1: a a .42, a b .035 [1], a c .035, a unk .0175, a d .0175, d x .0014 each,
-    #      b x .0007 each (b c [2])                                  -> a a, a b [1]; bank 2's b c
+    # K = 3 (given as it is), two constraint tokens: by_score 1, and it stops once one has ended.
+    # After "a" the table's d/unk share .025, elsewhere every token but EOS .9 has 1/70.
+    # t=0: a .7, d .1, b .05 [1], c .05, unk 1/60                   -> a; bank 1's b; bank 0's d
+    # t=1: a a .42, a b .035 [1], a c .035, a unk .0175, a d .0175, d x .0014 each (d b [1]),
+    #      b x .0007 each (b c [2], b b [1])                         -> a a; bank 2's b c, bank 1's a b
     # t=2: a a b .021 [1], a a c .021, a a unk .0084, ..., b c eos .00064 [2], a b x .0005 each
-    #      (a b c [2]): b c eos is bank 2's best, placed third of K = 3: it ends
-    #                                                                -> a a b [1], a a c; a b c [2]
-    # t=3: a b c eos .00045 ends, a a b x and a a c x .0003 each: one ended, and the best live
-    #      .0003 is below its .00064: stop. "b c" + EOS: .05 * 1/70 * .9
+    #      (a b c [2]): b c eos is bank 2's best, placed second of K = 3: it ends
+    #                                                                -> a a b [1]; a b c [2], a a c
+    # t=3: a b c eos .00045 [2] ends (first by score), a a b x and a a c x .0003 each: one ended,
+    #      and the best live .0003 is below its .00064: stop. "b c" + EOS: .05 * 1/70 * .9
     assert (held.tokens, held.met) == ([B, C], 1)
     assert held.log_prob == pytest.approx(math.log(0.05 / 70 * 0.9))
     # asked twice: twice. K = 5, by_score 3:
@@ -238,12 +238,12 @@ WRITES_AB = {
 }
 ELSE = only(eos=0.9, unk=0.05, c=0.03, d=0.02)  # after any other prefix
 
-# How the traces read. The beam is K = beam + one slot per term occurrence (beam_for). A row offers
+# How the traces read. The beam is K = beam + one slot per constraint token (beam_for). A row offers
 # its 2K best tokens and, for each unmet term, its next token and its first token where they are not
 # among them; EOS is barred while a term is unmet, and a met term's last token once it is met as often
 # as asked. Candidates are listed best first by their product of probabilities (alpha = 0: a score is
 # its log), with [n] their bank (constraint tokens produced) where n > 0. They fill the beam in this
-# order: the by_score = K - (term occurrences) = beam best by score, then each bank's best (the
+# order: the by_score = K - (constraint tokens) = beam best by score, then each bank's best (the
 # fullest first), then each bank's second best, ... (a candidate placed by score uses its bank's
 # turn). An EOS candidate among the first K of that order ends a hypothesis, so a bank's best that
 # ends is kept whatever scores better, and an EOS beyond the by_score best that is not its bank's
@@ -255,7 +255,7 @@ ELSE = only(eos=0.9, unk=0.05, c=0.03, d=0.02)  # after any other prefix
 
 def constrained(terms, beam: int = 1, alpha: float = 0.0, nbest: int | None = None):
     """Beam search on WRITES_AB with one sentence's ``terms`` at the width a Translator gives them
-    (K = ``beam`` + one per term occurrence), ``nbest`` K unless given (it stops once
+    (K = ``beam`` + one per constraint token), ``nbest`` K unless given (it stops once
     ``min(beam, nbest)`` have ended and no live one can beat them): its finished hypotheses (up to
     ``nbest``), best first, and the beams of each step (each row's tokens after BOS)."""
     k = beam_for(beam, terms)
@@ -347,18 +347,32 @@ def test_a_term_the_model_ranks_last_ends_as_its_bank_s_best_exactly() -> None:
 
 
 def test_a_term_of_two_tokens_exactly() -> None:
-    # "c d", K = 2 (one occurrence), by_score 1: [1] after "c", [2] once met.
-    # t=0: a .5, b .2, unk .15, c .1 [1]                                       -> a; bank 1's c
-    # t=1: a b .30, c a .07, a c .05 [1], a unk .035, a d .015, c unk .011, c d .007 [2]
-    #                                                                           -> a b; bank 2's c d
-    # t=2: a b c .021 [1], a b d .009, c d eos .0063 [2], c d unk .00035 [2], c d c .00021 [2], ...
-    #      -> c d eos, bank 2's best, ends; the beams a b c [1], and bank 2's c d unk [2]
-    #      one ended, the best live .021 is above it: on
-    # t=3: a b c unk .00105, a b c c .00063 [1], a b c d .00042 [2], c d unk eos .000315 [2], ...
-    #      -> c d unk eos is bank 2's second: it does not end. The best live .00105 < .0063: stop
+    # "c d", K = 3 (two constraint tokens), by_score 1: [1] after "c", [2] once met; it stops once
+    # one has ended.
+    # t=0: a .5, b .2, unk .15, c .1 [1], d .05         -> a; round 0: c [1] (bank 0's a is placed);
+    #                                                      round 1: bank 0's b
+    # t=1: a b .30, c a .07, a c .05 [1], a unk .035, a d .015, c unk .011, b unk .01, c d .007 [2],
+    #      b c .006 [1], b d .004                        -> a b; round 0: c d [2], a c [1]
+    # t=2: a b c .021 [1], a b d .009, c d eos .0063 [2], a c unk .0025, a c c .0015 [1],
+    #      a c d .001 [2], c d unk .00035 [2], ...
+    #      -> c d eos, bank 2's best, is placed second: it ends. The beams: a b c [1]; round 0:
+    #      a c d [2], (bank 1's best is a b c) bank 0's a b d. One ended, the best live .021 is
+    #      above it: on
+    # t=3: a b c unk .00105, a c d eos .0009 [2], a b c c .00063 [1], a b d unk .00045,
+    #      a b c d .00042 [2], ...
+    #      -> a c d eos, bank 2's best, ends; the beams a b c unk; a b c d [2], a b c c [1]. The best
+    #      live .00105 < .0063: stop
     hyps, beams = constrained([[C, D]])
-    assert found(hyps) == [([C, D], pytest.approx(math.log(0.0063)), 1)]
-    assert beams == [[()], [(A,), (C,)], [(A, B), (C, D)], [(A, B, C), (C, D, UNK)]]
+    assert found(hyps) == [
+        ([C, D], pytest.approx(math.log(0.0063)), 1),
+        ([A, C, D], pytest.approx(math.log(0.0009)), 1),
+    ]
+    assert beams == [
+        [()],
+        [(A,), (C,), (B,)],
+        [(A, B), (C, D), (A, C)],
+        [(A, B, C), (A, C, D), (A, B, D)],
+    ]
 
 
 def test_two_terms_exactly() -> None:
@@ -439,10 +453,13 @@ P = lexical.PLACE_PENALTY  # what a term away from its place costs (log-prob)
 # How the guided traces read: as the traces above, with each row's attended source word at each
 # step ("@w", the monotone alignment unless said), the term's place, and *P for each term placed away
 # from it (a factor e^-10 on the product: P). With the guide, a term is due where its place is
-# attended (the k-th occurrence's place once the term is met k times); a row that was due at the
-# last token and is not now, or attends to a word BEYOND = 2 or more words after the place's last,
-# has passed it while it had not begun it (*P on all its candidates, once); beginning the term while
-# neither due nor passed is early (*P on that candidate). {m}: misplaced m > 0.
+# attended (the k-th occurrence's place once the term is met k times). A row is away from the place
+# of a term it has not begun when the term is not due now but was due at the last step or has been
+# away since, or when the row attends a word BEYOND = 3 or more words after the place's last; at
+# its PATIENCE = 3rd step away in a row it has passed the term (*P on all its candidates, once), and
+# being due again before that starts the count anew. Beginning the term while neither due nor
+# passed is early (*P on that candidate), one or two steps after its place too. {m}: misplaced
+# m > 0; (away n): the row's steps away so far.
 
 # The model writes "a b"; the term "c" translates source word 1, attended when the second token is
 # chosen. Source: words 0, 1, 2, EOS.
@@ -467,20 +484,64 @@ def test_a_term_where_its_source_word_is_attended_beats_it_tacked_on_at_the_end(
     # Guided, "c" at word 1:
     # t=0 @0: a .6, b .25, d .05, c .1*P [1]{1} (early)                        -> a; bank 1's c{1}
     # t=1 @1, due: a b .42, a c .12 [1] (not early), c eos .09*P [1]{1}, ...   -> a b; a c [1]
-    # t=2 @2: a b was due, is not now: passed, *P on both its candidates.
-    #      a c b .06 [1], a c eos .048 [1], a c d .012 [1], a b c .126*P [1]{1}, a b d .042*P {1}
+    # t=2 @2: a b was due, is not now: away 1 (not passed: that takes PATIENCE = 3 steps), and "c"
+    #      begun now is early: *P on a b c only.
+    #      a c b .06 [1], a c eos .048 [1], a b d .042, a c d .012 [1], a b c .126*P [1]{1}
     #      -> a c b by score; bank 1's best is a c b itself, bank 0's is a b d: a c eos, second by
-    #      score, is not placed and does not end                              -> a c b; a b d{1}
-    # t=3 @EOS: a c b eos .054 ends (.6 * .2 * .5 * .9 < .1134, but "c" in place); best live that
-    #      is not misplaced .003: stop
+    #      score, is not placed and does not end                              -> a c b; a b d (away 1)
+    # t=3 @EOS: a c b eos .054 [1] (.6 * .2 * .5 * .9 < .1134, but "c" in place) ends; a c b unk
+    #      .003 [1], a b d unk .0021 (away 2: not passed, nothing misplaced), ...; the best live
+    #      .003 < .054: stop
     hyps, beams = guided(IN_PLACE, [[C]], [[1]], SOURCE)
     assert placed(hyps) == [([A, C, B], pytest.approx(math.log(0.054)), 1, 0)]
     assert beams[2:] == [[(A, B), (A, C)], [(A, C, B), (A, B, D)]]
 
 
+# Reordering, as "a big city street" for "Straße ... Stadt": the term "c" translates source word 0;
+# the model attends it for its first token "a", leaves it for word 2 for its next two, "b b", and
+# comes back to it for "c".
+REORDER = {
+    (): only(a=0.8, c=0.2),
+    (A,): only(b=0.7, c=0.3),
+    (A, B): only(b=0.6, c=0.4),
+    (A, B, B): only(c=0.9, eos=0.1),
+}
+
+
+def test_a_term_whose_place_the_attention_leaves_and_comes_back_to_is_in_place() -> None:
+    # "c" at word 0, K = 2, by_score 1; @EOS wherever not said.
+    # t=0 @0, due: a .8, c .2 [1] (in place)                                  -> a; bank 1's c
+    # t=1 @2: a is away 1 (not passed), beginning "c" now is early.
+    #      a b .56, c eos .18 [1] (bank 1's best: ends), c unk .01 [1], c d .004 [1], a c .24*P [1]{1}
+    #      -> a b; bank 1's c unk. One ended, none misplaced; a b, none misplaced, is above it: on
+    # t=2 @2: a b is away 2, not passed: a b b .336, c unk eos .009 [1] (bank 1's best: ends),
+    #      c unk unk .0005 [1], c unk d .0002 [1], a b c .224*P [1]{1}     -> a b b; c unk unk
+    # t=3 @0: due again (away 0): a b b c .3024 [1] (in place), c unk unk eos .00045 [1] (bank 1's
+    #      second: as bank 0 is empty, placed and ends, below the K kept), ...
+    #                                                                          -> a b b c; c unk unk unk
+    #      the best live, a b b c, is above c's .18: on
+    # t=4: a b b c eos .27216 [1] ends, the K kept's best; the best live .01512 is below it: stop.
+    # (Passed at its first or second step away, "c" would be misplaced in a b b c: ranked after "c".)
+    hyps, beams = guided(
+        REORDER, [[C]], [[0]], SOURCE, looks=lambda p: {(): 0, (A,): 2, (A, B): 2, (A, B, B): 0}.get(p, 3)
+    )
+    assert placed(hyps) == [
+        ([A, B, B, C], pytest.approx(math.log(0.8 * 0.7 * 0.6 * 0.9 * 0.9)), 1, 0),
+        ([C], pytest.approx(math.log(0.2 * 0.9)), 1, 0),
+    ]
+    assert beams == [
+        [()],
+        [(A,), (C,)],
+        [(A, B), (C, UNK)],
+        [(A, B, B), (C, UNK, UNK)],
+        [(A, B, B, C), (C, UNK, UNK, UNK)],
+    ]
+
+
 def test_a_term_whose_place_is_never_attended_is_still_met_once_misplaced() -> None:
-    # "c" at word 2, which nothing attends: @0 at t=0, @1 at t=1, then @EOS. The term is never due
-    # and never passed (EOS is no word, word 1 is not beyond word 2): beginning it is always early.
+    # "c" at word 2, which nothing attends: @0 at t=0, @1 at t=1, then @EOS. The term is never due,
+    # so never away (nor BEYOND: EOS is no word, words 0 and 1 come before word 2) and never passed:
+    # beginning it is always early.
     # K = 2, at most 4 tokens (the 5th forced EOS).
     # t=0: a .6, b .25, d .05, c .1*P [1]{1}                                    -> a; bank 1's c
     # t=1: a b .42, a c .12*P [1]{1}, c eos .09*P [1]{1}, ...                    -> a b; a c{1}
@@ -513,7 +574,7 @@ TWICE = {
 
 
 def test_a_term_asked_twice_is_due_the_second_time_at_its_second_place() -> None:
-    # Unguided, K = 3 (two occurrences), by_score 1:
+    # Unguided, K = 3 (two constraint tokens: "c" twice), by_score 1:
     # t=0: c .6 [1], a .3, b .1                                                -> c; a; b
     # t=1: c c .3 [2], c a .24 [1], a unk .015, a c .009 [1], ...              -> c c; c a [1]; a unk
     # t=2: c c eos .18 [2] ends; c c a .09 [2]: the best live .09 < .18: stop
@@ -521,14 +582,17 @@ def test_a_term_asked_twice_is_due_the_second_time_at_its_second_place() -> None
     assert placed(hyps) == [([C, C], pytest.approx(math.log(0.18)), 2, 0)]
     # Guided, the first "c" at word 0, the second at word 2:
     # t=0 @0, the first due: c .6 [1], a .3, b .1                              -> c; a; b
-    # t=1 @1: the second "c" is not due: c c is early; a and b were due and are not: passed
-    #      c a .24 [1], c c .3*P [2]{1}, a unk .015*P {1}, a c .009*P [1]{1}, ...
-    #                                                                           -> c a; c c{1}; a unk{1}
-    # t=2 @2, the second due: c a c .072 [2] (not early), c a b .048 [1], c c eos .18*P [2]{1}, ...
+    # t=1 @1: the second "c" is not due: c c is early; a and b were due and are not: away 1, and
+    #      beginning "c" there is early
+    #      c a .24 [1], a unk .015, a d .006, b unk .005, b d .002, c c .3*P [2]{1},
+    #      a c .009*P [1]{1}, ...                                              -> c a; c c{1}; a unk
+    # t=2 @2, the second due: c a c .072 [2] (not early), c a b .048 [1], a unk unk .00075 (away 2),
+    #      a unk d .0003, c c eos .18*P [2]{1}, ...
     #      -> c a c by score; bank 1's c a b; bank 0's a unk unk: c c eos (bank 2's second) does not
     #      end
-    # t=3 @EOS: c a c eos .0648 [2] ends (c a b passes the second place: *P); best live not
-    #      misplaced .0036: stop
+    # t=3 @EOS: c a c eos .0648 [2] ends; c a c unk .0036 [2], c a b unk .0024 [1] (away 1 from the
+    #      second place), ...; a unk unk, at its third step away from the first place, passes it:
+    #      *P on its candidates. The best live not misplaced .0036 < .0648: stop
     hyps, beams = guided(TWICE, [[C], [C]], [[0], [2]], SOURCE)
     assert placed(hyps) == [([C, A, C], pytest.approx(math.log(0.0648)), 2, 0)]
     assert beams == [
@@ -570,18 +634,18 @@ def test_no_sentence_end_before_a_term_unless_it_is_the_term_s_own_piece() -> No
         ([C, A], pytest.approx(math.log(0.054)), 1, 0),
     ]
     assert beams == [[()], [(A,), (C,)], [(A, C), (C, A)], [(A, C, D), (C, A, UNK)]]
-    # the term "c d": "d" is its own next piece after "c", so it is not barred there.
-    # t=0: a .8, c .12 [1] (d barred: not the term's next piece)             -> a; c [1]
-    # t=1: a c .16 [1], c a .06, c d .036 [2]                                  -> a c; bank 2's c d
-    # t=2: a c d .128 [2], c d eos .0324 [2] (bank 2's second: ends), c d unk .0018 [2], ...
-    #                                                                           -> a c d; c d unk
-    # t=3: a c d eos .1152 ends; best live .0064: stop
+    # the term "c d": "d" is its own next piece after "c", so it is not barred there. K = 3 (two
+    # constraint tokens), by_score 1.
+    # t=0: a .8, c .12 [1] (d barred: not the term's next piece)  -> a; c [1]; the third slot empty
+    # t=1: a c .16 [1], c a .06, c d .036 [2] (a d barred)         -> a c; round 0: c d [2], c a
+    # t=2: a c d .128 [2], c d eos .0324 [2], c a unk .003, c d unk .0018 [2], c a c .0018 [1], ...
+    #      (c a d barred) -> a c d by score, bank 2's turn; round 0: bank 1's c a c, bank 0's c a unk:
+    #      c d eos, bank 2's second, is not placed and does not end
+    # t=3: a c d eos .1152 [2] ends; the best live .0064: stop
     hyps, beams = guided(ENDS, [[C, D]], None, [0, -1], ends=[D])
-    assert placed(hyps) == [
-        ([A, C, D], pytest.approx(math.log(0.1152)), 1, 0),
-        ([C, D], pytest.approx(math.log(0.0324)), 1, 0),
-    ]
-    assert beams == [[()], [(A,), (C,)], [(A, C), (C, D)], [(A, C, D), (C, D, UNK)]]
+    assert placed(hyps) == [([A, C, D], pytest.approx(math.log(0.1152)), 1, 0)]
+    assert beams[1][:2] == [(A,), (C,)]  # the third row holds no hypothesis
+    assert beams[2:] == [[(A, C), (C, D), (C, A)], [(A, C, D), (C, A, C), (C, A, UNK)]]
 
 
 # (terms, tokens produced, tokens barred in id order), "d" an end piece
@@ -616,22 +680,44 @@ RANK = {
 }
 
 
-def test_a_hypothesis_with_its_terms_in_place_ranks_before_a_better_scored_misplaced_one() -> None:
+def test_a_hypothesis_with_its_terms_in_place_ranks_before_a_better_scored_misplaced_one(monkeypatch) -> None:
+    ended = []  # every hypothesis that ends, in order, whether the K kept take it or not
+    keep = _Beams._keep
+    monkeypatch.setattr(_Beams, "_keep", lambda self, kept, h: (ended.append(h), keep(self, kept, h)))
     # "c" at word 1, K = 2, by_score 1 (log-probs: c eos is log .81 - 10 = -10.21, a c eos log 9e-6
     # = -11.62):
     # t=0 @0: a .1, c .9*P [1]{1} (early)                                      -> a; bank 1's c{1}
     # t=1 @1: a b .09999, c eos .81*P [1]{1} (bank 1's best: ends), a c .00001 [1], c a .09*P [1]{1}
     #      -> a b; bank 1's a c. One ended, misplaced, and a b has none misplaced: on
-    # t=2 @2: a b passes its place: *P. a c eos .000009 [1] ends, a c unk .0000005 [1],
-    #      a b unk .005*P {1}, ...; now the first by rank, a c, has none misplaced and meets the
-    #      term; the best live with none misplaced, .0000005, is below it: stop
+    # t=2 @2: a b is away 1, not passed: a b unk .005, a b d .002, a c eos .000009 [1] (bank 1's
+    #      best: ends), a c unk .0000005 [1], ..., a b c .003*P [1]{1} (early)
+    #      -> a b unk; bank 1's a c unk. The first by rank, a c, meets the term with none
+    #      misplaced; a b unk has none misplaced either, and .005 is above a c's .000009: on
+    # t=3 @EOS: a b unk away 2: a b unk unk .00025, a b unk d .0001, a c unk eos .00000045 [1] (bank
+    #      1's best: ends, and takes the place of c{1}, the K kept's last by rank although its score
+    #      is the best), ...                                             -> a b unk unk; a c unk unk
+    # t=4 @EOS: a b unk unk passes "c" at its third step away: *P on all its candidates.
+    #      a c unk unk eos .0000000225 [1] (ends, below the K kept), a c unk unk unk .00000000125 [1],
+    #      a b unk unk unk .0000125*P{1}, ...: the best live with none misplaced, .00000000125, is
+    #      below a c's .000009: stop
     hyps, beams = guided(RANK, [[C]], [[1]], SOURCE)
-    assert placed(hyps) == [
-        ([A, C], pytest.approx(math.log(0.1 * 0.0001 * 0.9)), 1, 0),
+    assert placed(ended) == [
         ([C], pytest.approx(math.log(0.81) - P), 1, 1),
+        ([A, C], pytest.approx(math.log(0.1 * 0.0001 * 0.9)), 1, 0),
+        ([A, C, UNK], pytest.approx(math.log(0.1 * 0.0001 * 0.05 * 0.9)), 1, 0),
+        ([A, C, UNK, UNK], pytest.approx(math.log(0.1 * 0.0001 * 0.05 * 0.05 * 0.9)), 1, 0),
     ]
-    assert hyps[1].score > hyps[0].score
-    assert beams == [[()], [(A,), (C,)], [(A, B), (A, C)]]
+    assert ended[0].score > ended[1].score > ended[2].score
+    # the n-best list: the two in place; "c" (ranked after them) would be left out anyway, as worse
+    # on the terms than the best
+    assert placed(hyps) == placed(ended[1:3])
+    assert beams == [
+        [()],
+        [(A,), (C,)],
+        [(A, B), (A, C)],
+        [(A, B, UNK), (A, C, UNK)],
+        [(A, B, UNK, UNK), (A, C, UNK, UNK)],
+    ]
 
 
 @pytest.mark.parametrize("beam", [1, 2, 3])
@@ -641,7 +727,7 @@ def test_a_hypothesis_with_its_terms_in_place_ranks_before_a_better_scored_mispl
 def test_a_term_the_plain_search_writes_in_its_place_changes_nothing(beam, terms, places) -> None:
     """Metamorphic: the plain search writes "a b", "a" attending to source word 0, "b" to word 1;
     terms asked there, guided, give the same tokens and the same score as the plain search at the
-    user's beam (the constrained one is wider: beam + one per term), alpha 0.6."""
+    user's beam (the constrained one is wider: beam + one per term token), alpha 0.6."""
     [[plain]] = beam_search(Step(WRITES_AB, 1, ELSE), [6], beam=beam, alpha=0.6)
     assert plain.tokens == [A, B]
     hyps, _ = guided(WRITES_AB, terms, places, [0, 1, -1], beam=beam, nbest=1, alpha=0.6)
@@ -652,35 +738,79 @@ def test_a_term_the_plain_search_writes_in_its_place_changes_nothing(beam, terms
 
 # --- the alignment guide's state (constraints.guide) after given tokens -------------------------------
 
-# (terms, places, [(source word attended, token produced)], the word attended now,
-#  then after the guide: due, passed, passed just now (left), early). Source words 0-4, then EOS (5).
+SRC_EOS = 7  # the source: words 0-6, then its EOS (no word)
+
+# (terms, places, [(source word attended, token produced)], the word attended now, then after the
+#  guide: due, passed, passed just now (left), early, away (the steps away in a row)). A is no term's
+#  token: the histories move the attention without producing a term. PATIENCE = 3, BEYOND = 3.
 GUIDES = {
-    "due where its word is attended": ([[C]], [[1]], [], 1, [T], [F], 0, [F]),
-    "elsewhere not due, and beginning it is early": ([[C]], [[1]], [], 0, [F], [F], 0, [T]),
-    "passed by moving away: due at the last token, not now": ([[C]], [[1]], [(1, A)], 2, [F], [T], 1, [F]),
-    "passed once, counted once": ([[C]], [[1]], [(1, A), (2, A)], 3, [F], [T], 0, [F]),
-    "passed, due again: not early (its cost is paid)": ([[C]], [[1]], [(1, A), (2, A)], 1, [T], [T], 0, [F]),
-    "passed by BEYOND: two words after its place, never due": ([[C]], [[1]], [], 3, [F], [T], 1, [F]),
-    "one word after its place is not beyond": ([[C]], [[1]], [], 2, [F], [F], 0, [T]),
-    "a place of two words: beyond counts from its last": ([[C]], [[1, 2]], [], 3, [F], [F], 0, [T]),
-    "a place of two words, passed": ([[C]], [[1, 2]], [], 4, [F], [T], 1, [F]),
-    "EOS is no word: a term due before is passed": ([[C]], [[4]], [(4, A)], 5, [F], [T], 1, [F]),
-    "a term under way is neither passed nor early": ([[C, D]], [[1]], [(1, C)], 4, [F], [F], 0, [F]),
-    "the second occurrence due at its own place": ([[C], [C]], [[0], [2]], [(0, C)], 2, [T], [F], 0, [F]),
-    "the second occurrence not at the first's": ([[C], [C]], [[0], [2]], [(0, C)], 0, [F], [F], 0, [T]),
-    "met, the next occurrence's place is fresh": ([[C], [C]], [[0], [2]], [(2, C)], 1, [F], [F], 0, [T]),
-    "a term met as often as asked: nothing": ([[C]], [[1]], [(1, C)], 4, [F], [F], 0, [F]),
+    "due where its word is attended": ([[C]], [[1]], [], 1, [T], [F], 0, [F], [0]),
+    "elsewhere not due, and beginning it is early": ([[C]], [[1]], [], 0, [F], [F], 0, [T], [0]),
+    # due, then not: away; the term is passed at the third step away in a row
+    "away one step after its place: not passed, beginning it now is early": (
+        [[C]], [[1]], [(1, A)], 2, [F], [F], 0, [T], [1],
+    ),
+    "away two steps: not yet passed": ([[C]], [[1]], [(1, A), (2, A)], 2, [F], [F], 0, [T], [2]),
+    "passed at the third step away": ([[C]], [[1]], [(1, A), (2, A), (2, A)], 2, [F], [T], 1, [F], [3]),
+    "away is anywhere but its place, before it too": (
+        [[C]], [[1]], [(1, A), (2, A), (0, A)], 0, [F], [T], 1, [F], [3],
+    ),
+    "passed once, counted once": ([[C]], [[1]], [(1, A), (2, A), (2, A), (2, A)], 2, [F], [T], 0, [F], [4]),
+    "passed, due again: not early (its cost is paid)": (
+        [[C]], [[1]], [(1, A), (2, A), (2, A), (2, A)], 1, [T], [T], 0, [F], [0],
+    ),
+    # reordering ("a city street" for "Straße ... Stadt"): the attention leaves and comes back
+    "away two steps, then due again: not passed": (
+        [[C]], [[1]], [(1, A), (2, A), (3, A)], 1, [T], [F], 0, [F], [0],
+    ),
+    "due again, then away: the count starts anew": (
+        [[C]], [[1]], [(1, A), (2, A), (3, A), (1, A)], 2, [F], [F], 0, [T], [1],
+    ),
+    # BEYOND: attending a word 3 or more after the place's last is away, even if never due
+    "two words after its place is not beyond": ([[C]], [[1]], [], 3, [F], [F], 0, [T], [0]),
+    "BEYOND, never due: one step away, not passed": ([[C]], [[1]], [], 4, [F], [F], 0, [T], [1]),
+    "BEYOND twice: not yet passed": ([[C]], [[1]], [(4, A)], 5, [F], [F], 0, [T], [2]),
+    "BEYOND three steps in a row: passed": ([[C]], [[1]], [(4, A), (5, A)], 6, [F], [T], 1, [F], [3]),
+    "BEYOND once, then its place: not passed": ([[C]], [[1]], [(4, A)], 1, [T], [F], 0, [F], [0]),
+    "a place of two words: moving from one to the other is not leaving it": (
+        [[C]], [[1, 2]], [(1, A)], 2, [T], [F], 0, [F], [0],
+    ),
+    "a place of two words: beyond counts from its last": ([[C]], [[1, 2]], [], 4, [F], [F], 0, [T], [0]),
+    "a place of two words: three after its last is beyond": ([[C]], [[1, 2]], [], 5, [F], [F], 0, [T], [1]),
+    "a place of two words, passed by BEYOND": (
+        [[C]], [[1, 2]], [(5, A), (5, A)], 5, [F], [T], 1, [F], [3],
+    ),
+    "EOS is no word: never beyond": ([[C]], [[1]], [], SRC_EOS, [F], [F], 0, [T], [0]),
+    "EOS after its place is leaving it: passed at the third step": (
+        [[C]], [[6]], [(6, A), (SRC_EOS, A), (SRC_EOS, A)], SRC_EOS, [F], [T], 1, [F], [3],
+    ),
+    "a term under way is neither away, passed nor early": (
+        [[C, D]], [[1]], [(1, C), (2, C), (3, C)], 4, [F], [F], 0, [F], [0],
+    ),
+    "two terms passed at one step: left counts both": (
+        [[C], [D]], [[1], [1]], [(1, A), (2, A), (2, A)], 2, [F, F], [T, T], 2, [F, F], [3, 3],
+    ),
+    "the second occurrence due at its own place": (
+        [[C], [C]], [[0], [2]], [(0, C)], 2, [T], [F], 0, [F], [0],
+    ),
+    "the second occurrence not at the first's": ([[C], [C]], [[0], [2]], [(0, C)], 0, [F], [F], 0, [T], [0]),
+    "met, the next occurrence's place is fresh": ([[C], [C]], [[0], [2]], [(2, C)], 1, [F], [F], 0, [T], [0]),
+    "met after a step away: the next occurrence's count starts at 0": (
+        [[C], [C]], [[0], [2]], [(0, A), (1, C)], 1, [F], [F], 0, [T], [0],
+    ),
+    "a term met as often as asked: nothing": ([[C]], [[1]], [(1, C)], 4, [F], [F], 0, [F], [0]),
 }  # fmt: skip
 
 
-def attend(position: int, width: int = 6) -> torch.Tensor:
+def attend(position: int, width: int = SRC_EOS + 1) -> torch.Tensor:
     return torch.nn.functional.one_hot(torch.tensor([position]), width).float()
 
 
 @pytest.mark.parametrize("case", list(GUIDES))
 def test_the_guide_after_given_tokens(case) -> None:
-    terms, places, history, now, due, passed, left, early = GUIDES[case]
-    c = Constraints([terms], None, "cpu", places=[places], words=torch.tensor([[0, 1, 2, 3, 4, -1]]))
+    terms, places, history, now, due, passed, left, early, away = GUIDES[case]
+    words = torch.tensor([[*range(SRC_EOS), -1]])
+    c = Constraints([terms], None, "cpu", places=[places], words=words)
     state = State.start(1, c.terms.size(1), "cpu")
     for position, token in history:  # as the search: the guide at the step, then the token
         lexical.guide(c, state, attend(position))
@@ -688,6 +818,7 @@ def test_the_guide_after_given_tokens(case) -> None:
     now_left, now_early = lexical.guide(c, state, attend(now))
     assert state.due[0].tolist() == due and state.passed[0].tolist() == passed
     assert int(now_left[0]) == left and now_early[0].tolist() == early
+    assert state.away[0].tolist() == away
 
 
 def test_the_guide_sums_the_attention_of_a_word_s_pieces() -> None:
@@ -697,7 +828,9 @@ def test_the_guide_sums_the_attention_of_a_word_s_pieces() -> None:
     lexical.guide(c, state, torch.tensor([[0.3, 0.3, 0.4, 0.0]]))
     assert state.due[0].tolist() == [T, F]
     lexical.guide(c, state, torch.tensor([[0.3, 0.0, 0.4, 0.3]]))  # word 1 now, EOS .3 is no word
-    assert state.due[0].tolist() == [F, T] and state.passed[0].tolist() == [T, F]
+    # "c" left its place: one step away (passed only at the third), "d" is due
+    assert state.due[0].tolist() == [F, T] and state.away[0].tolist() == [1, 0]
+    assert state.passed[0].tolist() == [F, F]
 
 
 # --- the bank allocation (constraints.stripes, as _ConstrainedBeams.advance uses it) ----------------

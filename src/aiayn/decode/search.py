@@ -24,7 +24,9 @@ Conventions, the same in every search:
   log-probabilities count in its score, as CTranslate2's ``target_prefix``'s do) and the search goes
   on from there; a prefix fits its maximum length (the caller's duty, :func:`generate` widens it).
 * **Token log-probabilities**: each hypothesis carries those of its tokens (EOS last), the
-  per-token confidence; their sum is its ``log_prob``.
+  per-token confidence; their sum is its ``log_prob``, except under a glossary's alignment guide,
+  where ``log_prob`` (and so the score) also loses
+  :data:`~aiayn.decode.constraints.PLACE_PENALTY` for each term placed away from its source words.
 * **Ties** are broken deterministically: the lower (beam, token) index wins, as ``argmax`` does.
 * Sentences never interact: each has its own beam, maximum length and stopping rule, and a
   finished sentence is dropped from the batch. So, up to float rounding in the model's batched
@@ -77,8 +79,11 @@ class StepFunction(Protocol):
 @dataclass(frozen=True)
 class Hypothesis:
     """One output: ``tokens`` without BOS/EOS, ``score`` = ``log_prob / lp(len(tokens) + 1)``;
-    ``token_log_probs``: each token's log-probability, EOS last (empty when not scored); ``met``:
-    the constraint occurrences it meets (constrained search; ranks before the score)."""
+    ``token_log_probs``: each token's log-probability, EOS last (empty when not scored), which sum
+    to ``log_prob`` but for the alignment guide's penalties; ``met``: the constraint occurrences it
+    meets, ``misplaced``: the terms it places away from their source words, each
+    :data:`~aiayn.decode.constraints.PLACE_PENALTY` off ``log_prob`` (constrained search; both rank
+    before the score, :attr:`rank`)."""
 
     tokens: list[int]
     score: float
