@@ -20,7 +20,7 @@ guided by the model's own alignment (as Hasler et al., 2018, use attention to pl
   its source term's words; a term asked twice is due at its second place once met once. A
   hypothesis that moves past the place without the term (for :data:`PATIENCE` steps: the term was
   due and is no longer, or the word attended is :data:`BEYOND` words or more after the place), or
-  that begins a term before its place, *misplaces* it: :data:`PLACE_PENALTY` off its score, and
+  that begins a term before its place (not yet due), *misplaces* it: :data:`PLACE_PENALTY` off its score, and
   one more in its ``misplaced`` count, which ranks before the score (``Hypothesis.rank``: terms
   met, fewer misplaced, score). A term that is never due is still met: beginning it anywhere is
   allowed, at that cost.
@@ -168,7 +168,8 @@ class State:
     last token; the guide's (:func:`guide`) ``due`` ``(N, C)``, each term's source words attended
     when the last token was chosen, ``passed`` ``(N, C)``, their place left without the term,
     ``misplaced`` ``(N,)``, the terms placed away from their source words (passed, or begun early),
-    and ``away`` ``(N, C)``, the steps in a row each open term has been away from its place."""
+    ``away`` ``(N, C)``, the steps in a row each open term has been away from its place, and
+    ``seen`` ``(N, C)``, each term due at some step (of its next occurrence)."""
 
     def __init__(
         self,
@@ -179,10 +180,12 @@ class State:
         passed: Tensor,
         misplaced: Tensor,
         away: Tensor | None = None,
+        seen: Tensor | None = None,
     ) -> None:
         self.count, self.partial, self.ended = count, partial, ended
         self.due, self.passed, self.misplaced = due, passed, misplaced
         self.away = torch.zeros_like(count) if away is None else away
+        self.seen = torch.zeros_like(count, dtype=torch.bool) if seen is None else seen
 
     @classmethod
     def start(cls, rows: int, terms: int, device) -> "State":
@@ -200,6 +203,7 @@ class State:
             self.passed[rows],
             self.misplaced[rows],
             self.away[rows],
+            self.seen[rows],
         )
 
 
@@ -216,11 +220,12 @@ def advance(c: Constraints, state: State, tokens: Tensor) -> State:
     done = (partial == c.lengths[:, None]) & (c.lengths[:, None] > 0)  # a term completed
     count = state.count[:, None] + done.long()
     partial = partial.masked_fill(done, 0)
-    kept = (state.due, state.passed, state.misplaced, state.away)
-    due, passed, misplaced, away = (x.repeat_interleave(m, dim=0) for x in kept)
+    kept = (state.due, state.passed, state.misplaced, state.away, state.seen)
+    due, passed, misplaced, away, seen = (x.repeat_interleave(m, dim=0) for x in kept)
     done = done.reshape(n * m, -1)  # a term met: its next occurrence's place is new
-    due, passed, ended, away = due & ~done, passed & ~done, done.any(dim=-1), away.masked_fill(done, 0)
-    return State(count.reshape(n * m, -1), partial.reshape(n * m, -1), ended, due, passed, misplaced, away)
+    due, passed, seen, away = due & ~done, passed & ~done, seen & ~done, away.masked_fill(done, 0)
+    count, partial = count.reshape(n * m, -1), partial.reshape(n * m, -1)
+    return State(count, partial, done.any(dim=-1), due, passed, misplaced, away, seen)
 
 
 def met(c: Constraints, state: State) -> Tensor:
@@ -268,10 +273,11 @@ def guide(c: Constraints, state: State, attention: Tensor) -> tuple[Tensor, Tens
     due now but was due before (and not since), or when the word attended is :data:`BEYOND` words or
     more after the place; after :data:`PATIENCE` steps away in a row the term is *passed* (so that
     reordering, "a city street" for "Straße ... Stadt", costs nothing: the attention comes back).
-    Updates ``state.due``/``away``/``passed``, and returns ``(left, early)``: ``left`` ``(N,)`` how many
-    terms each row has passed at this step, ``early`` ``(N, C)`` the terms that beginning now would
-    put away from their place (not due, and not passed: a passed term may still come late, its
-    penalty paid)."""
+    Updates ``state.due``/``away``/``passed``/``seen``, and returns ``(left, early)``: ``left`` ``(N,)``
+    how many terms each row has passed at this step, ``early`` ``(N, C)`` the terms that beginning now
+    would put before their place (not due now nor before, and not passed: a term begun within
+    PATIENCE steps after its place is in place, and a passed one may still come late, its penalty
+    paid)."""
     if c.places is None or c.words is None:
         none = torch.zeros_like(state.due)
         return torch.zeros(state.due.size(0), dtype=torch.long, device=state.due.device), none
@@ -291,7 +297,8 @@ def guide(c: Constraints, state: State, attention: Tensor) -> tuple[Tensor, Tens
     left = (state.away >= PATIENCE) & open_ & ~state.passed  # passed now, counted once
     state.passed = state.passed | left
     state.due = due
-    return left.sum(dim=-1), open_ & ~due & ~state.passed
+    state.seen = state.seen | due
+    return left.sum(dim=-1), open_ & ~due & ~state.passed & ~state.seen
 
 
 def candidates(c: Constraints, state: State) -> Tensor:
