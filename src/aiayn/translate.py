@@ -6,7 +6,9 @@ translate
     and translated whole (``--no-split``: each line one sentence, for sentence-per-line test sets);
     a blank input line gives a blank output line. With ``--nbest K``: K lines per input line,
     each ``score<TAB>text`` (best first; the score is log P / lp, see :mod:`aiayn.decode.search`,
-    the mean over a line's sentences); a blank input line gives K blank lines. ``--alignments``
+    the mean over a line's sentences); a blank input line gives K blank lines, and so do the places
+    of hypotheses a line does not have (under a glossary an n-best list keeps only entries that
+    place the terms as well as the best). ``--alignments``
     appends `` ||| `` and the line's word alignment in Moses' ``i-j`` format. ``--format text``
     takes a plain-text document (paragraphs, line breaks and indentation kept), ``html`` and
     ``markdown`` a document of that format (markup carried to the aligned words). Nothing is cut: a
