@@ -856,6 +856,14 @@ GUIDES = {
     "due, then a word before its place: away, and in place (it was due)": (
         [[C]], [[1]], [(1, A)], 0, [F], [F], 0, [F], [1],
     ),
+    # "c d" begun at its place, broken off by "a": not under way any more, so away from then on (it
+    # was due), step by step: away 1 after "c a", 2 now; and passed at the third step away
+    "begun at its place and broken off: away from then on": (
+        [[C, D]], [[1]], [(1, C), (2, A), (3, A)], 4, [F], [F], 0, [F], [2],
+    ),
+    "begun at its place and broken off: passed at the third step away": (
+        [[C, D]], [[1]], [(1, C), (2, A), (3, A), (4, A)], 5, [F], [T], 1, [F], [3],
+    ),
     "passed at the third step away": ([[C]], [[1]], [(1, A), (2, A), (2, A)], 2, [F], [T], 1, [F], [3]),
     "away is anywhere but its place, before it too": (
         [[C]], [[1]], [(1, A), (2, A), (0, A)], 0, [F], [T], 1, [F], [3],

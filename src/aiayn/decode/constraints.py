@@ -291,8 +291,7 @@ def guide(c: Constraints, state: State, attention: Tensor) -> tuple[Tensor, Tens
     words = places[:, :, :-1]  # (N, C, W) the column "no word" left out
     last = words.long().cumsum(dim=-1).argmax(dim=-1)  # (N, C) the place's last word
     beyond = (best[:, None] >= last + BEYOND) & (best[:, None] < words.size(-1)) & words.any(dim=-1)
-    seen = state.away > 0  # attended before, and away since
-    away = open_ & ~due & ((state.due | seen) | beyond)
+    away = open_ & ~due & (state.seen | beyond)  # due before (a term begun and broken off too)
     state.away = torch.where(away, state.away + 1, torch.zeros_like(state.away))
     left = (state.away >= PATIENCE) & open_ & ~state.passed  # passed now, counted once
     state.passed = state.passed | left
