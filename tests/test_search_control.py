@@ -457,10 +457,10 @@ P = lexical.PLACE_PENALTY  # what a term away from its place costs (log-prob)
 # of a term it has not begun when the term is not due now but was due at the last step or has been
 # away since, or when the row attends a word BEYOND = 3 or more words after the place's last; at
 # its PATIENCE = 3rd step away in a row it has passed the term (*P on all its candidates, once), and
-# being due again before that starts the count anew. Beginning the term before it has been due
-# (not due now nor at any step since it was last met, and not passed) is early (*P on that
-# candidate); one or two steps after its place (away, not yet passed) it is in place, free.
-# {m}: misplaced m > 0; (away n): the row's steps away so far.
+# being due again before that starts the count anew. Beginning the term while neither due nor
+# passed is early (*P on that candidate), one or two steps after its place too. A term begun in its
+# place instead of the model's own choice there displaces that token: saying it again after the
+# term has begun is *P as well. {m}: misplaced m > 0; (away n): the row's steps away so far.
 
 # The model writes "a b"; the term "c" translates source word 1, attended when the second token is
 # chosen. Source: words 0, 1, 2, EOS.
@@ -472,66 +472,9 @@ IN_PLACE = {
 }
 SOURCE = [0, 1, 2, -1]
 
-# As IN_PLACE, but the model writes "a b b b" and, made to write "c", puts it after that: at t=4,
-# "a b b b"'s PATIENCE = 3rd step away from the place (after "a b" and "a b b", one and two steps
-# after it, where it would be in place, the model gives "c" nothing).
-TACKED_ON = {
-    **IN_PLACE,
-    (A, B): only(b=0.9, d=0.1),
-    (A, B, B): only(b=0.9, d=0.1),
-    (A, B, B, B): only(eos=0.6, c=0.3, d=0.1),
-}
-
 
 def test_a_term_where_its_source_word_is_attended_beats_it_tacked_on_at_the_end() -> None:
     # Unguided, K = 2, by_score 1:
-    # t=0: a .6, b .25, c .1 [1], d .05                                        -> a; bank 1's c
-    # t=1: a b .42, a c .12 [1], c eos .09 [1], c unk .005 [1], c d .002 [1]   -> a b; a c [1]
-    # t=2: a b b .378, a c b .06 [1], a c eos .048 [1], a b d .042, a c d .012 [1]
-    #      -> a b b; bank 1's best, a c b: a c eos is not placed and does not end
-    # t=3: a b b b .3402, a c b eos .054 [1] (bank 1's best: ends), a b b d .0378, a c b unk .003 [1],
-    #      a c b d .0012 [1]                                                   -> a b b b; a c b unk [1]
-    #      one ended; the best live .3402 is above it: on
-    # t=4: a b b b c .10206 [1] (by score and bank 1's best), a b b b d .03402, a c b unk eos .0027
-    #      [1] (not placed: no end), ...                                       -> a b b b c; a b b b d
-    # t=5: a b b b c eos .091854 [1] (.6 * .7 * .9 * .9 * .3 * .9) ends, first by score; a b b b c unk
-    #      .005103 [1], a b b b d unk .001701, ...: the best live .005103 is below it: stop
-    hyps, beams = guided(TACKED_ON, [[C]], None, SOURCE)
-    assert placed(hyps) == [
-        ([A, B, B, B, C], pytest.approx(math.log(0.091854)), 1, 0),
-        ([A, C, B], pytest.approx(math.log(0.054)), 1, 0),
-    ]
-    assert beams[2:] == [
-        [(A, B), (A, C)],
-        [(A, B, B), (A, C, B)],
-        [(A, B, B, B), (A, C, B, UNK)],
-        [(A, B, B, B, C), (A, B, B, B, D)],
-    ]
-    # Guided, "c" at word 1:
-    # t=0 @0: a .6, b .25, d .05, c .1*P [1]{1} (early: not yet due)           -> a; bank 1's c{1}
-    # t=1 @1, due: a b .42, a c .12 [1] (in place), c eos .09*P [1]{1}, ...    -> a b; a c [1]
-    # t=2 @2: a b was due, is not now: away 1 (not passed: that takes PATIENCE = 3 steps; "c" begun
-    #      now would be in place, but after "a b" the model gives it nothing): the candidates and
-    #      beams as unguided                                                   -> a b b; a c b [1]
-    # t=3 @EOS: a b b away 2, as unguided: a c b eos .054 [1] ends (bank 1's best); a b b b .3402
-    #      (none misplaced yet) is above it: on                                -> a b b b; a c b unk [1]
-    # t=4 @EOS: a b b b passes "c" at its third step away: *P on all its candidates, once (the
-    #      passed term begun now is not early too). a c b unk eos .0027 [1] (first by score: ends),
-    #      a c b unk unk .00015 [1], a c b unk d .00006 [1], a b b b c .10206*P [1]{1},
-    #      a b b b d .03402*P{1}
-    #      -> a c b unk unk; bank 0's a b b b d{1} (the tacked-on a b b b c{1}, bank 1's third, is
-    #      dropped). The best live with none misplaced, .00015, is below a c b's .054: stop
-    hyps, beams = guided(TACKED_ON, [[C]], [[1]], SOURCE)
-    assert placed(hyps) == [
-        ([A, C, B], pytest.approx(math.log(0.054)), 1, 0),
-        ([A, C, B, UNK], pytest.approx(math.log(0.0027)), 1, 0),
-    ]
-    assert beams[2:] == [[(A, B), (A, C)], [(A, B, B), (A, C, B)], [(A, B, B, B), (A, C, B, UNK)]]
-
-
-def test_a_term_begun_one_step_after_its_place_is_in_place() -> None:
-    # IN_PLACE, "c" at word 1: the model's "a b c" writes it one step after its place, and the guided
-    # search returns what the unguided one does. Unguided, K = 2, by_score 1:
     # t=0: a .6, b .25, c .1 [1], d .05                                        -> a; bank 1's c
     # t=1: a b .42, a c .12 [1], c eos .09 [1], c unk .005 [1], c d .002 [1]   -> a b; a c [1]
     # t=2: a b c .126 [1], a c b .06 [1], a c eos .048 [1], a b d .042        -> a b c; bank 0's a b d
@@ -540,44 +483,19 @@ def test_a_term_begun_one_step_after_its_place_is_in_place() -> None:
     assert placed(hyps) == [([A, B, C], pytest.approx(math.log(0.1134)), 1, 0)]
     assert beams[2:] == [[(A, B), (A, C)], [(A, B, C), (A, B, D)]]
     # Guided, "c" at word 1:
-    # t=0 @0: a .6, b .25, d .05, c .1*P [1]{1} (early: not yet due)           -> a; bank 1's c{1}
-    # t=1 @1, due: a b .42, a c .12 [1] (in place), c eos .09*P [1]{1}, ...    -> a b; a c [1]
-    # t=2 @2: a b was due, is not now: away 1, not passed; "c" was due: begun now it is in place.
-    #      a b c .126 [1], a c b .06 [1], a c eos .048 [1], a b d .042, a c d .012 [1]
-    #      -> a b c by score (bank 1's best too); bank 0's a b d                (away 1)
-    # t=3 @EOS: a b c eos .1134 [1] ends, first by score; a b c unk .0063 [1], a b d unk .0021
-    #      (away 2), a b d c .00126 [1] (two steps after: in place), ...; the best live .0063: stop
-    # (Were "c" early there too, a b c would be misplaced and a c b .054, "c" at its place, first.)
+    # t=0 @0: a .6, b .25, d .05, c .1*P [1]{1} (early)                        -> a; bank 1's c{1}
+    # t=1 @1, due: a b .42, a c .12 [1] (not early), c eos .09*P [1]{1}, ...   -> a b; a c [1]
+    #      "a c" began "c" in place of the model's own choice there, "b": "c" displaced "b"
+    # t=2 @2: a b was due, is not now: away 1 (not passed: that takes PATIENCE = 3 steps), and "c"
+    #      begun now is early: *P on a b c; "b" after "a c" says again what "c" said (the "dog" of
+    #      "canine dog"): *P on a c b.
+    #      a c eos .048 [1], a b d .042, a c d .012 [1], a c b .06*P [1]{1}, a b c .126*P [1]{1}
+    #      -> a c eos first by score: ends; then a b d; bank 1's best a c d  -> a b d (away 1); a c d [1]
+    #      One ended, nothing misplaced; the best live with nothing misplaced, a b d .042, is below
+    #      .048: stop
     hyps, beams = guided(IN_PLACE, [[C]], [[1]], SOURCE)
-    assert placed(hyps) == [([A, B, C], pytest.approx(math.log(0.1134)), 1, 0)]
-    assert beams[2:] == [[(A, B), (A, C)], [(A, B, C), (A, B, D)]]
-
-
-# The model writes "a b d c" whatever the term's place (each token's probability 1, so that a
-# hypothesis's log-prob is -P per term misplaced); "c" is written at t=3, attending word 3 (the
-# monotone alignment on words 0-4 and EOS).
-ONE_WAY = {
-    (): only(a=1.0),
-    (A,): only(b=1.0),
-    (A, B): only(d=1.0),
-    (A, B, D): only(c=1.0),
-    (A, B, D, C): only(eos=1.0),
-}
-
-
-@pytest.mark.parametrize(
-    "place, misplaced",
-    [
-        (4, 1),  # before its place (not yet due): early, *P on "a b d c"
-        (3, 0),  # at its place: due
-        (2, 0),  # one step after (due at t=2, away 1 at t=3): in place
-        (1, 0),  # two steps after (due at t=1, away 2): in place
-        (0, 1),  # three steps after: a b d passes "c" at t=3, *P on all its candidates (not early too)
-    ],
-)
-def test_a_term_begun_up_to_two_steps_after_its_place_is_in_place_before_it_early(place, misplaced) -> None:
-    hyps, _ = guided(ONE_WAY, [[C]], [[place]], [0, 1, 2, 3, 4, -1])
-    assert placed(hyps) == [([A, B, D, C], pytest.approx(-P * misplaced), 1, misplaced)]
+    assert placed(hyps) == [([A, C], pytest.approx(math.log(0.048)), 1, 0)]
+    assert beams[2:] == [[(A, B), (A, C)]]
 
 
 # Reordering, as "a big city street" for "Straße ... Stadt": the term "c" translates source word 0;
@@ -594,40 +512,31 @@ REORDER = {
 def test_a_term_whose_place_the_attention_leaves_and_comes_back_to_is_in_place() -> None:
     # "c" at word 0, K = 2, by_score 1; @EOS wherever not said.
     # t=0 @0, due: a .8, c .2 [1] (in place)                                  -> a; bank 1's c
-    # t=1 @2: a is away 1 (not passed); "c" was due: begun now it is in place.
-    #      a b .56, a c .24 [1], c eos .18 [1], c unk .01 [1], c d .004 [1]
-    #      -> a b; bank 1's best, a c: c eos is not placed and does not end
-    # t=2 @2: a b is away 2, not passed, "c" in place: a b b .336, a b c .224 [1], a c eos .216 [1],
-    #      a c unk .012 [1], a c d .0048 [1]
-    #      -> a b b; bank 1's best, a b c: a c eos does not end either                 (away 2)
-    # t=3 @0: a b b is due again (away 0): a b b c .3024 [1] (in place), a b c eos .2016 [1] (bank 1's
-    #      second: as bank 0 is empty, placed, and ends), a b c unk .0112 [1], a b c d .00448 [1]
-    #      -> a b b c; a b c unk. One ended, none misplaced; a b b c, none misplaced, is above it: on
-    # t=4: a b b c eos .27216 [1] ends, first by score; a b b c unk .01512 [1], a b c unk eos .01008
-    #      [1] (bank 1's third: not placed), ...; the best live .01512 is below .27216: stop.
+    # t=1 @2: a is away 1 (not passed), beginning "c" now is early.
+    #      a b .56, c eos .18 [1] (bank 1's best: ends), c unk .01 [1], c d .004 [1], a c .24*P [1]{1}
+    #      -> a b; bank 1's c unk. One ended, none misplaced; a b, none misplaced, is above it: on
+    # t=2 @2: a b is away 2, not passed: a b b .336, c unk eos .009 [1] (bank 1's best: ends),
+    #      c unk unk .0005 [1], c unk d .0002 [1], a b c .224*P [1]{1}     -> a b b; c unk unk
+    # t=3 @0: due again (away 0): a b b c .3024 [1] (in place), c unk unk eos .00045 [1] (bank 1's
+    #      second: as bank 0 is empty, placed and ends, below the K kept), ...
+    #                                                                          -> a b b c; c unk unk unk
+    #      the best live, a b b c, is above c's .18: on
+    # t=4: a b b c eos .27216 [1] ends, the K kept's best; the best live .01512 is below it: stop.
+    # (Passed at its first or second step away, "c" would be misplaced in a b b c: ranked after "c".)
     hyps, beams = guided(
         REORDER, [[C]], [[0]], SOURCE, looks=lambda p: {(): 0, (A,): 2, (A, B): 2, (A, B, B): 0}.get(p, 3)
     )
     assert placed(hyps) == [
         ([A, B, B, C], pytest.approx(math.log(0.8 * 0.7 * 0.6 * 0.9 * 0.9)), 1, 0),
-        ([A, B, C], pytest.approx(math.log(0.8 * 0.7 * 0.4 * 0.9)), 1, 0),
+        ([C], pytest.approx(math.log(0.2 * 0.9)), 1, 0),
     ]
     assert beams == [
         [()],
         [(A,), (C,)],
-        [(A, B), (A, C)],
-        [(A, B, B), (A, B, C)],
-        [(A, B, B, C), (A, B, C, UNK)],
+        [(A, B), (C, UNK)],
+        [(A, B, B), (C, UNK, UNK)],
+        [(A, B, B, C), (C, UNK, UNK, UNK)],
     ]
-    # The attention not coming back (@2 at t=3 as well): t=0 to t=2 as above; at t=3 a b b is at its
-    # third step away and passes "c": a b c eos .2016 [1] (first by score: ends), a b c unk .0112 [1],
-    # a b c d .00448 [1], a b b c .3024*P [1]{1} (fourth by score: dropped)      -> a b c unk; a b c d
-    # The best live .0112 is below .2016: stop. "c" in a b b c, passed, would rank after a b c.
-    hyps, beams = guided(
-        REORDER, [[C]], [[0]], SOURCE, looks=lambda p: {(): 0, (A,): 2, (A, B): 2, (A, B, B): 2}.get(p, 3)
-    )
-    assert placed(hyps) == [([A, B, C], pytest.approx(math.log(0.8 * 0.7 * 0.4 * 0.9)), 1, 0)]
-    assert beams[3:] == [[(A, B, B), (A, B, C)]]
 
 
 def test_a_term_whose_place_is_never_attended_is_still_met_once_misplaced() -> None:
@@ -674,19 +583,17 @@ def test_a_term_asked_twice_is_due_the_second_time_at_its_second_place() -> None
     assert placed(hyps) == [([C, C], pytest.approx(math.log(0.18)), 2, 0)]
     # Guided, the first "c" at word 0, the second at word 2:
     # t=0 @0, the first due: c .6 [1], a .3, b .1                              -> c; a; b
-    # t=1 @1: the second "c" has not been due (the first's place, due at t=0, is no longer its
-    #      own once the first is met): c c is early; a and b were due and are not: away 1, and "c"
-    #      begun there is in place, one step after the first place
-    #      c a .24 [1], a unk .015, a c .009 [1], a d .006, b unk .005, b c .003 [1], b d .002,
-    #      c c .3*P [2]{1}                                                     -> c a; c c{1}; a unk
-    # t=2 @2, the second due: c a c .072 [2] (in place), c a b .048 [1], a unk unk .00075 (away 2),
-    #      a unk c .00045 [1] (in place), a unk d .0003, c c eos .18*P [2]{1}, ...
+    # t=1 @1: the second "c" is not due: c c is early; a and b were due and are not: away 1, and
+    #      beginning "c" there is early
+    #      c a .24 [1], a unk .015, a d .006, b unk .005, b d .002, c c .3*P [2]{1},
+    #      a c .009*P [1]{1}, ...                                              -> c a; c c{1}; a unk
+    # t=2 @2, the second due: c a c .072 [2] (not early), c a b .048 [1], a unk unk .00075 (away 2),
+    #      a unk d .0003, c c eos .18*P [2]{1}, ...
     #      -> c a c by score; bank 1's c a b; bank 0's a unk unk: c c eos (bank 2's second) does not
     #      end
     # t=3 @EOS: c a c eos .0648 [2] ends; c a c unk .0036 [2], c a b unk .0024 [1] (away 1 from the
-    #      second place, where c a b c .00144 [2] is in place), ...; a unk unk, at its third step
-    #      away from the first place, passes it: *P on its candidates. The best live not misplaced
-    #      .0036 < .0648: stop
+    #      second place), ...; a unk unk, at its third step away from the first place, passes it:
+    #      *P on its candidates. The best live not misplaced .0036 < .0648: stop
     hyps, beams = guided(TWICE, [[C], [C]], [[0], [2]], SOURCE)
     assert placed(hyps) == [([C, A, C], pytest.approx(math.log(0.0648)), 2, 0)]
     assert beams == [
@@ -766,15 +673,11 @@ def test_the_end_pieces_barred_after_given_tokens(case) -> None:
 
 
 # The model starts with "c" and ends at once, where "c" (for word 1) comes early; in its place,
-# after "a", "c" is 1/9999 as likely as the model's "b", and one and two steps after it, after
-# "a b" and "a b unk" (where it would be in place too), the model gives it nothing
-NO_C = only(eos=0.93, unk=0.05, d=0.02)  # ELSE without "c"
+# after "a", "c" is 1/9999 as likely as the model's "b"
 RANK = {
     (): only(c=0.9, a=0.1),
     (C,): only(eos=0.9, a=0.1),
     (A,): only(b=0.9999, c=0.0001),
-    (A, B): NO_C,
-    (A, B, UNK): NO_C,
 }
 
 
@@ -784,20 +687,20 @@ def test_a_hypothesis_with_its_terms_in_place_ranks_before_a_better_scored_mispl
     monkeypatch.setattr(_Beams, "_keep", lambda self, kept, h: (ended.append(h), keep(self, kept, h)))
     # "c" at word 1, K = 2, by_score 1 (log-probs: c eos is log .81 - 10 = -10.21, a c eos log 9e-6
     # = -11.62):
-    # t=0 @0: a .1, c .9*P [1]{1} (early: not yet due)                        -> a; bank 1's c{1}
+    # t=0 @0: a .1, c .9*P [1]{1} (early)                                      -> a; bank 1's c{1}
     # t=1 @1: a b .09999, c eos .81*P [1]{1} (bank 1's best: ends), a c .00001 [1], c a .09*P [1]{1}
     #      -> a b; bank 1's a c. One ended, misplaced, and a b has none misplaced: on
-    # t=2 @2: a b is away 1, not passed ("c" would be in place, but has no probability): a b unk
-    #      .005, a b d .002, a c eos .000009 [1] (bank 1's best: ends), a c unk .0000005 [1], ...
+    # t=2 @2: a b is away 1, not passed: a b unk .005, a b d .002, a c eos .000009 [1] (bank 1's
+    #      best: ends), a c unk .0000005 [1], ..., a b c .003*P [1]{1} (early)
     #      -> a b unk; bank 1's a c unk. The first by rank, a c, meets the term with none
     #      misplaced; a b unk has none misplaced either, and .005 is above a c's .000009: on
-    # t=3 @EOS: a b unk away 2 (no "c" either): a b unk unk .00025, a b unk d .0001, a c unk eos
-    #      .00000045 [1] (bank 1's best: ends, and takes the place of c{1}, the K kept's last by rank
-    #      although its score is the best), ...                          -> a b unk unk; a c unk unk
+    # t=3 @EOS: a b unk away 2: a b unk unk .00025, a b unk d .0001, a c unk eos .00000045 [1] (bank
+    #      1's best: ends, and takes the place of c{1}, the K kept's last by rank although its score
+    #      is the best), ...                                             -> a b unk unk; a c unk unk
     # t=4 @EOS: a b unk unk passes "c" at its third step away: *P on all its candidates.
     #      a c unk unk eos .0000000225 [1] (ends, below the K kept), a c unk unk unk .00000000125 [1],
-    #      a b unk unk unk .0000125*P{1}, a b unk unk c .0000075*P [1]{1} (passed, not early: one
-    #      P), ...: the best live with none misplaced, .00000000125, is below a c's .000009: stop
+    #      a b unk unk unk .0000125*P{1}, ...: the best live with none misplaced, .00000000125, is
+    #      below a c's .000009: stop
     hyps, beams = guided(RANK, [[C]], [[1]], SOURCE)
     assert placed(ended) == [
         ([C], pytest.approx(math.log(0.81) - P), 1, 1),
@@ -841,29 +744,14 @@ SRC_EOS = 7  # the source: words 0-6, then its EOS (no word)
 # (terms, places, [(source word attended, token produced)], the word attended now, then after the
 #  guide: due, passed, passed just now (left), early, away (the steps away in a row)). A is no term's
 #  token: the histories move the attention without producing a term. PATIENCE = 3, BEYOND = 3.
-#  Early: beginning the term now would put it before its place (not due now, nor at any step since
-#  it was last met, and not passed); after it was due, until it is passed, it is in place.
 GUIDES = {
     "due where its word is attended": ([[C]], [[1]], [], 1, [T], [F], 0, [F], [0]),
-    "before its place, never due: beginning it is early": ([[C]], [[1]], [], 0, [F], [F], 0, [T], [0]),
+    "elsewhere not due, and beginning it is early": ([[C]], [[1]], [], 0, [F], [F], 0, [T], [0]),
     # due, then not: away; the term is passed at the third step away in a row
-    "away one step after its place: not passed, beginning it now is in place": (
-        [[C]], [[1]], [(1, A)], 2, [F], [F], 0, [F], [1],
+    "away one step after its place: not passed, beginning it now is early": (
+        [[C]], [[1]], [(1, A)], 2, [F], [F], 0, [T], [1],
     ),
-    "away two steps: not yet passed, still in place": (
-        [[C]], [[1]], [(1, A), (2, A)], 2, [F], [F], 0, [F], [2],
-    ),
-    "due, then a word before its place: away, and in place (it was due)": (
-        [[C]], [[1]], [(1, A)], 0, [F], [F], 0, [F], [1],
-    ),
-    # "c d" begun at its place, broken off by "a": not under way any more, so away from then on (it
-    # was due), step by step: away 1 after "c a", 2 now; and passed at the third step away
-    "begun at its place and broken off: away from then on": (
-        [[C, D]], [[1]], [(1, C), (2, A), (3, A)], 4, [F], [F], 0, [F], [2],
-    ),
-    "begun at its place and broken off: passed at the third step away": (
-        [[C, D]], [[1]], [(1, C), (2, A), (3, A), (4, A)], 5, [F], [T], 1, [F], [3],
-    ),
+    "away two steps: not yet passed": ([[C]], [[1]], [(1, A), (2, A)], 2, [F], [F], 0, [T], [2]),
     "passed at the third step away": ([[C]], [[1]], [(1, A), (2, A), (2, A)], 2, [F], [T], 1, [F], [3]),
     "away is anywhere but its place, before it too": (
         [[C]], [[1]], [(1, A), (2, A), (0, A)], 0, [F], [T], 1, [F], [3],
@@ -877,10 +765,9 @@ GUIDES = {
         [[C]], [[1]], [(1, A), (2, A), (3, A)], 1, [T], [F], 0, [F], [0],
     ),
     "due again, then away: the count starts anew": (
-        [[C]], [[1]], [(1, A), (2, A), (3, A), (1, A)], 2, [F], [F], 0, [F], [1],
+        [[C]], [[1]], [(1, A), (2, A), (3, A), (1, A)], 2, [F], [F], 0, [T], [1],
     ),
-    # BEYOND: attending a word 3 or more after the place's last is away, even if never due. (Never
-    # due, the place skipped: beginning the term is early, though the word attended is after it.)
+    # BEYOND: attending a word 3 or more after the place's last is away, even if never due
     "two words after its place is not beyond": ([[C]], [[1]], [], 3, [F], [F], 0, [T], [0]),
     "BEYOND, never due: one step away, not passed": ([[C]], [[1]], [], 4, [F], [F], 0, [T], [1]),
     "BEYOND twice: not yet passed": ([[C]], [[1]], [(4, A)], 5, [F], [F], 0, [T], [2]),
@@ -907,13 +794,21 @@ GUIDES = {
     "the second occurrence due at its own place": (
         [[C], [C]], [[0], [2]], [(0, C)], 2, [T], [F], 0, [F], [0],
     ),
-    # the first occurrence was due, then met: the second's has not been due, beginning it is early
     "the second occurrence not at the first's": ([[C], [C]], [[0], [2]], [(0, C)], 0, [F], [F], 0, [T], [0]),
     "met, the next occurrence's place is fresh": ([[C], [C]], [[0], [2]], [(2, C)], 1, [F], [F], 0, [T], [0]),
     "met after a step away: the next occurrence's count starts at 0": (
         [[C], [C]], [[0], [2]], [(0, A), (1, C)], 1, [F], [F], 0, [T], [0],
     ),
     "a term met as often as asked: nothing": ([[C]], [[1]], [(1, C)], 4, [F], [F], 0, [F], [0]),
+    # "c d" begun at its place, broken off by "a": not under way any more, so away from then on (it
+    # was due), step by step: away 1 after "c a", 2 now (beginning it now is early); and passed at
+    # the third step away
+    "begun at its place and broken off: away from then on": (
+        [[C, D]], [[1]], [(1, C), (2, A), (3, A)], 4, [F], [F], 0, [T], [2],
+    ),
+    "begun at its place and broken off: passed at the third step away": (
+        [[C, D]], [[1]], [(1, C), (2, A), (3, A), (4, A)], 5, [F], [T], 1, [F], [3],
+    ),
 }  # fmt: skip
 
 
@@ -1121,3 +1016,19 @@ def test_prefix_on_the_model_matches_the_search_with_the_prefix_forced(model) ->
     log_probs = log_probs.clone()
     log_probs[[0, 2]] = -math.inf  # never PAD or BOS
     assert (out[0][0].tokens[2:3] or [3])[0] == int(log_probs.argmax())  # the next token, or EOS
+
+
+def test_a_term_begun_in_place_of_the_model_s_choice_makes_that_choice_say_it_again() -> None:
+    # "c" due (word 1 attended); the model's own choice is "b", the term begun instead: "b" is then
+    # what "c" displaced, and saying "b" once "c" has begun is saying it again ("canine dog")
+    c = Constraints([[[C, D]]], None, "cpu", places=[[[1]]], words=torch.tensor([[*range(SRC_EOS), -1]]))
+    state = State.start(1, c.terms.size(1), "cpu")
+    lexical.guide(c, state, attend(1))
+    begun = lexical.advance(c, state, torch.tensor([[B, C]]), top=torch.tensor([B]))
+    assert begun.displaced.tolist() == [[-1], [B]]  # "b" itself displaces nothing
+    assert lexical.again(begun, torch.tensor([[B, A], [B, A]])).tolist() == [[F, F], [T, F]]
+    # not due: a term begun elsewhere displaces nothing (it is early, or late, and paid as such)
+    elsewhere = State.start(1, c.terms.size(1), "cpu")
+    lexical.guide(c, elsewhere, attend(3))
+    late = lexical.advance(c, elsewhere, torch.tensor([[C]]), top=torch.tensor([B]))
+    assert late.displaced.tolist() == [[-1]]
