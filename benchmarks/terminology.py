@@ -17,7 +17,8 @@
   sentences, against plain beam search and against the *oracle*: the plain output with the model's
   own word for each term replaced by the term by hand ("the right word replaced"). Figures: terms
   met, lines with a term after the sentence's end (a term after the first ``.``/``!``/``?`` that
-  more words follow), lines more than 1.5x the plain output's length in words, BLEU.
+  more words follow), lines more than 1.5x the plain output's length in words, lines with a term
+  beside the model's own word for it ("canine dog": the term added, not put in its place), BLEU.
 * **Met**: the share of sentences with terms whose every term appears in the output (whole words,
   as often as asked), and of the terms; BLEU (sacreBLEU, detokenized) of all 1,000 sentences and
   of those with terms, with and without the glossaries.
@@ -196,6 +197,18 @@ def term_after_end(text: str, terms) -> bool:
     return bool(end) and any(whole(term, text[end.end() :]) for term in terms)
 
 
+def beside_own_word(text: str, terms) -> bool:
+    """A term next to a word the model says for it by itself ("canine dog", "building edifice"): the
+    term added, the model's word kept."""
+    own = {term: words for term, words in HARD.values()}
+    return any(
+        re.search(rf"(?<!\w){re.escape(a)}\s+{re.escape(b)}(?!\w)", text)
+        for term in terms
+        for word in own[term]
+        for a, b in ((term, word), (word, term))
+    )
+
+
 def hard_terms(backend, sources, references, options: DecodeOptions) -> dict:
     """The hard list: one glossary over every sentence, against plain beam search and the oracle."""
     plain = [t.text for t in backend.translate(sources, options)]
@@ -208,6 +221,7 @@ def hard_terms(backend, sources, references, options: DecodeOptions) -> dict:
         lines = [i for i in rows if term in asked[i]]
         check[source] = {"lines": len(lines), "term_in_plain": sum(whole(term, plain[i]) > 0 for i in lines)}
     after = [i for i in rows if term_after_end(constrained[i], set(asked[i]))]
+    doubled = [i for i in rows if beside_own_word(constrained[i], set(asked[i]))]
     longer = [i for i in rows if len(constrained[i].split()) > 1.5 * len(plain[i].split())]
     bleu = {
         name: sacrebleu.corpus_bleu(out, [references]).score
@@ -227,6 +241,7 @@ def hard_terms(backend, sources, references, options: DecodeOptions) -> dict:
         "sentences_all_terms_met": met["sentences_all_terms_met"],
         "lines_term_after_end": len(after),
         "lines_over_1_5x_plain": len(longer),
+        "lines_term_beside_own_word": len(doubled),
         "bleu": {name: round(b, 2) for name, b in bleu.items()},
         "bleu_sentences_with_terms": subset,
         "ratio_to_plain": round(bleu["glossary"] / bleu["plain"], 3),
