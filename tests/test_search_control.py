@@ -458,9 +458,8 @@ P = lexical.PLACE_PENALTY  # what a term away from its place costs (log-prob)
 # away since, or when the row attends a word BEYOND = 3 or more words after the place's last; at
 # its PATIENCE = 3rd step away in a row it has passed the term (*P on all its candidates, once), and
 # being due again before that starts the count anew. Beginning the term while neither due nor
-# passed is early (*P on that candidate), one or two steps after its place too. A term begun in its
-# place instead of the model's own choice there displaces that token: saying it again after the
-# term has begun is *P as well. {m}: misplaced m > 0; (away n): the row's steps away so far.
+# passed is early (*P on that candidate), one or two steps after its place too. {m}: misplaced
+# m > 0; (away n): the row's steps away so far.
 
 # The model writes "a b"; the term "c" translates source word 1, attended when the second token is
 # chosen. Source: words 0, 1, 2, EOS.
@@ -485,17 +484,17 @@ def test_a_term_where_its_source_word_is_attended_beats_it_tacked_on_at_the_end(
     # Guided, "c" at word 1:
     # t=0 @0: a .6, b .25, d .05, c .1*P [1]{1} (early)                        -> a; bank 1's c{1}
     # t=1 @1, due: a b .42, a c .12 [1] (not early), c eos .09*P [1]{1}, ...   -> a b; a c [1]
-    #      "a c" began "c" in place of the model's own choice there, "b": "c" displaced "b"
     # t=2 @2: a b was due, is not now: away 1 (not passed: that takes PATIENCE = 3 steps), and "c"
-    #      begun now is early: *P on a b c; "b" after "a c" says again what "c" said (the "dog" of
-    #      "canine dog"): *P on a c b.
-    #      a c eos .048 [1], a b d .042, a c d .012 [1], a c b .06*P [1]{1}, a b c .126*P [1]{1}
-    #      -> a c eos first by score: ends; then a b d; bank 1's best a c d  -> a b d (away 1); a c d [1]
-    #      One ended, nothing misplaced; the best live with nothing misplaced, a b d .042, is below
-    #      .048: stop
+    #      begun now is early: *P on a b c only.
+    #      a c b .06 [1], a c eos .048 [1], a b d .042, a c d .012 [1], a b c .126*P [1]{1}
+    #      -> a c b by score; bank 1's best is a c b itself, bank 0's is a b d: a c eos, second by
+    #      score, is not placed and does not end                              -> a c b; a b d (away 1)
+    # t=3 @EOS: a c b eos .054 [1] (.6 * .2 * .5 * .9 < .1134, but "c" in place) ends; a c b unk
+    #      .003 [1], a b d unk .0021 (away 2: not passed, nothing misplaced), ...; the best live
+    #      .003 < .054: stop
     hyps, beams = guided(IN_PLACE, [[C]], [[1]], SOURCE)
-    assert placed(hyps) == [([A, C], pytest.approx(math.log(0.048)), 1, 0)]
-    assert beams[2:] == [[(A, B), (A, C)]]
+    assert placed(hyps) == [([A, C, B], pytest.approx(math.log(0.054)), 1, 0)]
+    assert beams[2:] == [[(A, B), (A, C)], [(A, C, B), (A, B, D)]]
 
 
 # Reordering, as "a big city street" for "Straße ... Stadt": the term "c" translates source word 0;
@@ -1016,19 +1015,3 @@ def test_prefix_on_the_model_matches_the_search_with_the_prefix_forced(model) ->
     log_probs = log_probs.clone()
     log_probs[[0, 2]] = -math.inf  # never PAD or BOS
     assert (out[0][0].tokens[2:3] or [3])[0] == int(log_probs.argmax())  # the next token, or EOS
-
-
-def test_a_term_begun_in_place_of_the_model_s_choice_makes_that_choice_say_it_again() -> None:
-    # "c" due (word 1 attended); the model's own choice is "b", the term begun instead: "b" is then
-    # what "c" displaced, and saying "b" once "c" has begun is saying it again ("canine dog")
-    c = Constraints([[[C, D]]], None, "cpu", places=[[[1]]], words=torch.tensor([[*range(SRC_EOS), -1]]))
-    state = State.start(1, c.terms.size(1), "cpu")
-    lexical.guide(c, state, attend(1))
-    begun = lexical.advance(c, state, torch.tensor([[B, C]]), top=torch.tensor([B]))
-    assert begun.displaced.tolist() == [[-1], [B]]  # "b" itself displaces nothing
-    assert lexical.again(begun, torch.tensor([[B, A], [B, A]])).tolist() == [[F, F], [T, F]]
-    # not due: a term begun elsewhere displaces nothing (it is early, or late, and paid as such)
-    elsewhere = State.start(1, c.terms.size(1), "cpu")
-    lexical.guide(c, elsewhere, attend(3))
-    late = lexical.advance(c, elsewhere, torch.tensor([[C]]), top=torch.tensor([B]))
-    assert late.displaced.tolist() == [[-1]]

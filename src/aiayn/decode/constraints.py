@@ -23,9 +23,7 @@ guided by the model's own alignment (as Hasler et al., 2018, use attention to pl
   that begins a term where it is not due (and has not passed it), *misplaces* it:
   :data:`PLACE_PENALTY` off its score, and one more in its ``misplaced`` count, which ranks before
   the score (``Hypothesis.rank``: terms met, fewer misplaced, score). A term that is never due is
-  still met: beginning it anywhere is allowed, at that cost. A term begun in its place instead of
-  the model's own choice there *displaces* that token, and saying it once the term has begun
-  misplaces too (:func:`again`: the "dog" of "canine dog", which keeps the model's word and the term).
+  still met: beginning it anywhere is allowed, at that cost.
 * **No sentence end before the terms**: neither EOS nor a piece that ends a sentence (``ends``: ``.``
   ``!`` ``?`` ...) while a term is unmet, unless it is that term's own next piece. Without this rule
   the cheapest place for a term the model would not choose is after the sentence's full stop.
@@ -183,13 +181,11 @@ class State:
         misplaced: Tensor,
         away: Tensor | None = None,
         seen: Tensor | None = None,
-        displaced: Tensor | None = None,
     ) -> None:
         self.count, self.partial, self.ended = count, partial, ended
         self.due, self.passed, self.misplaced = due, passed, misplaced
         self.away = torch.zeros_like(count) if away is None else away
         self.seen = torch.zeros_like(count, dtype=torch.bool) if seen is None else seen
-        self.displaced = torch.full_like(count, -1) if displaced is None else displaced
 
     @classmethod
     def start(cls, rows: int, terms: int, device) -> "State":
@@ -208,21 +204,13 @@ class State:
             self.misplaced[rows],
             self.away[rows],
             self.seen[rows],
-            self.displaced[rows],
         )
 
 
-def advance(c: Constraints, state: State, tokens: Tensor, top: Tensor | None = None) -> State:
+def advance(c: Constraints, state: State, tokens: Tensor) -> State:
     """The state after each row of ``state`` (N rows, ``c`` holding one sentence per row) produces
-    each of ``tokens`` ``(N, M)``: a state of ``N * M`` rows, row-major. ``top`` ``(N,)``: the model's
-    own choice at each row; a term begun instead of it *displaces* it (``State.displaced``)."""
+    each of ``tokens`` ``(N, M)``: a state of ``N * M`` rows, row-major."""
     n, m = tokens.shape
-    displaced = state.displaced[:, None].expand(-1, m, -1)  # (N, M, C)
-    if top is not None:
-        open_ = (state.count < c.need) & (state.partial == 0) & (c.lengths > 0)  # (N, C)
-        begins = (tokens[:, :, None] == c.terms[:, None, :, 0]) & open_[:, None]  # (N, M, C)
-        begins = begins & (tokens != top[:, None])[:, :, None] & state.due[:, None]  # in its place
-        displaced = torch.where(begins, top[:, None, None].expand_as(displaced), displaced)
     match = c.terms[:, None] == tokens[:, :, None, None]  # (N, M, C, L) term position k-1 is the token
     index = state.partial[:, :, None, None].expand(-1, -1, 1, c.borders.size(-1))
     allowed = c.borders.gather(2, index)[:, :, 0]  # (N, C, L) matches that may end at the next token
@@ -237,8 +225,7 @@ def advance(c: Constraints, state: State, tokens: Tensor, top: Tensor | None = N
     done = done.reshape(n * m, -1)  # a term met: its next occurrence's place is new
     due, passed, seen, away = due & ~done, passed & ~done, seen & ~done, away.masked_fill(done, 0)
     count, partial = count.reshape(n * m, -1), partial.reshape(n * m, -1)
-    ended, displaced = done.any(dim=-1), displaced.reshape(n * m, -1)
-    return State(count, partial, ended, due, passed, misplaced, away, seen, displaced)
+    return State(count, partial, done.any(dim=-1), due, passed, misplaced, away, seen)
 
 
 def met(c: Constraints, state: State) -> Tensor:
@@ -310,13 +297,6 @@ def guide(c: Constraints, state: State, attention: Tensor) -> tuple[Tensor, Tens
     state.due = due
     state.seen = state.seen | due
     return left.sum(dim=-1), open_ & ~due & ~state.passed
-
-
-def again(state: State, tokens: Tensor) -> Tensor:
-    """``(N, M)`` the candidate ``tokens`` that say again what a term has said: the model's own
-    choice that a term begun displaced (the "dog" of "canine dog")."""
-    said = (state.displaced >= 0) & ((state.count > 0) | (state.partial > 0))  # (N, C)
-    return ((tokens[:, :, None] == state.displaced[:, None]) & said[:, None]).any(dim=-1)
 
 
 def candidates(c: Constraints, state: State) -> Tensor:

@@ -573,7 +573,7 @@ class _ConstrainedBeams(_Beams):
         lexical.restrict(c, self.state, log_probs, forced.repeat_interleave(K) < 0, self.ids.eos)
         tokens, step_lps = self._candidates(c, log_probs)  # (n*K, M)
         m = tokens.size(1)
-        after = lexical.advance(c, self.state, tokens, tokens[:, 0])  # n*K*M rows
+        after = lexical.advance(c, self.state, tokens)  # n*K*M rows
         per_candidate = c.rows(torch.arange(n * K, device=tokens.device).repeat_interleave(m))
         misplaced = penalty(tokens)  # (n*K, M) terms each candidate places away from their place
         after.misplaced = (self.state.misplaced[:, None] + misplaced).reshape(-1)
@@ -642,7 +642,7 @@ class _ConstrainedBeams(_Beams):
 
         def penalty(tokens: Tensor) -> Tensor:
             begins = ((tokens[:, :, None] == first[:, None, :]) & early[:, None, :]).any(dim=-1)
-            return left[:, None] + begins + lexical.again(self.state, tokens)
+            return left[:, None] + begins
 
         return penalty
 
