@@ -129,6 +129,44 @@ def test_prefixes_and_constraints_give_the_reference_hypotheses(beam) -> None:
     )
 
 
+def test_both_steps_give_one_layer_s_cross_attention_through_reorders() -> None:
+    """The alignment guide's attention (one decoder layer, heads averaged, a row per row): the
+    same from both steps, with grouped memory and unequal groups."""
+    model = model_of()
+    src = sources([5, 9, 3, 7])
+    fast = FastStep(model, src, attention_layer=1)
+    reference = ModelStep(model, src, attention_layer=1)
+    prefix = torch.full((4, 1), BOS)
+    with torch.inference_mode():
+        for order in [None, torch.arange(4).repeat_interleave(3), torch.tensor([0, 1, 3, 4, 5, 6, 7])]:
+            if order is not None:
+                fast.reorder(order)
+                reference.reorder(order)
+                prefix = prefix[order]
+            fast(prefix), reference(prefix)
+            assert fast.attention.shape == (prefix.size(0), src.size(1))
+            torch.testing.assert_close(fast.attention, reference.attention, atol=2e-5, rtol=1e-5)
+            torch.testing.assert_close(fast.attention.sum(dim=-1), torch.ones(prefix.size(0)))
+            prefix = torch.cat([prefix, torch.full((prefix.size(0), 1), 7)], dim=1)
+
+
+def test_the_guided_search_gives_the_reference_hypotheses() -> None:
+    model, src = model_of(), sources([5, 9, 3, 7], seed=4)
+    words = [[0, 0, 1, 2, -1], [0, 1, 2, 3, 4, 5, 6, 7, -1], [0, 1, -1], [0, 1, 1, 2, 3, 4, -1]]
+    controls = Controls(
+        terms=[[[17, 18]], [], [[21], [22, 23]], [[19]]],
+        places=[[[1]], [], [[0], [1]], [[3]]],
+        source_words=words,
+    )
+    options = DecodeOptions(beam=3, max_len_b=12)
+    guided = generate(model, src, options, controls)
+    _same(guided, generate(model, src, replace(options, paths=REFERENCE), controls))
+    # the guide acted: a term away from its place, and a translation the unguided search differs on
+    unguided = generate(model, src, options, Controls(terms=controls.terms))
+    assert any(h.misplaced for hyps in guided for h in hyps)
+    assert [h.tokens for hyps in guided for h in hyps] != [h.tokens for hyps in unguided for h in hyps]
+
+
 def test_packed_weights_follow_a_change_of_the_parameters() -> None:
     """Training-time validation decodes a model between optimizer steps: an in-place update of a
     weight makes the step pack it again (a stale packed generator would decode the old model)."""
