@@ -120,7 +120,6 @@ class Constraints:
         )
         self.borders = self.borders.to(device)
         self.tokens = (self.need * self.lengths).sum(dim=-1)  # (n,) constraint tokens of each sentence
-        self.slots = self.tokens  # (n,) the beam's slots for the banks: see beam_for
         self.banks = int(self.tokens.max()) + 1 if n else 1
         self.continues = continues.to(device) if continues is not None else None
         self.ends = ends.nonzero()[:, 0].to(device) if ends is not None else None
@@ -155,7 +154,7 @@ class Constraints:
             self.lengths[sentences],
         )
         out.borders, out.banks, out.continues = self.borders[sentences], self.banks, self.continues
-        out.tokens, out.ends, out.slots = self.tokens[sentences], self.ends, self.slots[sentences]
+        out.tokens, out.ends = self.tokens[sentences], self.ends
         guided = self.places is not None and self.words is not None
         out.places = self.places[sentences] if guided else None
         out.words = self.words[sentences] if guided else None
@@ -245,14 +244,16 @@ def unmet(c: Constraints, state: State) -> Tensor:
     return (state.count < c.need).any(dim=-1)
 
 
-def restrict(c: Constraints, state: State, log_probs: Tensor, free: Tensor, eos: int) -> Tensor:
+def restrict(
+    c: Constraints, state: State, log_probs: Tensor, free: Tensor, eos: int, offered: Tensor | None = None
+) -> Tensor:
     """In place, on the rows where ``free`` ``(N,)`` (not forced to a token): no EOS and no piece that
     ends a sentence (``c.ends``, unless it is the next piece of an unmet term) while a term is unmet,
     no completing a term met as often as asked, no piece continuing a term's last word."""
     rows = free & unmet(c, state)
     log_probs[rows, eos] = NEG_INF
     if c.ends is not None and c.ends.numel() and bool(rows.any()):
-        terms = candidates(c, state)  # (N, 2C) a term's next piece may be one
+        terms = candidates(c, state) if offered is None else offered  # (N, 2C) a term's next piece may be one
         ban = rows[:, None] & ~(terms[:, :, None] == c.ends[None, None]).any(dim=1)  # (N, E)
         log_probs[:, c.ends] = log_probs[:, c.ends].masked_fill(ban, NEG_INF)
     last = c.terms.gather(2, (c.lengths - 1).clamp(min=0)[:, :, None])[:, :, 0]  # (N, C)

@@ -570,8 +570,9 @@ class _ConstrainedBeams(_Beams):
             log_probs = log_probs.repeat_interleave(K, 0)  # (n*K, V)
         c = self.constraints.rows(torch.arange(n, device=log_probs.device).repeat_interleave(K))
         penalty = self._guide(c, rows)
-        lexical.restrict(c, self.state, log_probs, forced.repeat_interleave(K) < 0, self.ids.eos)
-        tokens, step_lps = self._candidates(c, log_probs)  # (n*K, M)
+        offered = lexical.candidates(c, self.state)  # (n*K, 2C) the terms' tokens, -1: none
+        lexical.restrict(c, self.state, log_probs, forced.repeat_interleave(K) < 0, self.ids.eos, offered)
+        tokens, step_lps = self._candidates(log_probs, offered)  # (n*K, M)
         m = tokens.size(1)
         after = lexical.advance(c, self.state, tokens)  # n*K*M rows
         per_candidate = c.rows(torch.arange(n * K, device=tokens.device).repeat_interleave(m))
@@ -586,7 +587,7 @@ class _ConstrainedBeams(_Beams):
         misplaced = after.misplaced.reshape(n, -1).gather(-1, order)
         n_banks = self.constraints.banks
         banks = lexical.bank(per_candidate, after).reshape(n, -1).gather(-1, order)
-        by_score = (K - self.constraints.slots).clamp(min=1)  # the user's beam: see constraints.beam_for
+        by_score = (K - self.constraints.tokens).clamp(min=1)  # the user's beam: see constraints.beam_for
         # an EOS ends a hypothesis where the allocation would give it one of the K places: a bank's
         # best may end although K hypotheses that have met fewer terms score better
         placed = lexical.stripes(banks, torch.isfinite(scores), n_banks, by_score)
@@ -609,7 +610,7 @@ class _ConstrainedBeams(_Beams):
         """As plain beam search, with the user's beam (not the banks') of finished hypotheses, and
         the order of :attr:`Hypothesis.rank`: a live hypothesis that has placed more terms away from
         their place than the worst of them cannot beat it, so it does not keep the search going."""
-        users = (self.beam - self.constraints.slots).clamp(min=1).clamp(max=self.nbest).tolist()
+        users = (self.beam - self.constraints.tokens).clamp(min=1).clamp(max=self.nbest).tolist()
         away = self._live_misplaced.tolist()
         out = []
         for row, (sentence, need, cums) in enumerate(zip(self.active, users, cum.tolist())):
@@ -646,11 +647,11 @@ class _ConstrainedBeams(_Beams):
 
         return penalty
 
-    def _candidates(self, c: Constraints, log_probs: Tensor) -> tuple[Tensor, Tensor]:
-        """Each row's ``2 * beam`` best tokens and the tokens that advance its constraints (given once:
-        a repeat gets -inf), with their log-probs ``(N, M)`` float64."""
+    def _candidates(self, log_probs: Tensor, extra: Tensor) -> tuple[Tensor, Tensor]:
+        """Each row's ``2 * beam`` best tokens and ``extra`` ``(N, 2C)``, the tokens that advance its
+        constraints (:func:`~aiayn.decode.constraints.candidates`; given once: a repeat gets -inf),
+        with their log-probs ``(N, M)`` float64."""
         top_scores, top_tokens = stable_topk(log_probs, min(2 * self.beam, log_probs.size(-1)))
-        extra = lexical.candidates(c, self.state)  # (N, 2C), -1: none
         repeated = (extra[:, :, None] == top_tokens[:, None, :]).any(dim=-1) | (extra < 0)
         extra_scores = log_probs.gather(1, extra.clamp(min=0)).masked_fill(repeated, NEG_INF)
         tokens = torch.cat([top_tokens, extra.clamp(min=0)], dim=1)
