@@ -503,8 +503,9 @@ def test_the_sentences_of_documents_arriving_together_share_a_batch(tiny_transla
     from concurrent.futures import ThreadPoolExecutor
 
     from aiayn.decode.search import DecodeOptions
+    from aiayn.documents.translate import DocumentTranslator
     from aiayn.serve.batching import Batcher
-    from aiayn.serve.documents import Documents
+    from aiayn.serve.documents import BatchedBackend
 
     decoded: list[list[str]] = []
 
@@ -518,14 +519,14 @@ def test_the_sentences_of_documents_arriving_together_share_a_batch(tiny_transla
         with ThreadPoolExecutor(1) as model_thread:
             batcher = Batcher(decode, len, model_thread, max_tokens=1000, max_wait_s=3600.0)
             batcher.recent.append(2)  # two requests came together before: the batch waits for two
-            documents = Documents(Translator(model, tokenizer), batcher, None)
+            backend = BatchedBackend(Translator(model, tokenizer), batcher, asyncio.get_running_loop())
+            documents = DocumentTranslator(backend)
             worker = asyncio.create_task(batcher.run())
             options = DecodeOptions(beam=1)
-            first = documents.translate(["907042\n\n13"], options)
-            second = documents.translate(["500"], options)
+            first = asyncio.to_thread(documents.translate, ["907042\n\n13"], options)
+            second = asyncio.to_thread(documents.translate, ["500"], options)
             results = await asyncio.wait_for(asyncio.gather(first, second), timeout=30)
             worker.cancel()
-            documents.close()
             return results
 
     (first,), (second,) = asyncio.run(scenario())

@@ -70,10 +70,15 @@ def test_a_mastodon_shaped_json_client(tiny_translation_run, shared_server) -> N
     languages = CLIENT.get(f"{url}/languages", headers=headers, timeout=60).json()
     mapped = {lang["code"]: [t for t in lang["targets"] if t != lang["code"]] for lang in languages}
     assert mapped == {"de": ["en"], "en": []}
-    french = {**body, "q": [FRENCH]}
-    refused = CLIENT.post(f"{url}/translate", content=json.dumps(french), headers=headers, timeout=60)
+    french = {**body, "q": [FRENCH]}  # detected among the served sources only: de, with a low confidence
+    found = CLIENT.post(f"{url}/translate", content=json.dumps(french), headers=headers, timeout=60)
+    assert found.status_code == 200 and found.json()["detectedLanguage"][0]["language"] == "de"
+    assert found.json()["detectedLanguage"][0]["confidence"] < 5
+    refused = CLIENT.post(
+        f"{url}/translate", content=json.dumps({**body, "target": "cs"}), headers=headers, timeout=60
+    )
     assert refused.status_code == 400
-    assert refused.json()["error"].startswith("fr is not supported (detected, confidence")
+    assert refused.json()["error"].startswith("cs is not supported as a target")
     assert refused.json()["error"].endswith(SERVES)
 
 

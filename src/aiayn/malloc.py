@@ -71,3 +71,17 @@ def _malloc_is_glibcs(libc: ctypes.CDLL) -> bool:
     """Whether the process's ``malloc`` (the first definition in symbol-lookup order) is glibc's own."""
     address = ctypes.cast(ctypes.CDLL(None).malloc, ctypes.c_void_p).value
     return address == ctypes.cast(libc.malloc, ctypes.c_void_p).value
+
+
+def give_back_freed_memory() -> bool:
+    """Return the heap's free memory to the system now (glibc's ``malloc_trim(0)``: the free top of
+    the heap and the free pages inside it), whatever :func:`keep_freed_memory` set; a server calls it
+    after unloading a model. True where it was done (glibc), whether or not memory was returned."""
+    if not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc":
+        return False
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return False
+    libc.malloc_trim(0)
+    return True

@@ -26,8 +26,7 @@ import contextlib
 import functools
 import math
 import secrets
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -54,9 +53,10 @@ from aiayn.documents.types import FORMATS
 from aiayn.errors import UserError
 from aiayn.forecast.data import Scaler
 from aiayn.serve import libretranslate
-from aiayn.serve.batching import Batcher
-from aiayn.serve.documents import Admission, Documents
-from aiayn.serve.langid import LanguageIdentifier
+from aiayn.serve.documents import Admission
+from aiayn.serve.langid import LanguageIdentifier, html_text
+from aiayn.serve.models import Models, Served
+from aiayn.service.router import Route
 
 STATIC = Path(__file__).resolve().parent / "static"
 MAX_BEAM = 64  # a request's beam (and n-best) at most: a larger one would only tie up the model
@@ -77,19 +77,6 @@ class Limits:
     max_queue: int = 1024  # translation requests in the server at once; one more gets a 429
 
 
-@dataclass
-class Served:
-    """The loaded model behind the API: a translation backend (and the torch model for attention),
-    or a forecaster."""
-
-    kind: str  # "translation" or "forecast"
-    info: dict[str, Any]  # GET /v1/model
-    backend: Any = None  # an aiayn.decode.request.Backend (translation)
-    model: Any = None  # the torch model: attention (translation) or the forecaster
-    stored: dict[str, Any] | None = None  # the checkpoint's config.json (forecast: data, scaler)
-    device: torch.device = torch.device("cpu")
-
-
 # --- request bodies -------------------------------------------------------------------------------
 
 
@@ -97,7 +84,16 @@ class _Strict(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid")
 
 
-class SearchOptions(_Strict):
+class Pair(_Strict):
+    source: str | None = Field(
+        None,
+        description="the source language (ISO 639-1, e.g. de), or auto: detected among the served "
+        "ones; optional on a server of one model",
+    )
+    target: str | None = Field(None, description="the target language; optional on a server of one model")
+
+
+class SearchOptions(Pair):
     beam: int = Field(4, description="beam size; 1 = greedy search (the paper: 4)")
     alpha: float = Field(0.6, description="GNMT length penalty alpha (the paper: 0.6)")
     max_len_a: float = Field(1.0, description="at most a * source length + b tokens")
@@ -163,7 +159,7 @@ class AttentionRequest(SearchOptions):
     prefix: str = Field("", description="the start of the translation; the model continues from there")
 
 
-class ChoicesRequest(_Strict):
+class ChoicesRequest(Pair):
     text: str = Field(description="one sentence")
     prefix: str = Field(
         "", description="the start of its translation: the words before the place asked about"
@@ -198,32 +194,41 @@ class Translation(Hypothesis):
     sentence_scores: list[SentenceScore] | None = None  # with scores: one per sentence
 
 
+class Step(BaseModel):
+    model: str  # the model's name (GET /v1/models)
+    source: str | None
+    target: str | None
+
+
+class Detected(BaseModel):
+    language: str
+    confidence: float  # percent, among the served source languages
+
+
 class TranslateResponse(BaseModel):
     translations: list[Translation]
     engine: str
+    route: list[Step]  # the models it went through: one, or several for a pivot
+    detected: Detected | None = None  # with source "auto"
 
 
 # --- the application ------------------------------------------------------------------------------
 
 
-def create_app(served: Served, limits: Limits, batcher_settings: dict[str, Any], cors: str | None = None):
-    """The application over ``served``; ``batcher_settings``: ``max_tokens`` (0 = no batching
-    across requests) and ``max_wait_s``."""
-    executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="aiayn-model")  # torch: one thread
+def create_app(
+    models: Models | Served, limits: Limits, batcher_settings: dict[str, Any], cors: str | None = None
+):
+    """The application over ``models`` (or one model, loaded: a :class:`Served`);
+    ``batcher_settings``: ``max_tokens`` (0 = no batching across requests) and ``max_wait_s``."""
+    if isinstance(models, Served):
+        models = Models.single(models)
+    models.batching = batcher_settings
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
-        batcher = task = None
-        if served.kind == "translation":
-            batcher = Batcher(served.backend.translate, _token_counter(served), executor, **batcher_settings)
-            app.state.documents = Documents(served.backend, batcher, _source_language(served))
-            task = asyncio.create_task(batcher.run())
         yield
-        if task is not None:
-            task.cancel()
-            batcher.close()  # requests still waiting (past the graceful shutdown) get an error
-            await asyncio.to_thread(app.state.documents.close)
-        executor.shutdown(wait=True)
+        models.stop()  # requests still waiting (past the graceful shutdown) get an error
+        await asyncio.to_thread(models.close)
 
     app = FastAPI(
         title="aiayn",
@@ -232,7 +237,7 @@ def create_app(served: Served, limits: Limits, batcher_settings: dict[str, Any],
         docs_url=None,  # served by _docs from local files instead of a CDN
         redoc_url=None,
     )
-    app.state.served, app.state.limits, app.state.executor = served, limits, executor
+    app.state.models, app.state.limits = models, limits
     app.state.admission, app.state.langid = Admission(limits.max_queue), LanguageIdentifier()
     _errors(app)
     _body_limit(app, limits.max_body_bytes)
@@ -268,7 +273,10 @@ def _docs(app: FastAPI) -> None:
 
 def _routes(app: FastAPI, key) -> None:
     app.get("/health", summary="Liveness")(health)
-    app.get("/v1/model", summary="The served model", dependencies=[key])(model_info)
+    app.get("/v1/model", summary="A served model (its pair's)", dependencies=[key])(model_info)
+    app.get("/v1/models", summary="Every served model, its languages, whether loaded", dependencies=[key])(
+        models_info
+    )
     app.post(
         "/v1/translate",
         summary="Translate documents",
@@ -291,8 +299,19 @@ async def health() -> dict[str, str]:
     return {"status": "ok"}
 
 
-async def model_info(request: Request) -> dict[str, Any]:
-    return request.app.state.served.info
+async def model_info(
+    request: Request, source: str | None = None, target: str | None = None
+) -> dict[str, Any]:
+    """The model of a pair (its last model, for a pivot): loaded to be described."""
+    models: Models = request.app.state.models
+    route = models.resolve(source, target)
+    async with models.use(Route(route.legs[-1:])) as (served,):
+        return {**served.info, "name": route.legs[-1].model}
+
+
+async def models_info(request: Request) -> dict[str, Any]:
+    models: Models = request.app.state.models
+    return {"models": models.listing(), "loaded": models.registry.loaded()}
 
 
 async def page():
@@ -302,45 +321,91 @@ async def page():
 
 
 async def translate(body: TranslateRequest, request: Request) -> dict[str, Any]:
-    served, state = _served(request, "translation"), request.app.state
+    state, models = request.app.state, request.app.state.models
     _check_documents(body.text, state.limits)
     prefixes = _check_prefixes(body.prefix, body.text, state.limits)
-    if body.glossary and served.backend.name != "torch":
-        engine = served.backend.name
+    if body.scores and body.nbest > 1:
+        raise _bad(422, "scores: for the best translation only; not with nbest > 1")
+    route, detected = await _route(request, body, body.text, body.format)
+    async with models.use(route) as served:
+        _check_engine(body, route, served)
+        options = _options(body, served[-1], route, nbest=body.nbest, **_sampling(body))
+        with state.admission.slot():
+            wanted = Wanted(scores=True, confidence=body.scores, alignment=body.alignments)
+            results = await models.translate(
+                route, served, body.text, options, fmt=body.format, wanted=wanted, prefixes=prefixes
+            )
+    translations = [_translation(result, body.alignments, body.scores) for result in results]
+    answer = {"translations": translations, "engine": served[-1].backend.name, "route": route.describe()}
+    return {**answer, "detected": detected} if detected else answer
+
+
+async def _route(
+    request: Request, body: Pair, texts: list[str], fmt: str = "text"
+) -> tuple[Route, dict | None]:
+    """The request's route (with ``source: auto``, the language detected among those that reach the
+    target, and the detection)."""
+    models: Models = request.app.state.models
+    _kind(models, "translation")
+    if body.source != "auto":
+        return models.resolve(body.source, body.target), None
+    detected = await detect(request.app.state, texts, fmt, body.target)
+    return models.resolve(detected["language"], body.target), detected
+
+
+async def detect(state, texts: list[str], fmt: str, target: str | None) -> dict[str, Any]:
+    """The language of the texts together among the served sources that reach ``target`` (all of
+    them without a target): ``{"language", "confidence"}``."""
+    models: Models = state.models
+    candidates = [
+        s for s in models.router.sources if target is None or models.router.route(s, target.lower())
+    ]
+    if not candidates:
+        raise _bad(400, f"{target} is not served as a target: {models.serves()}")
+    text = "\n".join(html_text(t) if fmt == "html" else t for t in texts)
+    try:
+        ranked = await models.run(state.langid.rank_among, text, candidates)
+    except UserError as err:  # the identifier is not installed
+        raise _bad(400, str(err)) from None
+    return {"language": ranked[0][0], "confidence": ranked[0][1]}
+
+
+def _check_engine(body: SearchOptions, route: Route, served: list[Served]) -> None:
+    if body.glossary and route.pivoted:
+        raise _bad(
+            422,
+            f"glossary: not over a pivot ({'->'.join(route.languages)}): its source terms are not in "
+            "the last model's source language; ask a pair that one model translates",
+        )
+    if body.glossary and served[-1].backend.name != "torch":
+        engine = served[-1].backend.name
         raise _bad(
             422, f"glossary: the {engine} engine has no lexical constraints; serve with --engine torch"
         )
-    if body.scores and body.nbest > 1:
-        raise _bad(422, "scores: for the best translation only; not with nbest > 1")
-    options = _options(body, served, nbest=body.nbest, **_sampling(body))
-    with state.admission.slot():
-        wanted = Wanted(scores=True, confidence=body.scores, alignment=body.alignments)
-        results = await state.documents.translate(
-            body.text, options, fmt=body.format, wanted=wanted, prefixes=prefixes
-        )
-    translations = [_translation(result, body.alignments, body.scores) for result in results]
-    return {"translations": translations, "engine": served.backend.name}
 
 
 async def attention(body: AttentionRequest, request: Request) -> dict[str, Any]:
-    served = _served(request, "translation")
+    """One sentence's attention; over a pivot, the last model's, on the sentence the earlier ones
+    made of it (``bridge``)."""
     _check_sentence(body.text)
     _check_prefix(body.prefix)
-    options = _options(body, served, nbest=1)
-    run = functools.partial(
-        sentence_attention,
-        served.model,
-        served.backend.tokenizer,
-        body.text,
-        options,
-        device=served.device,
-        prefix=body.prefix,
-    )
-    found = await asyncio.get_running_loop().run_in_executor(request.app.state.executor, run)
-    eos = served.backend.tokenizer.id_to_piece(served.model.config.eos_id, target=True)
+    route, detected = await _route(request, body, [body.text])
+    models: Models = request.app.state.models
+    async with models.use(route) as served:
+        _check_engine(body, route, served)
+        options = _options(body, served[-1], route, nbest=1)
+        text, bridge = await _bridge(models, route, served, body.text, options)
+        last = served[-1]
+        text = _tagged(text, route)
+        run = functools.partial(
+            sentence_attention, last.model, last.backend.tokenizer, text, options,
+            device=last.device, prefix=body.prefix,
+        )  # fmt: skip
+        found = await models.run_model(run)
+        eos = last.backend.tokenizer.id_to_piece(last.model.config.eos_id, target=True)
     pieces = found.predicted_pieces[:-1] if found.predicted_pieces[-1:] == [eos] else found.predicted_pieces
     log_probs = [math.log(p) if p > 0 else -math.inf for p in found.probabilities]
-    return {
+    answer = {
         "source_pieces": found.source_pieces,
         "target_pieces": found.target_pieces,  # what each target position reads (<s> first)
         "predicted_pieces": found.predicted_pieces,  # what each target position predicts (</s> last)
@@ -349,50 +414,79 @@ async def attention(body: AttentionRequest, request: Request) -> dict[str, Any]:
         "words": [list(pair) for pair in word_probabilities(found.translation, pieces, log_probs)],
         "score": found.score,
         "attention": {kind: [m.tolist() for m in layers] for kind, layers in found.maps.items()},
+        "route": route.describe(),
+        "bridge": bridge,  # over a pivot: the sentence in each bridge language
     }
+    return {**answer, "detected": detected} if detected else answer
+
+
+async def _bridge(models: Models, route: Route, served: list[Served], text: str, options: DecodeOptions):
+    """What the last model of ``route`` reads for ``text``: ``text`` itself, or over a pivot the
+    earlier models' translation of it (searched with ``options``); and those translations."""
+    if not route.pivoted:
+        return text, []
+    bridge = Route(route.legs[:-1])
+    results = await models.translate(bridge, served[:-1], [text], replace(options, nbest=1))
+    return results[0].text, [results[0].text]
+
+
+def _tagged(text: str, route: Route) -> str:
+    """The sentence as the last model reads it: a multi-target model's starts with its ``>>xx<<``."""
+    token = route.legs[-1].token
+    return f"{token} {text}" if token else text
 
 
 async def choices(body: ChoicesRequest, request: Request) -> dict[str, Any]:
-    """The ``k`` most probable next pieces after ``prefix`` in the translation of ``text``, most
-    probable first, and ``rest``: the probability of every other piece (they sum to one)."""
-    served = _served(request, "translation")
+    """The ``k`` most probable next pieces after ``prefix`` in the translation of ``text`` (over a
+    pivot: of its bridge sentence, made with the default search), most probable first, and ``rest``:
+    the probability of every other piece (they sum to one)."""
     _check_sentence(body.text)
     _check_prefix(body.prefix)
     if not 1 <= body.k <= MAX_CHOICES:
         raise _bad(422, f"k: must be in 1..{MAX_CHOICES}, got {body.k}")
-    run = functools.partial(
-        next_choices, served.model, served.backend.tokenizer, body.text, body.prefix, body.k, served.device
-    )
-    found = await asyncio.get_running_loop().run_in_executor(request.app.state.executor, run)
-    return {"choices": [asdict(choice) for choice in found.choices], "rest": found.rest}
+    route, _ = await _route(request, body, [body.text])
+    models: Models = request.app.state.models
+    async with models.use(route) as served:
+        text, bridge = await _bridge(models, route, served, body.text, DecodeOptions())
+        last = served[-1]
+        run = functools.partial(
+            next_choices, last.model, last.backend.tokenizer, _tagged(text, route), body.prefix, body.k,
+            last.device,
+        )  # fmt: skip
+        found = await models.run_model(run)
+    return {
+        "choices": [asdict(choice) for choice in found.choices],
+        "rest": found.rest,
+        "route": route.describe(),
+        "bridge": bridge,
+    }
 
 
 async def forecast(body: ForecastRequest, request: Request) -> dict[str, Any]:
-    served = _served(request, "forecast")
-    info = served.info
-    rows = np.asarray(body.rows, dtype=np.float64)
-    expected = (info["input_len"], len(info["input_columns"]))
-    if rows.ndim != 2 or rows.shape != expected:
-        raise _bad(
-            422,
-            f"rows: expected {expected[0]} rows of {expected[1]} values "
-            f"({', '.join(info['input_columns'])}), got shape {list(rows.shape)}",
-        )
-    if not np.isfinite(rows).all():
-        raise _bad(422, "rows: every value must be a finite number")
-    run = functools.partial(_forecast, served, rows)
-    values = await asyncio.get_running_loop().run_in_executor(request.app.state.executor, run)
+    models: Models = request.app.state.models
+    _kind(models, "forecast")
+    async with models.use(models.resolve(None, None)) as (served,):
+        info = served.info
+        rows = np.asarray(body.rows, dtype=np.float64)
+        expected = (info["input_len"], len(info["input_columns"]))
+        if rows.ndim != 2 or rows.shape != expected:
+            raise _bad(
+                422,
+                f"rows: expected {expected[0]} rows of {expected[1]} values "
+                f"({', '.join(info['input_columns'])}), got shape {list(rows.shape)}",
+            )
+        if not np.isfinite(rows).all():
+            raise _bad(422, "rows: every value must be a finite number")
+        values = await models.run_model(functools.partial(_forecast, served, rows))
     return {"columns": info["output_columns"], "horizon": info["horizon"], "forecast": values.tolist()}
 
 
 # --- helpers ----------------------------------------------------------------------------------------
 
 
-def _served(request: Request, kind: str) -> Served:
-    served = request.app.state.served
-    if served.kind != kind:
-        raise _bad(404, f"this server runs a {served.kind} model; this route needs a {kind} model")
-    return served
+def _kind(models: Models, kind: str) -> None:
+    if models.kind != kind:
+        raise _bad(404, f"this server runs a {models.kind} model; this route needs a {kind} model")
 
 
 def _check_documents(documents: list[str], limits: Limits) -> None:
@@ -456,7 +550,7 @@ def _glossary(pairs: list[list[str]] | None) -> tuple[tuple[str, str], ...]:
     return glossary
 
 
-def _options(body: SearchOptions, served: Served, nbest: int, **sampling: Any) -> DecodeOptions:
+def _options(body: SearchOptions, served: Served, route: Route, nbest: int, **sampling: Any) -> DecodeOptions:
     for name, value in (("beam", body.beam), ("nbest", nbest)):
         if value > MAX_BEAM:  # DecodeOptions checks the lower bounds
             raise _bad(422, f"{name}: must be <= {MAX_BEAM}")
@@ -471,17 +565,11 @@ def _options(body: SearchOptions, served: Served, nbest: int, **sampling: Any) -
             max_len_a=body.max_len_a,
             max_len_b=body.max_len_b,
             glossary=glossary,
-            glossary_language=_source_language(served) if glossary else None,
+            glossary_language=route.legs[0].source if glossary else None,
             **sampling,
         )
     except UserError as err:
         raise _bad(422, str(err)) from None
-
-
-def _source_language(served: Served) -> str | None:
-    """The model's source language (``--source-lang``, else the checkpoint's), None where unknown:
-    its sentences' segmenter's, and the one glossary terms are found in their inflected forms in."""
-    return (served.info.get("languages") or {}).get("source")
 
 
 def _sampling(body: TranslateRequest) -> dict[str, Any]:
@@ -523,13 +611,6 @@ def _confidence(log_prob: float) -> dict[str, float]:
 
 def _finite(score: float) -> float | None:
     return score if np.isfinite(score) else None
-
-
-def _token_counter(served: Served):
-    def count(line: str) -> int:
-        return len(served.backend.tokenizer.encode(line)) + 1  # + EOS
-
-    return count
 
 
 @torch.no_grad()

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import ipaddress
 import os
+import re
 import socket
 import sys
 
@@ -23,6 +25,8 @@ from aiayn.device import resolve_device
 from aiayn.errors import UserError, naming_flags
 from aiayn.loading import load
 from aiayn.model import count_parameters
+from aiayn.service.catalog import catalog
+from aiayn.service.registry import Budget
 
 API_KEY_VARIABLE = "AIAYN_API_KEY"
 
@@ -35,7 +39,25 @@ def register(subparsers) -> None:
         "/v1/forecast, GET /v1/model and /health, the web page at /, the API's documentation at /docs; "
         "for a translation run also LibreTranslate's API (POST /translate and /detect, GET /languages).",
     )
-    p.add_argument("--checkpoint", required=True, help="checkpoint or run directory")
+    p.add_argument(
+        "--checkpoint",
+        action="append",
+        default=[],
+        help="checkpoint or run directory; SRC-TGT=PATH names its languages (de-en=runs/x; several "
+        "targets with +); repeat it to serve several models",
+    )
+    p.add_argument("--models", metavar="DIR", help="serve every checkpoint or run directory in DIR")
+    p.add_argument(
+        "--max-loaded-models",
+        type=int,
+        help="models in memory at once; the least recently used is unloaded beyond (default: no limit)",
+    )
+    p.add_argument(
+        "--max-memory",
+        metavar="SIZE",
+        help="the loaded models' weights at most (e.g. 2G, 500M; counted at their model.safetensors' "
+        "size); the least recently used is unloaded beyond (default: no limit)",
+    )
     p.add_argument(
         "--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1, this machine only)"
     )
@@ -88,7 +110,7 @@ def run_serve(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     api_key = args.api_key or os.environ.get(API_KEY_VARIABLE) or None
     _check_port(args.host, args.port)
-    served = load_served(args)
+    models = load_models(args)
     limits = Limits(
         max_sentences=args.max_sentences,
         max_chars=args.max_chars,
@@ -100,7 +122,7 @@ def run_serve(args: argparse.Namespace) -> int:
         "max_tokens": 0 if args.no_batching else args.max_batch_tokens,
         "max_wait_s": args.max_wait_ms / 1000,
     }
-    app = create_app(served, limits, batching, args.cors)
+    app = create_app(models, limits, batching, args.cors)
     if not _is_loopback(args.host):
         print(
             f"aiayn: warning: serving on {args.host}, reachable from other machines"
@@ -108,8 +130,7 @@ def run_serve(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     print(
-        f"aiayn serve: {served.info['kind']} model on http://{args.host}:{args.port}/ "
-        f"(API documentation: /docs)",
+        f"aiayn serve: {_what(models)} on http://{args.host}:{args.port}/ (API documentation: /docs)",
         file=sys.stderr,
         flush=True,
     )
@@ -144,7 +165,8 @@ def _serve_extra():
 
 
 def _check_numbers(args: argparse.Namespace) -> None:
-    for name in ("max_sentences", "max_chars", "max_body_bytes", "max_queue", "max_batch_tokens", "threads"):
+    numbers = ("max_sentences", "max_chars", "max_body_bytes", "max_queue", "max_batch_tokens", "threads")
+    for name in (*numbers, "max_loaded_models"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             raise UserError(f"--{name.replace('_', '-')}: must be >= 1")
     if args.max_wait_ms < 0:
@@ -175,49 +197,97 @@ def _is_loopback(host: str) -> bool:
         return host == "localhost"
 
 
-def load_served(args: argparse.Namespace):
-    """The model behind the API (translation: the backend and the torch model; forecast: the model)."""
+def load_models(args: argparse.Namespace):
+    """The server's models (:class:`aiayn.serve.models.Models`): a server of one model loads it now
+    (a bad checkpoint is said at start); several load on first use."""
+    from aiayn.serve.models import Models  # the serve extra (FastAPI): only when serving
+
+    if not (args.checkpoint or args.models):
+        raise UserError("give --checkpoint PATH (repeatable) or --models DIR")
+    several = len(args.checkpoint) + bool(args.models) > 1
+    if several and (args.source_lang or args.target_lang or args.ct2_dir):
+        flag = "--source-lang" if args.source_lang else "--target-lang" if args.target_lang else "--ct2-dir"
+        raise UserError(f"{flag}: for one --checkpoint; name several models' languages as SRC-TGT=PATH")
+    specs = catalog(args.checkpoint, args.models, (args.source_lang, args.target_lang))
+    budget = Budget(args.max_loaded_models, parse_size(args.max_memory, "--max-memory"))
     device = resolve_device(args.device, "--device")
-    loaded = load(args.checkpoint, device)
+    if specs[0].kind == "translation":
+        check_backend(args.engine, args.compute_type)
+        if args.engine == "torch":
+            check_torch_compute(args.compute_type, device)
+    models = Models(specs, functools.partial(load_model, args=args, device=device), budget=budget)
+    if len(specs) == 1:
+        models.registry.preload(specs[0].name)
+    return models
+
+
+def _what(models) -> str:
+    if len(models.specs) == 1:
+        return f"{models.kind} model"
+    pairs = len(models.router.routes)
+    return f"{len(models.specs)} models ({pairs} language pairs, loaded on first use)"
+
+
+def parse_size(text: str | None, flag: str) -> int | None:
+    """Bytes of ``2G``, ``500M``, ``64k``, ``1.5GB`` or ``1000000`` (powers of 1024)."""
+    if text is None:
+        return None
+    match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([kmgt]?)i?b?\s*", text.lower())
+    if not match:
+        raise UserError(f"{flag} {text}: not a size (e.g. 2G, 500M, 1000000)")
+    size = int(float(match.group(1)) * 1024 ** "_kmgt".index(match.group(2) or "_"))
+    if size < 1:
+        raise UserError(f"{flag} {text}: must be more than 0 bytes")
+    return size
+
+
+def load_model(spec, args: argparse.Namespace, device):
+    """One model of the server (:class:`aiayn.serve.models.Served`), loaded from its spec."""
+    loaded = load(spec.path, device)
     if loaded.kind == "forecast":
         return _forecast_served(loaded)
-    return _translation_served(loaded, args, device)
+    return _translation_served(loaded, args, device, spec)
 
 
-def _translation_served(loaded, args: argparse.Namespace, device):
-    from aiayn.serve.app import Served  # the serve extra (FastAPI): only when serving
-    from aiayn.serve.documents import backend_warning  # with the serve extra, as Served
+def load_served(args: argparse.Namespace):
+    """The one model of ``--checkpoint`` (translation: the backend and the torch model; forecast:
+    the model)."""
+    models = load_models(args)
+    return models.registry.slots[models.only].value
 
-    check_backend(args.engine, args.compute_type)
+
+def _translation_served(loaded, args: argparse.Namespace, device, spec):
+    from aiayn.serve.documents import backend_warning  # the serve extra (FastAPI): only when serving
+    from aiayn.serve.models import Served  # with the serve extra, as documents
+
     if args.engine == "torch":
-        check_torch_compute(args.compute_type, device)
         model = torch_model(loaded.model, args.compute_type)  # the page's attention: loaded.model
         backend = Translator(model, loaded.tokenizer, device, warn=backend_warning)
     else:
         backend = load_backend(
-            args.checkpoint,
+            spec.path,
             args.engine,
             device=device,
             ct2_dir=args.ct2_dir,
             compute_type=args.compute_type,
             warn=backend_warning,
         )
-    data = loaded.checkpoint.config.get("run", {}).get("data", {})
-    source, target = args.source_lang or data.get("src_lang"), args.target_lang or data.get("tgt_lang")
+    source = spec.sources[0] if len(spec.sources) == 1 else list(spec.sources) or None
+    target = spec.targets[0] if len(spec.targets) == 1 else list(spec.targets) or None
     info = {
         "kind": "translation",
         "engine": backend.name,
         "step": loaded.checkpoint.config.get("step"),
         "config": loaded.config.to_dict(),
         "parameters": count_parameters(loaded.model),
-        "languages": {"source": source, "target": target},  # the checkpoint's, or --source/target-lang
+        "languages": {"source": source, "target": target},  # the checkpoint's, or as named
         "vocab_size": loaded.tokenizer.vocab_size,
     }
     return Served("translation", info, backend=backend, model=loaded.model, device=device)
 
 
 def _forecast_served(loaded):
-    from aiayn.serve.app import Served  # the serve extra (FastAPI): only when serving
+    from aiayn.serve.models import Served  # the serve extra (FastAPI): only when serving
 
     stored = loaded.checkpoint.config
     data = stored["data"]

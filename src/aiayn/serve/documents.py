@@ -8,26 +8,23 @@ document threads (never in the event loop, never in the model's thread) over a
 batcher in the event loop, so the sentences of documents that arrive together are decoded in the
 same token-bounded batches, in the model's one thread.
 
-The routes (``POST /v1/translate``, the LibreTranslate API's ``POST /translate``) call
-:meth:`Documents.translate`; :class:`Admission` bounds the requests in the server at once.
+The routes (``POST /v1/translate``, the LibreTranslate API's ``POST /translate``) translate through
+:meth:`aiayn.serve.models.Models.translate`; :class:`Admission` bounds the requests in the server at
+once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import re
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Sequence
 
 from starlette.exceptions import HTTPException
 
 from aiayn.decode.request import TEXT, Backend, LineLike, Translation, Wanted, as_lines
 from aiayn.decode.search import DecodeOptions
-from aiayn.documents.translate import DocumentResult, DocumentTranslator
-from aiayn.errors import UserError
 from aiayn.serve.batching import Batcher
 
 #: Document requests parsed, waiting for their sentences or rebuilt at once: each holds a thread
@@ -49,41 +46,6 @@ class BatchedBackend:
     ) -> list[Translation]:
         submit = self._batcher.submit(as_lines(lines), options, wanted)
         return asyncio.run_coroutine_threadsafe(submit, self._loop).result()
-
-
-class Documents:
-    """The server's document translator; made in the running event loop, with the batcher."""
-
-    def __init__(self, backend: Backend, batcher: Batcher, language: str | None) -> None:
-        self.pool = ThreadPoolExecutor(DOCUMENT_THREADS, thread_name_prefix="aiayn-documents")
-        batched = BatchedBackend(backend, batcher, asyncio.get_running_loop())
-        self.translator = DocumentTranslator(batched, language=language, split=True, warn=warn_once)
-
-    async def translate(
-        self,
-        documents: list[str],
-        options: DecodeOptions,
-        *,
-        fmt: str = "text",
-        wanted: Wanted = TEXT,
-        prefixes: list[str] | None = None,
-    ) -> list[DocumentResult]:
-        """The documents translated (:meth:`DocumentTranslator.translate
-        <aiayn.documents.translate.DocumentTranslator.translate>`); a :class:`UserError` is a 422."""
-        run = functools.partial(
-            self.translator.translate, documents, options, fmt=fmt, wanted=wanted, prefixes=prefixes
-        )
-        try:
-            return await self.run(run)
-        except UserError as err:  # what a user can act on: one line, 422
-            raise HTTPException(422, str(err)) from None
-
-    async def run(self, function, *args):
-        """``function(*args)`` in a document thread (work too long for the event loop)."""
-        return await asyncio.get_running_loop().run_in_executor(self.pool, function, *args)
-
-    def close(self) -> None:
-        self.pool.shutdown(wait=True, cancel_futures=True)
 
 
 _WARNED: set[str] = set()

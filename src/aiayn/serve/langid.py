@@ -118,6 +118,14 @@ class LanguageIdentifier:
         ranked = self._identifier().rank(text)
         return [(code, round(100.0 * float(p), 2)) for code, p in ranked[:top]]
 
+    def rank_among(self, text: str, languages: list[str]) -> list[tuple[str, float]]:
+        """``languages`` ranked by how likely ``text`` is in each, best first, with its probability
+        in percent among every language py3langid knows (so that a text in none of them is said with
+        a low confidence; a language it does not know gets 0)."""
+        known = {code: float(p) for code, p in self._identifier().rank(text)}
+        ranked = sorted(languages, key=lambda code: -known.get(code, 0.0))
+        return [(code, round(100.0 * known.get(code, 0.0), 2)) for code in ranked]
+
     def _identifier(self):
         with self._lock:
             if self._model is None:

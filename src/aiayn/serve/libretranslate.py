@@ -55,7 +55,7 @@ def add_routes(app: FastAPI) -> None:
 
 
 async def translate(request: Request) -> dict[str, Any]:
-    served, state = _served(request), request.app.state
+    state, models = request.app.state, _models(request)
     params = await _params(request)
     _check_key(request, params, state.limits.api_key)
     texts, batch = _texts(params, request)
@@ -63,44 +63,45 @@ async def translate(request: Request) -> dict[str, Any]:
     alternatives = _alternatives(params)
     _check_limits(texts, state.limits)
     fmt = params.get("format") or "text"
-    detected = await _detect(state, texts, fmt) if source == "auto" else None
-    _check_pair(detected["language"] if detected else source, target, _pair(served), detected)
+    detected = await _detect(state, texts, fmt, target) if source == "auto" else None
+    route = _resolve(models, detected["language"] if detected else source, target, detected)
     if fmt not in FORMATS:
         raise _error(400, f"{fmt} format is not supported")
     nbest = alternatives + 1 if fmt == "text" else 1  # as LibreTranslate: no alternatives for HTML
     options = DecodeOptions(beam=max(BEAM, nbest), alpha=ALPHA, nbest=nbest)
-    with state.admission.slot():
-        results = await state.documents.translate(texts, options, fmt=fmt)
+    async with models.use(route) as served:
+        with state.admission.slot():
+            results = await models.translate(route, served, texts, options, fmt=fmt)
     answer: dict[str, Any] = {"translatedText": [r.text for r in results]}
     if alternatives:
         answer["alternatives"] = [_unique(r.alternatives, r.text)[:alternatives] for r in results]
     if detected:
         answer["detectedLanguage"] = [detected] * len(texts)
-    return answer if batch else {key: value[0] for key, value in answer.items()}
+    answer = answer if batch else {key: value[0] for key, value in answer.items()}
+    return {**answer, "route": route.describe()} if route.pivoted else answer  # a pivot's models
 
 
 async def detect(request: Request) -> list[dict[str, Any]]:
-    _served(request)
+    """The served source languages, likeliest first (at most 3)."""
+    models = _models(request)
     params = await _params(request)
     _check_key(request, params, request.app.state.limits.api_key)
     texts, _ = _texts(params, request)
     _check_limits(texts, request.app.state.limits)
-    ranked = await _identify(request.app.state, "\n".join(texts), 3)
-    return [{"confidence": confidence, "language": code} for code, confidence in ranked]
+    ranked = await _identify(request.app.state, "\n".join(texts), models.router.sources)
+    return [{"confidence": confidence, "language": code} for code, confidence in ranked[:3]]
 
 
 async def languages(request: Request) -> list[dict[str, Any]]:
-    source, target = _languages(_served(request))
-    if not (source and target):
-        return []
-    return [
-        {"code": source, "name": language_name(source), "targets": [target]},
-        {"code": target, "name": language_name(target), "targets": []},
-    ]
+    """Every source language served, with every target it reaches; ``pivots`` (beyond
+    LibreTranslate's fields) names the languages a pivoted target goes through."""
+    return _models(request).languages()
 
 
 async def settings(request: Request) -> dict[str, Any]:
-    source, target = _languages(_served(request))
+    listed = _models(request).languages()
+    source = listed[0]["code"] if listed else ""
+    target = listed[0]["targets"][0] if listed and listed[0]["targets"] else ""
     limits = request.app.state.limits
     return {
         "charLimit": limits.max_chars,
@@ -111,8 +112,8 @@ async def settings(request: Request) -> dict[str, Any]:
         "filesTranslation": False,
         "supportedFilesFormat": [],
         "language": {
-            "source": {"code": source or "", "name": language_name(source or "")},
-            "target": {"code": target or "", "name": language_name(target or "")},
+            "source": {"code": source, "name": language_name(source)},
+            "target": {"code": target, "name": language_name(target)},
         },
     }
 
@@ -215,45 +216,39 @@ def _check_key(request: Request, params: dict[str, Any], api_key: str | None) ->
 # --- languages ------------------------------------------------------------------------------------
 
 
-def _languages(served) -> tuple[str | None, str | None]:
-    langs = served.info.get("languages") or {}
-    return langs.get("source"), langs.get("target")
-
-
-def _pair(served) -> tuple[str, str]:
-    source, target = _languages(served)
-    if not (source and target):
+def _resolve(models, source: str, target: str, detected: dict | None):
+    if not models.router.routes:
         raise _error(
             400,
             "Invalid request: this server does not know its model's languages "
             "(start aiayn serve with --source-lang and --target-lang)",
         )
-    return source, target
-
-
-def _serves(pair: tuple[str, str]) -> str:
-    (source, target) = pair
-    return f"this server translates {language_name(source)} ({source}) to {language_name(target)} ({target})"
-
-
-def _check_pair(source: str, target: str, pair: tuple[str, str], detected: dict | None) -> None:
-    if source.lower() != pair[0].lower():
+    route = models.router.route(source.lower(), target.lower())
+    if route is not None:
+        return route
+    if source.lower() not in models.router.sources:
         how = f" (detected, confidence {detected['confidence']})" if detected else ""
-        raise _error(400, f"{source} is not supported{how}: {_serves(pair)}")
-    if target.lower() != pair[1].lower():
-        raise _error(400, f"{target} is not supported as a target language from {source}: {_serves(pair)}")
+        raise _error(400, f"{source} is not supported{how}: {models.serves()}")
+    raise _error(400, f"{target} is not supported as a target language from {source}: {models.serves()}")
 
 
-async def _detect(state, texts: list[str], fmt: str) -> dict[str, Any]:
-    """The language of all the texts together (as LibreTranslate detects a list: one language)."""
+async def _detect(state, texts: list[str], fmt: str, target: str) -> dict[str, Any]:
+    """The language of all the texts together (as LibreTranslate detects a list: one language),
+    among the served ones that reach ``target``."""
+    models = state.models
+    candidates = [s for s in models.router.sources if models.router.route(s, target.lower())]
+    if not candidates:
+        raise _error(400, f"{target} is not supported as a target language: {models.serves()}")
     text = "\n".join(html_text(t) if fmt == "html" else t for t in texts)
-    code, confidence = (await _identify(state, text, 1))[0]
+    code, confidence = (await _identify(state, text, candidates))[0]
     return {"confidence": confidence, "language": code}
 
 
-async def _identify(state, text: str, top: int) -> list[tuple[str, float]]:
+async def _identify(state, text: str, candidates: list[str]) -> list[tuple[str, float]]:
+    if not candidates:
+        raise _error(400, "Invalid request: this server does not know its model's languages")
     try:
-        return await state.documents.run(state.langid.rank, text, top)
+        return await state.models.run(state.langid.rank_among, text, candidates)
     except UserError as err:  # the identifier is not installed
         raise _error(400, str(err)) from None
 
@@ -264,13 +259,13 @@ def _unique(alternatives: list[str], best: str) -> list[str]:
     return [a for a in alternatives if not (a in seen or seen.add(a))]
 
 
-def _served(request: Request):
-    served = request.app.state.served
-    if served.kind != "translation":
+def _models(request: Request):
+    models = request.app.state.models
+    if models.kind != "translation":
         raise _error(
-            404, f"this server runs a {served.kind} model; the LibreTranslate API needs a translation model"
+            404, f"this server runs a {models.kind} model; the LibreTranslate API needs a translation model"
         )
-    return served
+    return models
 
 
 def _error(status: int, message: str) -> HTTPException:
