@@ -7,6 +7,11 @@ An imported model is an ordinary aiayn checkpoint (translate, evaluate, serve, p
 CTranslate2, fine-tune with ``aiayn train --init``); an exported one is a directory that
 ``MarianMTModel.from_pretrained`` and ``MarianTokenizer.from_pretrained`` load.
 
+An import reads a MarianMT directory or a Hugging Face Hub model id such as
+``Helsinki-NLP/opus-mt-de-en``, which :func:`hub_snapshot` downloads into huggingface_hub's cache:
+only the files an import reads, at ``--revision``, into ``--cache-dir``; with ``HF_HUB_OFFLINE=1``
+from the cache alone (``pip install 'aiayn[hub]'``).
+
 What differs, and how it is bridged:
 
 * **Positions.** Marian's sinusoid table puts all sines in the first half of the vector and all
@@ -47,8 +52,11 @@ embeddings, a final LayerNorm or embedding LayerNorm (imports). Weights are read
 from __future__ import annotations
 
 import json
+import os
 import pickle
+import re
 import shutil
+import sys
 import zipfile
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -68,6 +76,7 @@ from aiayn.loading import load_translation_model
 
 CONFIG, SOURCE_SPM, TARGET_SPM = "config.json", "source.spm", "target.spm"
 VOCAB, TARGET_VOCAB = "vocab.json", "target_vocab.json"  # the target's: MarianTokenizer's separate_vocabs
+TOKENIZER_CONFIG = "tokenizer_config.json"
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 ACTIVATIONS = {"swish": "silu", "silu": "silu", "relu": "relu", "gelu": "gelu"}  # Marian's -> aiayn's
 MARIAN_ACTIVATIONS = {"silu": "swish", "relu": "relu", "gelu": "gelu"}
@@ -80,26 +89,44 @@ BOS_PIECE = "<s>"  # aiayn's BOS when the Marian model starts decoding from <pad
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "import",
-        help="turn a model trained elsewhere (a MarianMT / opus-mt directory) into an aiayn checkpoint",
+        help="turn a model trained elsewhere (a MarianMT / opus-mt directory or Hub model id) into an aiayn "
+        "checkpoint",
         description="Import a MarianMT model directory (config.json, model.safetensors or "
-        "pytorch_model.bin, source.spm, target.spm, vocab.json), e.g. an opus-mt model cloned from the "
-        "Hugging Face Hub, as an aiayn checkpoint that translate, evaluate, serve, plot, export and "
-        "train --init read.",
+        "pytorch_model.bin, source.spm, target.spm, vocab.json) or a Hugging Face Hub model id such as "
+        "Helsinki-NLP/opus-mt-de-en (downloaded into huggingface_hub's cache; HF_HUB_OFFLINE=1: from the "
+        "cache alone) as an aiayn checkpoint that translate, evaluate, serve, plot, export and train --init "
+        "read.",
     )
     parser.add_argument("format", choices=("marian",), help="the model's format")
-    parser.add_argument("source", help="the MarianMT model directory")
+    parser.add_argument("source", help="the MarianMT model directory, or a Hub model id (owner/name)")
     parser.add_argument("--out", required=True, help="the checkpoint directory to write (new or empty)")
     parser.add_argument("--force", action="store_true", help="replace an earlier import in --out")
+    parser.add_argument(
+        "--revision", metavar="REV", help="a Hub model's branch, tag or commit (default: its main branch)"
+    )
+    parser.add_argument(
+        "--cache-dir", metavar="DIR", help="where Hub models are kept (default: huggingface_hub's, HF_HOME)"
+    )
     parser.set_defaults(func=_run)
 
 
-FLAGS = {"source": "SOURCE", "out": "--out", "force": "--force"}
+FLAGS = {
+    "source": "SOURCE",
+    "out": "--out",
+    "force": "--force",
+    "revision": "--revision",
+    "cache_dir": "--cache-dir",
+}
 
 
 @naming_flags(FLAGS)
 def _run(args) -> int:
-    out = import_marian(args.source, args.out, force=args.force)
+    out = import_marian(
+        args.source, args.out, force=args.force, revision=args.revision, cache_dir=args.cache_dir
+    )
     stored = json.loads((out / "config.json").read_text())
+    hub = stored["imported"].get("hub")
+    origin = f"{args.source} (commit {hub['revision']})" if hub else args.source
     config = TransformerConfig.from_dict(stored["model"])
     vocabulary = (
         f"vocabularies {config.src_vocab_size} (source) and {config.tgt_vocab_size} (target)"
@@ -107,7 +134,7 @@ def _run(args) -> int:
         else f"vocabulary {config.tgt_vocab_size}"
     )
     print(
-        f"imported {args.source} to {out}: d_model {config.d_model}, {config.n_encoder_layers}+"
+        f"imported {origin} to {out}: d_model {config.d_model}, {config.n_encoder_layers}+"
         f"{config.n_decoder_layers} layers, {config.n_heads} heads, {vocabulary}"
     )
     return 0
@@ -188,9 +215,18 @@ def _layers_to_marian(aiayn: dict[str, Tensor], config: TransformerConfig) -> di
 # --- import ---------------------------------------------------------------------------------------
 
 
-def import_marian(source: str | Path, out: str | Path, *, force: bool = False) -> Path:
-    """Write the MarianMT model in directory ``source`` as an aiayn checkpoint directory ``out``."""
-    source, out = Path(source), Path(out)
+def import_marian(
+    source: str | Path,
+    out: str | Path,
+    *,
+    force: bool = False,
+    revision: str | None = None,
+    cache_dir: str | Path | None = None,
+) -> Path:
+    """Write the MarianMT model ``source`` as an aiayn checkpoint directory ``out``: a directory, or a
+    Hugging Face Hub model id, downloaded at ``revision`` into ``cache_dir`` (:func:`hub_snapshot`)."""
+    source, hub = _located(source, revision, cache_dir)
+    out = Path(out)
     marian = read_marian_config(source)
     check_output_dir(  # before the work
         out,
@@ -206,15 +242,15 @@ def import_marian(source: str | Path, out: str | Path, *, force: bool = False) -
     state = _to_aiayn(weights, plan, source)
     tmp = temporary_path(out)
     shutil.rmtree(tmp, ignore_errors=True)
-    save_checkpoint(tmp, state, _checkpoint_config(source, plan), plan.tokenizer.to_bytes())
+    save_checkpoint(tmp, state, _checkpoint_config(source, plan, hub), plan.tokenizer.to_bytes())
     replace_dir(tmp, out)
     remove_abandoned_temporaries(out.parent)
     return out
 
 
-def _checkpoint_config(source: Path, plan: _Plan) -> dict[str, Any]:
+def _checkpoint_config(source: Path, plan: _Plan, hub: dict[str, str] | None = None) -> dict[str, Any]:
     """The checkpoint's config: the model's, its languages (opus-mt's tokenizer_config.json) and
-    where it came from."""
+    where it came from (a Hub model: also its id and commit, ``hub``)."""
     extra = _tokenizer_config(source)
     languages = (("src_lang", extra.get("source_lang")), ("tgt_lang", extra.get("target_lang")))
     info = {
@@ -222,9 +258,126 @@ def _checkpoint_config(source: Path, plan: _Plan) -> dict[str, Any]:
         "source": str(source.resolve()),
         "files": sorted(p.name for p in source.iterdir()),
         "separate_vocabs": plan.tokenizer.separate,
+        **({"hub": hub} if hub else {}),
     }
     run = {"data": {k: v for k, v in languages if v}}
     return {"kind": "translation", "model": plan.config.to_dict(), "run": run, "imported": info}
+
+
+# --- the Hugging Face Hub -------------------------------------------------------------------------
+
+#: The files an import reads besides the weights (generation_config.json comes along, as in the
+#: directory a clone makes)
+HUB_FILES = (CONFIG, SOURCE_SPM, TARGET_SPM, VOCAB, TARGET_VOCAB, TOKENIZER_CONFIG, "generation_config.json")
+_HUB_NAME = r"\w(?:[\w.-]{0,94}\w)?"  # huggingface_hub's rule: ASCII letters, digits, _ - . inside
+HUB_ID = re.compile(rf"(?:{_HUB_NAME}/)?{_HUB_NAME}", re.ASCII)
+
+
+def is_hub_id(name: str) -> bool:
+    """Whether ``name`` is a Hub model id: ``owner/name`` or ``name`` (no ``--``, ``..`` or ``.git``)."""
+    odd = "--" in name or ".." in name or name.endswith(".git")
+    return bool(HUB_ID.fullmatch(name)) and not odd
+
+
+def _located(
+    source: str | Path, revision: str | None, cache_dir: str | Path | None
+) -> tuple[Path, dict[str, str] | None]:
+    """The model directory of ``source`` and, for a Hub model id (not an existing path), the Hub's
+    record of it: ``{"repo": id, "revision": commit}``."""
+    path = Path(source)
+    if not path.exists() and is_hub_id(str(source)):
+        snapshot = hub_snapshot(str(source), revision, cache_dir)
+        return snapshot, {"repo": str(source), "revision": snapshot.name}
+    if not path.exists():
+        raise SettingError(
+            Setting("source"), f": {source}: no such directory (nor a Hugging Face Hub model id, owner/name)"
+        )
+    if revision is not None or cache_dir is not None:
+        raise SettingError(
+            Setting("revision"), " and ", Setting("cache_dir"), f" are for a Hub model id; {source} is a path"
+        )
+    return path, None
+
+
+def hub_snapshot(repo: str, revision: str | None = None, cache_dir: str | Path | None = None) -> Path:
+    """The directory of the Hub model ``repo`` at ``revision`` (a branch, tag or commit; default: the
+    main branch), downloaded with ``huggingface_hub`` into ``cache_dir`` (default: its cache, HF_HOME
+    or HF_HUB_CACHE): only :data:`HUB_FILES` and ``model.safetensors``, or where the model lacks it
+    (a second pass, at the first's commit) ``pytorch_model.bin``. With HF_HUB_OFFLINE=1 (or no
+    network) from the cache alone. The directory's name is the commit (huggingface_hub's layout)."""
+    hub = _huggingface_hub()
+
+    def download(revision: str | None, patterns: list[str]) -> Path:
+        return Path(
+            hub.snapshot_download(
+                repo,
+                revision=revision,
+                cache_dir=cache_dir,
+                allow_patterns=patterns,
+                # read now: huggingface_hub reads HF_ENDPOINT and HF_HUB_OFFLINE once, at its import,
+                # which may come before they are set (a notebook, a test, transformers imported first)
+                endpoint=os.environ.get("HF_ENDPOINT") or None,
+                local_files_only=_offline(hub),
+            )
+        )
+
+    with _hub_errors(hub, repo, revision, cache_dir or hub.constants.HF_HUB_CACHE):
+        snapshot = download(revision, [*HUB_FILES, WEIGHT_FILES[0]])
+        if not (snapshot / WEIGHT_FILES[0]).is_file():
+            download(snapshot.name, [WEIGHT_FILES[1]])
+    return snapshot
+
+
+def _huggingface_hub():
+    try:  # optional (pip install 'aiayn[hub]'): imported where a Hub model id is given
+        import huggingface_hub
+        import huggingface_hub.constants
+        import huggingface_hub.utils
+    except ImportError:
+        raise UserError(
+            "importing a Hub model needs the huggingface_hub package: pip install 'aiayn[hub]'"
+        ) from None
+    return huggingface_hub
+
+
+def _offline(hub) -> bool:
+    """HF_HUB_OFFLINE (or TRANSFORMERS_OFFLINE) as set now, or as huggingface_hub read it."""
+    now = (os.environ.get(name, "").upper() for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+    return any(value in ("1", "ON", "YES", "TRUE") for value in now) or bool(hub.constants.HF_HUB_OFFLINE)
+
+
+@contextmanager
+def _hub_errors(hub, repo: str, revision: str | None, cache):
+    """huggingface_hub's errors (and its HTTP library's) as one line each."""
+    errors = hub.utils
+    try:
+        yield
+    except errors.GatedRepoError:
+        raise UserError(f"{repo}: a gated model: accept its terms on the Hub, then hf auth login") from None
+    except errors.RepositoryNotFoundError:
+        raise UserError(
+            f"{repo}: no such directory, and no model {repo} on the Hugging Face Hub (a private one needs "
+            "hf auth login)"
+        ) from None
+    except errors.RevisionNotFoundError:
+        raise UserError(f"{repo}: the Hugging Face Hub has no revision {revision or 'main'!r}") from None
+    except errors.LocalEntryNotFoundError:
+        why = "HF_HUB_OFFLINE is set" if _offline(hub) else "the Hugging Face Hub cannot be reached"
+        raise UserError(f"{repo}: not in the cache {cache} (or only in part), and {why}") from None
+    except (errors.HfHubHTTPError, *_connection_errors()) as err:
+        raise UserError(f"{repo}: cannot download it from the Hugging Face Hub: {_first_line(err)}") from None
+
+
+def _connection_errors() -> tuple[type[BaseException], ...]:
+    """OSError (requests' errors are OSErrors) and the transport errors of httpx or httpx2, whichever
+    the installed huggingface_hub uses."""
+    modules = (sys.modules.get(name) for name in ("httpx", "httpx2"))
+    return (OSError, *(m.TransportError for m in modules if m is not None and hasattr(m, "TransportError")))
+
+
+def _first_line(err: BaseException) -> str:
+    lines = [line for line in str(err).splitlines() if line.strip()]
+    return lines[0] if lines else type(err).__name__
 
 
 # --- reading a MarianMT directory -----------------------------------------------------------------
