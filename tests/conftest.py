@@ -299,17 +299,21 @@ def _wait_until_up(url: str, process: subprocess.Popen, seconds: float = 60.0) -
 class _Servers:
     """Starts real ``aiayn serve`` subprocesses on 127.0.0.1 and free ports; kills them all in
     :meth:`stop`. ``shared``: one server per run directory
-    and flags, started at the first call and reused by the next (for tests that leave it as it was)."""
+    and flags, started at the first call and reused by the next (for tests that leave it as it was).
+    ``run_dir``: a run directory, or a list of ``--checkpoint`` values to serve several models
+    (``["aa-bb=RUN", "bb-cc=RUN"]``)."""
 
     def __init__(self, shared: bool) -> None:
         self.shared, self.started, self.urls = shared, [], {}
 
-    def __call__(self, run_dir: Path, *flags: str) -> str:
+    def __call__(self, run_dir: Path | list[str], *flags: str) -> str:
         key = (str(run_dir), flags)
         if self.shared and key in self.urls:
             return self.urls[key]
         port = free_port()
-        command = [sys.executable, "-m", "aiayn", "serve", "--checkpoint", str(run_dir), "--port", str(port)]
+        given = run_dir if isinstance(run_dir, list) else [run_dir]
+        checkpoints = [arg for value in given for arg in ("--checkpoint", str(value))]
+        command = [sys.executable, "-m", "aiayn", "serve", *checkpoints, "--port", str(port)]
         process = subprocess.Popen(
             [*command, "--device", "cpu", *flags],
             stdout=subprocess.DEVNULL,

@@ -373,3 +373,93 @@ def test_a_glossary_applies_and_an_edited_translation_is_continued_from_the_curs
     assert translation == continued["translation"] and translation.startswith("six hundred")
     assert "nonsense" not in translation and translation.split().count("twelve") == 1
     assert browser.find_element(By.ID, "changed").is_displayed()
+
+
+def _options(browser, select_id: str) -> list[str]:
+    return [o.get_attribute("value") for o in Select(browser.find_element(By.ID, select_id)).options]
+
+
+def test_the_pickers_choose_a_pair_and_a_pivot_shows_its_path_and_bridge_sentence(
+    browser, tiny_translation_run, shared_server
+):
+    """Two models named as the pairs aa->bb and bb->cc (the tiny model twice): the pickers list the
+    languages from GET /languages; aa->cc goes through bb, and the page says so under the translation
+    (as /v1/translate's route) and above the attention view, which is the last model's reading the
+    bridge sentence (as /v1/attention's); the choices of a word are the pair's (/v1/choices)."""
+    run = tiny_translation_run
+    base_url = shared_server([f"aa-bb={run}", f"bb-cc={run}"])
+    browser.get_log("browser")  # what earlier tests left there
+    browser.get(base_url + "/")
+    _wait(browser, lambda d: "2 models" in d.find_element(By.ID, "model-info").text, "the models listed")
+    assert browser.find_element(By.ID, "source-lang").is_displayed()
+    assert _options(browser, "source-lang") == ["auto", "aa", "bb"]  # cc has no target
+    assert _options(browser, "target-lang") == ["bb", "cc"]  # aa's, the first source's
+    assert "through bb" in Select(browser.find_element(By.ID, "target-lang")).options[1].text
+    source, target = (Select(browser.find_element(By.ID, name)) for name in ("source-lang", "target-lang"))
+    source.select_by_value("bb")
+    assert _options(browser, "target-lang") == ["cc"]
+    source.select_by_value("auto")
+    assert _options(browser, "target-lang") == ["bb", "cc"]  # every target any source reaches
+    source.select_by_value("aa")
+    target.select_by_value("cc")
+
+    # aa -> bb -> cc: the page's translation and n-best list are the API's for the same pair
+    options = {"source": "aa", "target": "cc", "beam": 4, "alpha": 0.6}
+    assert _translate(browser, SENTENCE, nbest=2, beam=4, alpha=0.6) == "ready", _visible_error(browser)
+    status, expected = _api(base_url, "/v1/translate", {"text": [SENTENCE], **options, "nbest": 2})
+    assert status == 200
+    best, route = expected["translations"][0], expected["route"]
+    assert browser.find_element(By.ID, "translation").get_attribute("textContent") == best["text"]
+    entries = browser.find_elements(By.CSS_SELECTOR, "#nbest-list li")
+    assert [e.text.split(" ", 1)[1] for e in entries] == [h["text"] for h in best["nbest"]]
+    assert [(s["source"], s["target"]) for s in route] == [("aa", "bb"), ("bb", "cc")]
+    models = ", ".join(step["model"] for step in route)
+    assert browser.find_element(By.ID, "route").text == f"aa → bb → cc (models {models})"
+
+    # the attention view: the last model's, over the bridge sentence, said above it
+    _, found = _api(base_url, "/v1/attention", {"text": SENTENCE, **options})
+    assert len(found["bridge"]) == 1 and found["bridge"][0]
+    assert browser.find_element(By.ID, "bridge").is_displayed()
+    assert browser.find_element(By.ID, "bridge-sentence").text == found["bridge"][-1]
+    assert route[-1]["model"] in browser.find_element(By.ID, "bridge-step").text
+    drawn = [e.text for e in browser.find_elements(By.CSS_SELECTOR, '#alignment text[data-side="src"]')]
+    assert drawn == found["source_pieces"]
+    _wait(browser, lambda d: "parameters" in d.find_element(By.ID, "model-info").text, "the pair's model")
+
+    # a word's choices are the pair's (the last model's after the words before it)
+    _, scores = _api(base_url, "/v1/translate", {"text": [SENTENCE], **options, "scores": True})
+    words = scores["translations"][0]["sentence_scores"][0]["words"]
+    _click(browser, browser.find_elements(By.CSS_SELECTOR, "#translation .word")[1], "the choices")
+    asked = {"text": SENTENCE, "prefix": words[0][0], "k": 5, "source": "aa", "target": "cc"}
+    status, choices = _api(base_url, "/v1/choices", asked)
+    assert status == 200, choices
+    shown = browser.find_elements(By.CSS_SELECTOR, "#choices-list li")
+    assert [li.text.split(" %")[0] for li in shown] == [
+        f"{100 * c['probability']:.1f}" for c in choices["choices"]
+    ]
+
+    # a direct pair: one model, no bridge sentence
+    source.select_by_value("bb")
+    assert _translate(browser, SENTENCE, nbest=1) == "ready", _visible_error(browser)
+    _, direct = _api(base_url, "/v1/translate", {"text": [SENTENCE], "source": "bb", "target": "cc"})
+    assert (
+        browser.find_element(By.ID, "translation").get_attribute("textContent")
+        == direct["translations"][0]["text"]
+    )
+    assert browser.find_element(By.ID, "route").text == f"bb → cc (model {direct['route'][0]['model']})"
+    assert not browser.find_element(By.ID, "bridge").is_displayed()
+
+    # auto: the language detected among the sources that reach cc, said after the path
+    source.select_by_value("auto")
+    target.select_by_value("cc")
+    assert _translate(browser, SENTENCE, nbest=1) == "ready", _visible_error(browser)
+    _, detected = _api(base_url, "/v1/translate", {"text": [SENTENCE], "source": "auto", "target": "cc"})
+    language, confidence = detected["detected"]["language"], detected["detected"]["confidence"]
+    assert browser.find_element(By.ID, "route").text.endswith(
+        f" · detected: {language} ({round(confidence)}%)"
+    )
+    assert (
+        browser.find_element(By.ID, "translation").get_attribute("textContent")
+        == (detected["translations"][0]["text"])
+    )
+    assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []

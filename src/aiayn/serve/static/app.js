@@ -1,7 +1,9 @@
 // The page of `aiayn serve`: translate a sentence or a small document (with a glossary), show it
 // sentence by sentence with each word coloured by its probability, then draw what the model attended
 // to in the sentence chosen. A word clicked shows the model's other choices there; taking one, or
-// editing the sentence and asking for the rest, decodes the rest again from that prefix.
+// editing the sentence and asking for the rest, decodes the rest again from that prefix. On a server
+// of several models a language pair is chosen; a pair no model translates goes through a bridge
+// language (a pivot), and the page says the path taken and the bridge sentence the last model read.
 // Plain JavaScript, SVG and canvas; no library and no network beyond this server's own API.
 "use strict";
 
@@ -9,10 +11,13 @@ const $ = (id) => document.getElementById(id);
 const SVG_NS = "http://www.w3.org/2000/svg";
 // sentences: [source, translation] pairs; words: per sentence its [word, probability] pairs;
 // prefixes: per sentence the prefix its translation was decoded from ("" at first); layout: the
-// document's text around its sentences (null: shown as plain text); selected: the sentence chosen
+// document's text around its sentences (null: shown as plain text); selected: the sentence chosen;
+// languages: GET /languages' sources that have targets, names: each code's name; pair: the source
+// and target of the translation shown ({} on a server that does not know its model's languages);
+// several: the server serves several models (GET /v1/model needs a pair)
 const state = {
   model: null, attention: null, options: null, sentences: [], words: [], prefixes: [], layout: null,
-  text: "", selected: 0,
+  text: "", selected: 0, languages: [], names: {}, pair: {}, several: false,
 };
 const CHOICES = 5; // how many of the model's choices a word shows
 
@@ -66,14 +71,28 @@ function errorText(data, response) {
 
 // --- the model's description -----------------------------------------------------------------------
 
-async function loadModel() {
+// The one model's description (GET /v1/model); a server of several models (GET /v1/models) has none
+// without a pair: its models are listed until a translation names a pair, then the model of that
+// pair (its last model, for a pivot; loaded by then) is described.
+async function loadModel(pair = {}) {
   try {
-    state.model = await api("GET", "/v1/model");
-    $("model-info").textContent = describeModel(state.model);
+    if (!pair.source) {
+      const { models } = await api("GET", "/v1/models");
+      state.several = models.length > 1;
+      if (state.several) return listModels(models);
+    }
+    state.model = await api("GET", `/v1/model${pair.source ? `?${new URLSearchParams(pair)}` : ""}`);
+    $("model-info").textContent = (state.several ? `${state.model.name}: ` : "") + describeModel(state.model);
     drawPositionalEncoding(modelConfig().d_model || 512, Math.min(modelConfig().max_len || 100, 100));
   } catch (err) {
     $("model-info").textContent = `model description unavailable: ${err.message}`;
   }
+}
+
+// "2 models, each loaded on first use: de_en (de → en) · en_fr (en → fr)"
+function listModels(models) {
+  const each = models.map((m) => `${m.name} (${languages(m.languages)})`);
+  $("model-info").textContent = `${models.length} models, each loaded on first use: ${each.join(" · ")}`;
 }
 
 function modelConfig() {
@@ -97,8 +116,65 @@ function languages(langs) {
   if (!langs) return "";
   if (Array.isArray(langs)) return langs.join(" → ");
   if (typeof langs === "string") return langs;
-  const src = langs.source || langs.src, tgt = langs.target || langs.tgt;
+  const side = (codes) => [].concat(codes || []).join("+"); // a code, or a model's list of them
+  const src = side(langs.source || langs.src), tgt = side(langs.target || langs.tgt);
   return src || tgt ? `${src || "?"} → ${tgt || "?"}` : "";
+}
+
+// --- the language pair -------------------------------------------------------------------------
+
+// The pickers, from GET /languages: every source that has targets, and "auto" (the server detects
+// it); a server that does not know its model's languages answers [] (a forecasting one, 404): the
+// pickers stay hidden and requests name no pair, as its one model needs none.
+async function loadLanguages() {
+  const listed = await api("GET", "/languages").catch(() => []);
+  state.names = Object.fromEntries(listed.map((language) => [language.code, language.name]));
+  state.languages = listed.filter((language) => language.targets.length);
+  $("languages").hidden = !state.languages.length;
+  if (!state.languages.length) return;
+  const sources = state.languages.map((language) => new Option(named(language.code), language.code));
+  $("source-lang").replaceChildren(new Option("detect the language", "auto"), ...sources);
+  $("source-lang").value = state.languages[0].code;
+  fillTargets();
+}
+
+// The targets of the source chosen (for auto, every target any source reaches), each pivoted one with
+// its bridge languages; the target chosen before stays chosen where it still is one.
+function fillTargets() {
+  const source = $("source-lang").value, before = $("target-lang").value;
+  const from = state.languages.filter((language) => source === "auto" || language.code === source);
+  const targets = [...new Set(from.flatMap((language) => language.targets))].sort();
+  const through = (code) => (from.length === 1 && from[0].pivots && from[0].pivots[code]) || [];
+  $("target-lang").replaceChildren(...targets.map((code) => {
+    const bridges = through(code).map((bridge) => named(bridge));
+    return new Option(named(code) + (bridges.length ? `, through ${bridges.join(", ")}` : ""), code);
+  }));
+  if (targets.includes(before)) $("target-lang").value = before;
+}
+
+// The pair chosen, for a request's body: {} where the pickers are hidden.
+function chosenPair() {
+  if ($("languages").hidden) return {};
+  return { source: $("source-lang").value, target: $("target-lang").value };
+}
+
+// "German (de)"; a code the server has no name for is shown alone; `more` goes in the brackets.
+function named(code, ...more) {
+  const name = state.names[code] || code;
+  const inBrackets = [...(name === code ? [] : [code]), ...more].join(", ");
+  return inBrackets ? `${name} (${inBrackets})` : name;
+}
+
+// The path of a translation: "de → en → fr (models de_en, en_fr)", "de → en (model de_en)"; with
+// auto, what was detected: "detected: German (de, 97%)". "" where the languages are unknown.
+function routeText(answer) {
+  const route = answer.route || [];
+  if (!route.length || route.some((step) => !step.source || !step.target)) return "";
+  const path = [route[0].source, ...route.map((step) => step.target)].join(" → ");
+  const models = `model${route.length > 1 ? "s" : ""} ${route.map((step) => step.model).join(", ")}`;
+  const found = answer.detected;
+  const detected = found ? ` · detected: ${named(found.language, `${Math.round(found.confidence)}%`)}` : "";
+  return `${path} (${models})${detected}`;
 }
 
 // --- the form -----------------------------------------------------------------------------------
@@ -137,7 +213,8 @@ async function onSubmit(event) {
   } catch (err) {
     return showError(err.message);
   }
-  state.options = { beam: fieldValue("beam"), alpha: fieldValue("alpha") };
+  state.pair = chosenPair();
+  state.options = { ...state.pair, beam: fieldValue("beam"), alpha: fieldValue("alpha") };
   if (glossary.length) state.options.glossary = glossary;
   const nbest = fieldValue("nbest");
   setBusy(true);
@@ -148,10 +225,17 @@ async function onSubmit(event) {
       nbest === 1 ? null : api("POST", "/v1/translate", { ...body, nbest }),
     ]);
     const result = scored.translations[0];
+    if (scored.detected) { // the sentences' attention and choices: of the language detected
+      state.pair.source = scored.detected.language;
+      state.options.source = scored.detected.language;
+    }
     showTranslation(result, listed ? listed.translations[0].nbest : result.nbest);
+    $("route").textContent = routeText(scored);
+    $("route").hidden = !$("route").textContent;
     showSentences(result.sentences || []);
     if (state.sentences.length) await attend(0);
     setBusy(false, "ready");
+    if (state.several) loadModel(state.pair); // describe the model of the pair translated
   } catch (err) {
     showError(err.message);
     if (err.status === 401) $("api-key").closest("details").open = true; // the key is missing or wrong
@@ -325,7 +409,7 @@ async function onChooseWord(k, j) {
     const [source, target] = state.sentences[k];
     const prefix = textBefore(target, j);
     const [found] = await Promise.all([
-      api("POST", "/v1/choices", { text: source, prefix, k: CHOICES }),
+      api("POST", "/v1/choices", { text: source, prefix, k: CHOICES, ...state.pair }),
       state.selected === k ? null : attend(k),
     ]);
     showChoices(k, j, prefix, found);
@@ -443,8 +527,19 @@ function showAttention(data) {
   state.attention = data;
   $("results").hidden = false; // visible first, so that the SVG has its width
   fillSelectors(data.attention.cross);
+  showBridge(data);
   drawAlignment();
   drawHeatmaps(data);
+}
+
+// Over a pivot the attention is the last model's, reading the sentence the models before it made
+// (the answer's bridge: the sentence in the last bridge language); it is said above the view.
+function showBridge(data) {
+  const bridge = data.bridge || [], last = (data.route || []).at(-1);
+  $("bridge").hidden = !bridge.length || !last;
+  if ($("bridge").hidden) return;
+  $("bridge-step").textContent = `${last.source} → ${last.target} (model ${last.model})`;
+  $("bridge-sentence").textContent = bridge.at(-1);
 }
 
 // Layers 1..L; heads: "all heads (average)" and 1..H. The choice is kept across sentences.
@@ -749,7 +844,8 @@ function start() {
   key.value = sessionStorage.getItem("aiayn-api-key") || "";
   if (key.value) key.closest("details").open = true;
   key.addEventListener("input", () => sessionStorage.setItem("aiayn-api-key", key.value.trim()));
-  key.addEventListener("change", loadModel);
+  key.addEventListener("change", () => loadModel());
+  $("source-lang").addEventListener("change", fillTargets);
   $("translate-form").addEventListener("submit", onSubmit);
   $("continue").addEventListener("click", onContinue);
   $("choices-close").addEventListener("click", () => {
@@ -768,6 +864,7 @@ function start() {
   });
   window.addEventListener("resize", () => state.attention && drawAlignment());
   drawPositionalEncoding(512, 100); // until the model says its d_model
+  loadLanguages();
   loadModel();
 }
 
