@@ -422,12 +422,14 @@ async def attention(body: AttentionRequest, request: Request) -> dict[str, Any]:
 
 async def _bridge(models: Models, route: Route, served: list[Served], text: str, options: DecodeOptions):
     """What the last model of ``route`` reads for ``text``: ``text`` itself, or over a pivot the
-    earlier models' translation of it (searched with ``options``); and those translations."""
-    if not route.pivoted:
-        return text, []
-    bridge = Route(route.legs[:-1])
-    results = await models.translate(bridge, served[:-1], [text], replace(options, nbest=1))
-    return results[0].text, [results[0].text]
+    earlier models' translation of it, one after the other (searched with ``options``); and the
+    sentence in each bridge language, in order."""
+    bridge = []
+    for leg, model in zip(route.legs[:-1], served[:-1]):  # as a chain translates a sentence
+        backend = models.backend(leg, model)
+        text = (await models.run(backend.translate, [text], replace(options, nbest=1)))[0].text
+        bridge.append(text)
+    return text, bridge
 
 
 def _tagged(text: str, route: Route) -> str:

@@ -141,7 +141,7 @@ class Models:
         """The document translator of a route whose models ``served`` are held."""
         found = self.translators.get(route.legs)
         if found is None:
-            backends = [self._backend(leg, s) for leg, s in zip(route.legs, served)]
+            backends = [self.backend(leg, s) for leg, s in zip(route.legs, served)]
             backend = backends[0] if len(backends) == 1 else Chain(backends)
             language = route.legs[0].source
             found = DocumentTranslator(backend, language=language, split=True, warn=warn_once)
@@ -159,7 +159,8 @@ class Models:
         except UserError as err:  # what a user can act on: one line, 422
             raise HTTPException(422, str(err)) from None
 
-    def _backend(self, leg: Leg, served: Served):
+    def backend(self, leg: Leg, served: Served):
+        """The leg's model as a backend of its batcher (for a document thread: it waits there)."""
         batched = BatchedBackend(served.backend, served.batcher, asyncio.get_running_loop())
         return Tagged(batched, leg.token) if leg.token else batched
 
