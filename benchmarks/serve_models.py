@@ -16,6 +16,8 @@ Parts (``--parts``, all by default), each against real ``aiayn serve`` processes
   loaded on its own) with ``--max-loaded-models`` 1, 2 and none, under a bounded mixed-pair load
   (``--requests`` requests of 8 lines from 2 clients, round robin over the served pairs). The
   server's RSS: at start, its peak (VmHWM), and settled (2 s after the load).
+* **cycles**: two models under ``--max-loaded-models 1`` asked in turn (each request a load and an
+  unload): the settled RSS after 2, 10, 20 and 40 loads.
 * **cold**: the first request to each model (its load included) against the same request warm.
 * **throughput**: sentences/s of ``--requests`` requests of 16 lines from 4 clients: one model alone
   (de->en), against three models with every request another pair (no cap), in interleaved rounds.
@@ -241,6 +243,27 @@ def part_memory(args) -> list[dict]:
     return rows
 
 
+def part_cycles(args) -> list[dict]:
+    """Two models under ``--max-loaded-models 1``, asked in turn: each request loads one and unloads
+    the other. The settled RSS after 2, 10, 20 and 40 loads: memory given back, or kept?"""
+    texts, rows = texts_by_language(args), []
+    models = model_set(args, 2)
+    server = Server(
+        [f"{pair}={path}" for pair, path in models], "--max-loaded-models", "1", threads=args.threads
+    )
+    try:
+        for k in range(40):
+            source, target = models[k % 2][0].split("-")
+            server.translate(texts[source][:4], source, target)
+            if k + 1 in (2, 10, 20, 40):
+                time.sleep(1.0)
+                rows.append({"loads": k + 1, "rss_settled_mib": round(server.rss() / 2**20, 1)})
+                print(rows[-1])
+    finally:
+        server.stop()
+    return rows
+
+
 def part_cold(args) -> list[dict]:
     texts, rows = texts_by_language(args), []
     models = model_set(args, 3)
@@ -312,8 +335,14 @@ def part_clients(args) -> dict:
     }
 
 
-PARTS = {"pivot": part_pivot, "memory": part_memory, "cold": part_cold, "throughput": part_throughput,
-         "clients": part_clients}  # fmt: skip
+PARTS = {
+    "pivot": part_pivot,
+    "memory": part_memory,
+    "cycles": part_cycles,
+    "cold": part_cold,
+    "throughput": part_throughput,
+    "clients": part_clients,
+}
 
 
 def main() -> None:

@@ -99,9 +99,8 @@ async def languages(request: Request) -> list[dict[str, Any]]:
 
 
 async def settings(request: Request) -> dict[str, Any]:
-    listed = _models(request).languages()
-    source = listed[0]["code"] if listed else ""
-    target = listed[0]["targets"][0] if listed and listed[0]["targets"] else ""
+    first = next((lang for lang in _models(request).languages() if lang["targets"]), None)
+    source, target = (first["code"], first["targets"][0]) if first else ("", "")
     limits = request.app.state.limits
     return {
         "charLimit": limits.max_chars,

@@ -167,7 +167,10 @@ class Registry(Generic[T]):
             self.closed(value)
             slot.opened = False
         del value
-        release_memory()
+        try:  # in the loader's thread: a collection and a trim take tens of milliseconds
+            asyncio.get_running_loop().run_in_executor(self.loader, release_memory)
+        except RuntimeError:  # no event loop (a registry used outside one)
+            release_memory()
 
     def unload_all(self) -> None:
         for slot in self.slots.values():
