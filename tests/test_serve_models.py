@@ -175,3 +175,26 @@ def test_what_cannot_be_served_is_one_line_at_start(tiny_translation_run, tmp_pa
         assert main(["serve", *flags, "--port", str(free_port())]) == 2
         err = capsys.readouterr().err
         assert len(err.splitlines()) == 1 and re.search(message, err), (flags, err)
+
+
+def test_a_multi_target_model_is_asked_with_its_target_piece(tmp_path, live_server) -> None:
+    """An imported opus-mt-shaped model whose vocabulary has ``>>deu<<`` serves German as a target:
+    its sources start with the piece, as the model run by hand on ">>deu<< TEXT" gives, and its
+    alignments leave the piece out."""
+    from marian_model import import_marian, make_marian
+
+    checkpoint = import_marian(make_marian(tmp_path / "opus-mt-tiny", steps=20), tmp_path / "imported")
+    url = live_server(f"xx-de={checkpoint}")
+    texts = ["Der hund läuft im park.", "Ein kind spielt mit dem ball"]
+    answer = translate(url, text=texts, source="xx", target="de", alignments=True)
+    expected = by_hand(checkpoint, [f">>deu<< {text}" for text in texts], Wanted(alignment=True))
+    assert [t["text"] for t in answer["translations"]] == [e.text for e in expected]
+    for got, hand in zip(answer["translations"], expected):
+        assert [tuple(p) for p in got["alignment"]] == [(i - 1, j) for i, j in hand.alignment if i > 0]
+    unnamed = translate(url, text=texts)  # the server's one pair: the piece too
+    assert [t["text"] for t in unnamed["translations"]] == [e.text for e in expected]
+    refused = CLIENT.post(f"{url}/v1/translate", json={"text": ["x"], "source": "xx", "target": "en"})
+    assert (
+        refused.status_code == 400
+        and "this server translates xx (xx) to German (de)" in refused.json()["error"]
+    )

@@ -106,7 +106,10 @@ class Models:
         """The route of a pair; without one, a server of one model's model (else a 400)."""
         if source is None and target is None and self.only is not None:
             spec = self.specs[self.only]
-            return Route((Leg(spec.name, _first(spec.sources), _first(spec.targets)),))
+            if len(spec.pairs) == 1:  # its one pair (a multi-target model's piece included)
+                return self.router.route(*spec.pairs[0]) or Route((Leg(spec.name, *spec.pairs[0]),))
+            if not spec.pairs:  # languages unknown: the model as it is
+                return Route((Leg(spec.name, _first(spec.sources), _first(spec.targets)),))
         if not (source and target):
             raise HTTPException(400, f"{'target' if source else 'source'}: needed: {self.serves()}")
         route = self.router.route(source.lower(), target.lower())
