@@ -327,16 +327,15 @@ async def translate(body: TranslateRequest, request: Request) -> dict[str, Any]:
     if body.scores and body.nbest > 1:
         raise _bad(422, "scores: for the best translation only; not with nbest > 1")
     route, detected = await _route(request, body, body.text, body.format)
-    async with models.use(route) as served:
-        _check_engine(body, route, served)
-        options = _options(body, served[-1], route, nbest=body.nbest, **_sampling(body))
-        with state.admission.slot():
-            wanted = Wanted(scores=True, confidence=body.scores, alignment=body.alignments)
+    options = _options(body, models.engine, route, nbest=body.nbest, **_sampling(body))
+    wanted = Wanted(scores=True, confidence=body.scores, alignment=body.alignments)
+    with state.admission.slot():  # waiting for a model to load counts
+        async with models.use(route) as served:
             results = await models.translate(
                 route, served, body.text, options, fmt=body.format, wanted=wanted, prefixes=prefixes
             )
     translations = [_translation(result, body.alignments, body.scores) for result in results]
-    answer = {"translations": translations, "engine": served[-1].backend.name, "route": route.describe()}
+    answer = {"translations": translations, "engine": models.engine, "route": route.describe()}
     return {**answer, "detected": detected} if detected else answer
 
 
@@ -370,15 +369,14 @@ async def detect(state, texts: list[str], fmt: str, target: str | None) -> dict[
     return {"language": ranked[0][0], "confidence": ranked[0][1]}
 
 
-def _check_engine(body: SearchOptions, route: Route, served: list[Served]) -> None:
+def _check_engine(body: SearchOptions, route: Route, engine: str) -> None:
     if body.glossary and route.pivoted:
         raise _bad(
             422,
             f"glossary: not over a pivot ({'->'.join(route.languages)}): its source terms are not in "
             "the last model's source language; ask a pair that one model translates",
         )
-    if body.glossary and served[-1].backend.name != "torch":
-        engine = served[-1].backend.name
+    if body.glossary and engine != "torch":
         raise _bad(
             422, f"glossary: the {engine} engine has no lexical constraints; serve with --engine torch"
         )
@@ -391,9 +389,8 @@ async def attention(body: AttentionRequest, request: Request) -> dict[str, Any]:
     _check_prefix(body.prefix)
     route, detected = await _route(request, body, [body.text])
     models: Models = request.app.state.models
+    options = _options(body, models.engine, route, nbest=1)
     async with models.use(route) as served:
-        _check_engine(body, route, served)
-        options = _options(body, served[-1], route, nbest=1)
         text, bridge = await _bridge(models, route, served, body.text, options)
         last = served[-1]
         text = _tagged(text, route)
@@ -552,12 +549,14 @@ def _glossary(pairs: list[list[str]] | None) -> tuple[tuple[str, str], ...]:
     return glossary
 
 
-def _options(body: SearchOptions, served: Served, route: Route, nbest: int, **sampling: Any) -> DecodeOptions:
+def _options(body: SearchOptions, engine: str, route: Route, nbest: int, **sampling: Any) -> DecodeOptions:
+    """The request's search, checked before any model is loaded for it."""
     for name, value in (("beam", body.beam), ("nbest", nbest)):
         if value > MAX_BEAM:  # DecodeOptions checks the lower bounds
             raise _bad(422, f"{name}: must be <= {MAX_BEAM}")
-    if body.engine is not None and body.engine != served.backend.name:
-        raise _bad(422, f"engine: this server runs {served.backend.name!r}; valid: {served.backend.name}")
+    if body.engine is not None and body.engine != engine:
+        raise _bad(422, f"engine: this server runs {engine!r}; valid: {engine}")
+    _check_engine(body, route, engine)
     glossary = _glossary(body.glossary)
     try:
         return DecodeOptions(

@@ -215,7 +215,8 @@ def load_models(args: argparse.Namespace):
         check_backend(args.engine, args.compute_type)
         if args.engine == "torch":
             check_torch_compute(args.compute_type, device)
-    models = Models(specs, functools.partial(load_model, args=args, device=device), budget=budget)
+    load_one = functools.partial(load_model, args=args, device=device)
+    models = Models(specs, load_one, budget=budget, engine=args.engine)
     if len(specs) == 1:
         models.registry.preload(specs[0].name)
     return models

@@ -69,8 +69,8 @@ async def translate(request: Request) -> dict[str, Any]:
         raise _error(400, f"{fmt} format is not supported")
     nbest = alternatives + 1 if fmt == "text" else 1  # as LibreTranslate: no alternatives for HTML
     options = DecodeOptions(beam=max(BEAM, nbest), alpha=ALPHA, nbest=nbest)
-    async with models.use(route) as served:
-        with state.admission.slot():
+    with state.admission.slot():  # waiting for a model to load counts
+        async with models.use(route) as served:
             results = await models.translate(route, served, texts, options, fmt=fmt)
     answer: dict[str, Any] = {"translatedText": [r.text for r in results]}
     if alternatives:

@@ -70,7 +70,9 @@ class Models:
         budget: Budget | None = None,
         batching: dict[str, Any] | None = None,
         log: Callable[[str], None] | None = None,
+        engine: str = "torch",
     ) -> None:
+        self.engine = engine  #: the engine every translation model runs on (torch or ctranslate2)
         self.specs = {spec.name: spec for spec in specs}
         self.kind = specs[0].kind
         self.batching = batching or {"max_tokens": 0, "max_wait_s": 0.0}
@@ -92,7 +94,8 @@ class Models:
     @classmethod
     def single(cls, served: Served, batching: dict[str, Any] | None = None) -> "Models":
         """A server of one model, loaded by the caller."""
-        models = cls([spec_of(served)], lambda spec: served, batching=batching)
+        engine = served.backend.name if served.backend is not None else "torch"
+        models = cls([spec_of(served)], lambda spec: served, batching=batching, engine=engine)
         models.registry.preload("model")
         return models
 
