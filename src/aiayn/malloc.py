@@ -35,13 +35,8 @@ def keep_freed_memory() -> bool:
     """Turn glibc's ``mmap`` of large blocks and heap trimming off; True when it was applied."""
     if os.environ.get("AIAYN_MALLOC", "").strip().lower() in OPT_OUT:
         return False
-    if not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc":
-        return False
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:
-        return False
-    if not _malloc_is_glibcs(libc):  # another allocator preloaded: mallopt would succeed and do nothing
+    libc = _glibc()
+    if libc is None or not _malloc_is_glibcs(libc):  # another allocator preloaded: mallopt would do nothing
         return False
     return bool(libc.mallopt(M_MMAP_MAX, 0)) and bool(libc.mallopt(M_TRIM_THRESHOLD, _NEVER_TRIM))
 
@@ -77,11 +72,18 @@ def give_back_freed_memory() -> bool:
     """Return the heap's free memory to the system now (glibc's ``malloc_trim(0)``: the free top of
     the heap and the free pages inside it), whatever :func:`keep_freed_memory` set; a server calls it
     after unloading a model. True where it was done (glibc), whether or not memory was returned."""
-    if not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc":
-        return False
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:
+    libc = _glibc()
+    if libc is None:
         return False
     libc.malloc_trim(0)
     return True
+
+
+def _glibc() -> ctypes.CDLL | None:
+    """glibc's C library, None where the C library is another (macOS, musl)."""
+    if not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc":
+        return None
+    try:
+        return ctypes.CDLL("libc.so.6")
+    except OSError:
+        return None
