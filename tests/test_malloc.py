@@ -189,3 +189,35 @@ def test_new_matmul_shapes_do_not_grow_memory_once_the_caches_are_bounded():
     # the control: without the bound every shape is kept, so what malloc holds grows in both halves
     first, second = runs["none"]["held_growth_mib"]
     assert first > 8 and second > first / 2, runs
+
+
+# In a fresh interpreter with freed memory kept: many small tensors (as a model's weights, each below
+# any mmap threshold) written, then freed; the resident memory after freeing, then after giving back.
+GIVE_BACK = """
+import gc, json, torch
+from aiayn.malloc import give_back_freed_memory, keep_freed_memory
+def rss():
+    return int(open("/proc/self/statm").read().split()[1]) * 4096
+keep_freed_memory()
+weights = [torch.ones(256 * 1024) for _ in range(256)]  # 256 MiB in 1 MiB tensors
+loaded = rss()
+del weights
+gc.collect()
+freed = rss()
+given = give_back_freed_memory()
+print(json.dumps({"loaded": loaded, "freed": freed, "back": rss(), "given": given}))
+"""
+
+
+@needs_glibc
+def test_an_unloaded_models_memory_is_given_back() -> None:
+    """With freed memory kept in the heap (the aiayn command's setting), freeing a model's weights
+    leaves the process as large as before; :func:`give_back_freed_memory` returns the pages."""
+    environ = {k: v for k, v in os.environ.items() if k not in ALLOCATOR_VARIABLES}
+    done = subprocess.run(
+        [sys.executable, "-c", GIVE_BACK], env=environ, check=True, capture_output=True, text=True
+    )
+    found = json.loads(done.stdout)
+    mib = 2**20
+    assert found["given"] and found["freed"] > found["loaded"] - 32 * mib  # kept: nothing returned
+    assert found["back"] < found["freed"] - 200 * mib  # given back: most of the 256 MiB
