@@ -365,3 +365,10 @@ def test_names_neither_a_directory_nor_a_hub_id_and_a_missing_huggingface_hub(
     code, _, err = run(capsys, *argv, "--out", str(tmp_path / "run"))
     assert code == 2 and "Traceback" not in err
     assert err.count("\n") == 1 and err.startswith(f"aiayn: error: {expected}"), err
+
+
+def test_an_out_that_cannot_be_written_is_said_before_any_download(hub, tmp_path, capsys) -> None:
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "notes.txt").write_text("mine")
+    code, _, err = run(capsys, REPO, "--out", str(tmp_path / "full"), "--cache-dir", str(tmp_path / "cache"))
+    assert code == 2 and "is not empty" in err and hub.requests == []

@@ -59,7 +59,7 @@ def test_a_pivot_equals_the_two_models_run_one_after_the_other(tiny_translation_
         {"model": str(tiny_translation_run), "source": "aa", "target": "bb"},  # named by its path
         {"model": f"{tiny_translation_run}#2", "source": "bb", "target": "cc"},  # the same, made unique
     ]
-    direct = translate(url, text=NUMBERS, source="aa", target="bb")
+    direct = translate(url, text=NUMBERS, source="AA", target=" bb")  # codes as the catalog reads them
     assert [t["text"] for t in direct["translations"]] == [b.text for b in bridge]
     assert len(direct["route"]) == 1
     languages = CLIENT.get(f"{url}/languages").json()
@@ -165,6 +165,7 @@ def test_what_cannot_be_served_is_one_line_at_start(tiny_translation_run, tmp_pa
             "--max-memory 1024: smaller than",
         ),
         (["--checkpoint", "aa-bb=x", "--checkpoint", "y", "--source-lang", "de"], "--source-lang: for one"),
+        (["--models", str(tmp_path), "--target-lang", "en"], "--target-lang: for one --checkpoint"),
         (
             ["--checkpoint", str(tiny_translation_run), "--max-memory", "lots"],
             "--max-memory lots: not a size",

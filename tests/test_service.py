@@ -65,7 +65,14 @@ def test_languages_come_from_the_checkpoint_or_are_named(tmp_path) -> None:
 
 def test_a_multi_target_model_serves_each_of_its_target_pieces(tmp_path) -> None:
     pieces = ["<pad>", "<unk>", "<s>", "</s>", ">>fra<<", ">>es<<", ">>fr<<", "▁a"]
-    assert target_tokens(pieces) == {"fr": ">>fra<<", "es": ">>es<<"} and normalize("deu") == "de"
+    assert target_tokens(pieces) == {"fr": ">>fra<<", "es": ">>es<<"}
+    assert [normalize(c) for c in ("deu", " DE", "pt-BR", "deu_CH", "cmn_Hans")] == [
+        "de",
+        "de",
+        "pt_br",
+        "de_ch",
+        "zh_hans",
+    ]
     write_checkpoint(tmp_path / "romance", src="en", tgt="ROMANCE", pieces=pieces)
     [spec] = catalog([str(tmp_path / "romance")], None)
     assert spec.pairs == [("en", "fr"), ("en", "es")] and spec.tokens == {"fr": ">>fra<<", "es": ">>es<<"}
@@ -116,6 +123,7 @@ def test_a_pair_is_reached_directly_through_english_first_else_by_the_shortest_c
     assert router.route("cs", "it").languages == ["cs", "fr", "it"]  # no English on the way
     assert router.route("fr", "de") is None and router.route("de", "de") is None
     assert router.targets("de") == ["cs", "en", "fr", "it"] and router.sources == ["cs", "de", "en", "fr"]
+    assert Router([spec("de_en", "de-en")]).sources == ["de"]  # English, a target only, is no source
     tagged = Router([spec("romance", "en-fr+es", {"fr": ">>fr<<", "es": ">>es<<"}), spec("de_en", "de-en")])
     assert [leg.token for leg in tagged.route("de", "es").legs] == [None, ">>es<<"]
 
@@ -182,6 +190,31 @@ def test_the_least_recently_used_idle_model_is_unloaded_beyond_the_budget() -> N
 
     asyncio.run(scenario())
     assert loads.count == {"a": 1, "b": 2, "c": 1}
+
+
+def test_two_cold_models_asked_at_once_load_one_after_the_other_within_the_budget() -> None:
+    """With a cap of 2 and an idle model loaded, two cold models asked together: the second's load
+    starts only after the first's, and the idle model is unloaded before it (never 3 at once)."""
+    loads, logged = Loads(), []
+    reg = registry(loads, Budget(max_loaded=2), logged, "a", "b", "c")
+    resident = []  # models loaded when each load starts, the one loading included
+
+    def load(spec):
+        resident.append(len(reg.loaded()) + 1)
+        return loads(spec)
+
+    reg.load = load
+
+    async def scenario():
+        await use(reg, "a")
+        loads.gate.clear()
+        both = asyncio.gather(use(reg, "b"), use(reg, "c"))
+        await asyncio.sleep(0.05)
+        loads.gate.set()
+        await asyncio.wait_for(both, 10)
+
+    asyncio.run(scenario())
+    assert resident == [1, 2, 2] and loads.closed == ["model a"] and sorted(reg.loaded()) == ["b", "c"]
 
 
 def test_a_byte_budget_and_one_no_model_fits() -> None:

@@ -225,17 +225,12 @@ def import_marian(
 ) -> Path:
     """Write the MarianMT model ``source`` as an aiayn checkpoint directory ``out``: a directory, or a
     Hugging Face Hub model id, downloaded at ``revision`` into ``cache_dir`` (:func:`hub_snapshot`)."""
-    source, hub = _located(source, revision, cache_dir)
     out = Path(out)
+    if not Path(source).exists():  # a Hub model id: --out checked before the download
+        _check_out(out, force, Path(source))
+    source, hub = _located(source, revision, cache_dir)
     marian = read_marian_config(source)
-    check_output_dir(  # before the work
-        out,
-        force,
-        source=source,
-        source_name="model directory",
-        result="an import",
-        earlier=("manifest.json",),
-    )
+    _check_out(out, force, source)  # before the work
     files = _tokenizer_files(source)
     weights = MarianWeights(source)
     plan = _plan(source, marian, weights, files)
@@ -277,6 +272,17 @@ def is_hub_id(name: str) -> bool:
     """Whether ``name`` is a Hub model id: ``owner/name`` or ``name`` (no ``--``, ``..`` or ``.git``)."""
     odd = "--" in name or ".." in name or name.endswith(".git")
     return bool(HUB_ID.fullmatch(name)) and not odd
+
+
+def _check_out(out: Path, force: bool, source: Path) -> None:
+    check_output_dir(
+        out,
+        force,
+        source=source,
+        source_name="model directory",
+        result="an import",
+        earlier=("manifest.json",),
+    )
 
 
 def _located(

@@ -56,6 +56,7 @@ from aiayn.serve import libretranslate
 from aiayn.serve.documents import Admission
 from aiayn.serve.langid import LanguageIdentifier, html_text
 from aiayn.serve.models import Models, Served
+from aiayn.service.languages import normalize
 from aiayn.service.router import Route
 
 STATIC = Path(__file__).resolve().parent / "static"
@@ -227,7 +228,7 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
         yield
-        models.stop()  # requests still waiting (past the graceful shutdown) get an error
+        await models.stop()  # requests still waiting (past the graceful shutdown) get an error
         await asyncio.to_thread(models.close)
 
     app = FastAPI(
@@ -357,7 +358,7 @@ async def detect(state, texts: list[str], fmt: str, target: str | None) -> dict[
     them without a target): ``{"language", "confidence"}``."""
     models: Models = state.models
     candidates = [
-        s for s in models.router.sources if target is None or models.router.route(s, target.lower())
+        s for s in models.router.sources if target is None or models.router.route(s, normalize(target))
     ]
     if not candidates:
         raise _bad(400, f"{target} is not served as a target: {models.serves()}")

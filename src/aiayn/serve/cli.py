@@ -204,7 +204,7 @@ def load_models(args: argparse.Namespace):
 
     if not (args.checkpoint or args.models):
         raise UserError("give --checkpoint PATH (repeatable) or --models DIR")
-    several = len(args.checkpoint) + bool(args.models) > 1
+    several = len(args.checkpoint) > 1 or bool(args.models)  # a folder may hold several
     if several and (args.source_lang or args.target_lang or args.ct2_dir):
         flag = "--source-lang" if args.source_lang else "--target-lang" if args.target_lang else "--ct2-dir"
         raise UserError(f"{flag}: for one --checkpoint; name several models' languages as SRC-TGT=PATH")

@@ -33,6 +33,7 @@ import aiayn
 from aiayn.decode.search import DecodeOptions
 from aiayn.errors import UserError
 from aiayn.serve.langid import html_text, language_name
+from aiayn.service.languages import normalize
 
 FORMATS = ("text", "html")
 MAX_ALTERNATIVES = 3  # LibreTranslate's default --alternatives-limit
@@ -222,10 +223,10 @@ def _resolve(models, source: str, target: str, detected: dict | None):
             "Invalid request: this server does not know its model's languages "
             "(start aiayn serve with --source-lang and --target-lang)",
         )
-    route = models.router.route(source.lower(), target.lower())
+    route = models.router.route(normalize(source), normalize(target))
     if route is not None:
         return route
-    if source.lower() not in models.router.sources:
+    if normalize(source) not in models.router.sources:
         how = f" (detected, confidence {detected['confidence']})" if detected else ""
         raise _error(400, f"{source} is not supported{how}: {models.serves()}")
     raise _error(400, f"{target} is not supported as a target language from {source}: {models.serves()}")
@@ -235,7 +236,7 @@ async def _detect(state, texts: list[str], fmt: str, target: str) -> dict[str, A
     """The language of all the texts together (as LibreTranslate detects a list: one language),
     among the served ones that reach ``target``."""
     models = state.models
-    candidates = [s for s in models.router.sources if models.router.route(s, target.lower())]
+    candidates = [s for s in models.router.sources if models.router.route(s, normalize(target))]
     if not candidates:
         raise _error(400, f"{target} is not supported as a target language: {models.serves()}")
     text = "\n".join(html_text(t) if fmt == "html" else t for t in texts)

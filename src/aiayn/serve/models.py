@@ -29,6 +29,7 @@ from aiayn.serve.documents import DOCUMENT_THREADS, BatchedBackend, warn_once
 from aiayn.serve.langid import language_name
 from aiayn.service.catalog import ModelSpec
 from aiayn.service.chain import Chain, Tagged
+from aiayn.service.languages import normalize
 from aiayn.service.registry import Budget, Registry, Unavailable
 from aiayn.service.router import Leg, Route, Router
 
@@ -115,7 +116,7 @@ class Models:
                 return Route((Leg(spec.name, _first(spec.sources), _first(spec.targets)),))
         if not (source and target):
             raise HTTPException(400, f"{'target' if source else 'source'}: needed: {self.serves()}")
-        route = self.router.route(source.lower(), target.lower())
+        route = self.router.route(normalize(source), normalize(target))
         if route is None:
             raise HTTPException(400, f"{source}->{target} is not served: {self.serves()}")
         return route
@@ -171,8 +172,14 @@ class Models:
         return Tagged(batched, leg.token) if leg.token else batched
 
     async def run(self, function, *args):
-        """``function(*args)`` in a document thread (work too long for the event loop)."""
-        return await asyncio.get_running_loop().run_in_executor(self.pool, function, *args)
+        """``function(*args)`` in a document thread (work too long for the event loop). A request
+        cancelled meanwhile waits for the thread to finish: its models stay held until then."""
+        done = asyncio.get_running_loop().run_in_executor(self.pool, function, *args)
+        try:
+            return await asyncio.shield(done)
+        except asyncio.CancelledError:
+            await asyncio.wait([done])
+            raise
 
     async def run_model(self, function, *args):
         """``function(*args)`` in the model thread (one model runs at a time)."""
@@ -187,17 +194,21 @@ class Models:
         served.batcher = Batcher(served.backend.translate, count, self.model_thread, **self.batching)
         served.task = asyncio.get_running_loop().create_task(served.batcher.run())
 
-    def _close(self, served: Served) -> None:
-        if served.task is not None:
-            served.task.cancel()
+    def _close(self, served: Served):
+        """Stop an unloaded model's batcher; the task, which ends once cancelled (the model is held
+        until then)."""
+        task = served.task
+        if task is not None:
+            task.cancel()
             served.batcher.close("the model was unloaded")
         self.translators.clear()  # they hold the batchers of the models they were made with
         served.batcher = served.task = None
+        return task
 
-    def stop(self) -> None:
-        """Unload every model, stopping its batcher (requests still waiting get an error); in the
-        event loop, then :meth:`close` in a thread."""
-        self.registry.unload_all()
+    async def stop(self) -> None:
+        """Unload every model, stopping its batcher (requests still waiting get an error); then
+        :meth:`close` in a thread."""
+        await self.registry.unload_all()
 
     def close(self) -> None:
         """Stop the threads (after :meth:`stop`)."""

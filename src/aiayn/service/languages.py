@@ -31,9 +31,11 @@ CODE = re.compile(r"^[a-z][a-z0-9]*(?:[_-][a-z0-9]+)*$")  # de, deu, pt_br, zh-h
 
 
 def normalize(code: str) -> str:
-    """``code`` lower case, an ISO 639-3 code as its ISO 639-1 one (``deu`` -> ``de``)."""
-    code = code.strip().lower()
-    return ISO_639_3.get(code, code)
+    """``code`` as the service names it: lower case, ``_`` between its parts (``pt-BR`` ->
+    ``pt_br``), an ISO 639-3 language as its ISO 639-1 code (``deu`` -> ``de``, ``deu_CH`` ->
+    ``de_ch``)."""
+    language, *rest = code.strip().lower().replace("-", "_").split("_")
+    return "_".join([ISO_639_3.get(language, language), *rest])
 
 
 def is_code(text: str) -> bool:

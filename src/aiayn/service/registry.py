@@ -10,8 +10,9 @@ fails to load (a missing or corrupt file) is said once through ``log`` and refus
 (:class:`Unavailable`) while every other model keeps serving.
 
 Used in one asyncio event loop; ``load`` runs in the ``loader`` executor (the loop never waits on
-it), ``opened`` and ``closed`` in the loop (to start and stop what the loaded model runs there),
-then :func:`aiayn.malloc.give_back_freed_memory` gives the unloaded model's memory back.
+it), ``opened`` and ``closed`` in the loop (to start and stop what the loaded model runs there;
+``closed`` may return an awaitable that ends when the model is no longer held), then
+:func:`aiayn.malloc.give_back_freed_memory` gives the unloaded model's memory back.
 """
 
 from __future__ import annotations
@@ -75,7 +76,7 @@ class Registry(Generic[T]):
         *,
         budget: Budget = Budget(),
         opened: Callable[[T], None] = lambda value: None,
-        closed: Callable[[T], None] = lambda value: None,
+        closed: Callable[[T], Any] = lambda value: None,
         log: Callable[[str], None] = print,
     ) -> None:
         budget.check(specs)
@@ -83,6 +84,8 @@ class Registry(Generic[T]):
         self.load, self.loader, self.budget = load, loader, budget
         self.opened, self.closed, self.log = opened, closed, log
         self._clock = itertools.count(1)
+        self._loads: asyncio.Lock | None = None
+        self._released: set[asyncio.Task] = set()  # memory being given back
 
     # --- using a model ------------------------------------------------------------------------------
     @contextlib.asynccontextmanager
@@ -92,9 +95,8 @@ class Registry(Generic[T]):
         slot = self.slots[name]
         slot.users += 1
         try:
-            value = await self._loaded(slot)
             slot.used = next(self._clock)
-            yield value
+            yield await self._loaded(slot)
         finally:
             slot.users -= 1
             slot.used = next(self._clock)
@@ -125,19 +127,28 @@ class Registry(Generic[T]):
         return await asyncio.shield(slot.loading)
 
     async def _load(self, slot: _Slot[T]) -> T:
-        try:
-            self._within_budget(room_for=slot.spec)
-            value = await asyncio.get_running_loop().run_in_executor(self.loader, self.load, slot.spec)
-        except Exception as err:  # a model that cannot load: said once, refused from then on
-            slot.error = f"model {slot.spec.name} cannot be loaded: {_one_line(err)}"
-            self.log(slot.error)
-            raise Unavailable(slot.error) from None
-        finally:
-            slot.loading = None
-        slot.value, slot.loads = value, slot.loads + 1
-        self._open(slot)
+        """Load one model at a time: the budget is checked when its load starts (the models loaded
+        by then counted), so that the loads of two cold models asked at once stay within it."""
+        async with self._one_load():
+            try:
+                self._within_budget(room_for=slot.spec)
+                loop = asyncio.get_running_loop()
+                value = await loop.run_in_executor(self.loader, self.load, slot.spec)
+            except Exception as err:  # a model that cannot load: said once, refused from then on
+                slot.error = f"model {slot.spec.name} cannot be loaded: {_one_line(err)}"
+                self.log(slot.error)
+                raise Unavailable(slot.error) from None
+            finally:
+                slot.loading = None
+            slot.value, slot.loads = value, slot.loads + 1
+            self._open(slot)
         self._within_budget()
         return value
+
+    def _one_load(self) -> asyncio.Lock:
+        if self._loads is None:  # made in the event loop that uses it
+            self._loads = asyncio.Lock()
+        return self._loads
 
     def _open(self, slot: _Slot[T]) -> None:
         if not slot.opened:
@@ -155,7 +166,8 @@ class Registry(Generic[T]):
             self._unload(min(idle, key=lambda s: s.used))
 
     def _fits(self, extra: ModelSpec | None) -> bool:
-        loaded = [s.spec for s in self.slots.values() if s.value is not None] + ([extra] if extra else [])
+        loaded = [s.spec for s in self.slots.values() if s.value is not None and s.spec is not extra]
+        loaded += [extra] if extra else []
         count, size = self.budget.max_loaded, self.budget.max_bytes
         return (count is None or len(loaded) <= count) and (
             size is None or sum(s.size for s in loaded) <= size
@@ -163,19 +175,35 @@ class Registry(Generic[T]):
 
     def _unload(self, slot: _Slot[T]) -> None:
         value, slot.value = slot.value, None
+        stopping = None
         if slot.opened:
-            self.closed(value)
+            stopping = self.closed(value)
             slot.opened = False
         del value
-        try:  # in the loader's thread: a collection and a trim take tens of milliseconds
-            asyncio.get_running_loop().run_in_executor(self.loader, release_memory)
+        try:
+            loop = asyncio.get_running_loop()
         except RuntimeError:  # no event loop (a registry used outside one)
             release_memory()
+            return
+        task = loop.create_task(self._release(stopping))
+        self._released.add(task)
+        task.add_done_callback(self._released.discard)
 
-    def unload_all(self) -> None:
+    async def _release(self, stopping) -> None:
+        """Give the memory back once what still held the model has stopped (``closed``'s awaitable:
+        a batcher's task, cancelled), in the loader's thread (a collection and a trim take tens of
+        milliseconds)."""
+        if stopping is not None:
+            with contextlib.suppress(BaseException):
+                await stopping
+        await asyncio.get_running_loop().run_in_executor(self.loader, release_memory)
+
+    async def unload_all(self) -> None:
+        """Unload every model, and wait until their memory is given back."""
         for slot in self.slots.values():
             if slot.value is not None:
                 self._unload(slot)
+        await asyncio.gather(*self._released, return_exceptions=True)
 
     # --- what is there ------------------------------------------------------------------------------
     def status(self, name: str) -> dict[str, Any]:

@@ -82,7 +82,7 @@ class Router:
         else the shortest."""
         chains = {target: [source, target] for target in self.next[source]}
         if ENGLISH in chains:
-            for target in self.next[ENGLISH]:
+            for target in self.next.get(ENGLISH, ()):  # .get: reading may not add English as a source
                 chains.setdefault(target, [source, ENGLISH, target])
         for target, chain in _shortest(source, self.next).items():
             chains.setdefault(target, chain)
