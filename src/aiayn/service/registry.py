@@ -132,7 +132,7 @@ class Registry(Generic[T]):
         async with self._one_load():
             try:
                 self._within_budget(room_for=slot.spec)
-                await asyncio.gather(*self._released)  # the unloaded models' memory back first
+                await asyncio.gather(*self._released, return_exceptions=True)  # their memory back first
                 loop = asyncio.get_running_loop()
                 value = await loop.run_in_executor(self.loader, self.load, slot.spec)
             except Exception as err:  # a model that cannot load: said once, refused from then on
