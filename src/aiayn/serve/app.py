@@ -54,9 +54,7 @@ from aiayn.errors import UserError
 from aiayn.forecast.data import Scaler
 from aiayn.serve import libretranslate
 from aiayn.serve.documents import Admission
-from aiayn.serve.langid import LanguageIdentifier, html_text
 from aiayn.serve.models import Models, Served
-from aiayn.service.languages import normalize
 from aiayn.service.router import Route
 
 STATIC = Path(__file__).resolve().parent / "static"
@@ -239,7 +237,7 @@ def create_app(
         redoc_url=None,
     )
     app.state.models, app.state.limits = models, limits
-    app.state.admission, app.state.langid = Admission(limits.max_queue), LanguageIdentifier()
+    app.state.admission = Admission(limits.max_queue)
     _errors(app)
     _body_limit(app, limits.max_body_bytes)
     if cors:
@@ -357,14 +355,11 @@ async def detect(state, texts: list[str], fmt: str, target: str | None) -> dict[
     """The language of the texts together among the served sources that reach ``target`` (all of
     them without a target): ``{"language", "confidence"}``."""
     models: Models = state.models
-    candidates = [
-        s for s in models.router.sources if target is None or models.router.route(s, normalize(target))
-    ]
+    candidates = models.sources_to(target)
     if not candidates:
         raise _bad(400, f"{target} is not served as a target: {models.serves()}")
-    text = "\n".join(html_text(t) if fmt == "html" else t for t in texts)
     try:
-        ranked = await models.run(state.langid.rank_among, text, candidates)
+        ranked = await models.identify(texts, fmt, candidates)
     except UserError as err:  # the identifier is not installed
         raise _bad(400, str(err)) from None
     return {"language": ranked[0][0], "confidence": ranked[0][1]}

@@ -112,12 +112,6 @@ class LanguageIdentifier:
         self._model = None
         self._lock = threading.Lock()
 
-    def rank(self, text: str, top: int = 3) -> list[tuple[str, float]]:
-        """The ``top`` likeliest languages of ``text`` (ISO 639-1 codes), with their probabilities in
-        percent, best first."""
-        ranked = self._identifier().rank(text)
-        return [(code, round(100.0 * float(p), 2)) for code, p in ranked[:top]]
-
     def rank_among(self, text: str, languages: list[str]) -> list[tuple[str, float]]:
         """``languages`` ranked by how likely ``text`` is in each, best first, with its probability
         in percent among every language py3langid knows (so that a text in none of them is said with

@@ -32,7 +32,7 @@ from starlette.exceptions import HTTPException
 import aiayn
 from aiayn.decode.search import DecodeOptions
 from aiayn.errors import UserError
-from aiayn.serve.langid import html_text, language_name
+from aiayn.serve.langid import language_name
 from aiayn.service.languages import normalize
 
 FORMATS = ("text", "html")
@@ -89,7 +89,7 @@ async def detect(request: Request) -> list[dict[str, Any]]:
     _check_key(request, params, request.app.state.limits.api_key)
     texts, _ = _texts(params, request)
     _check_limits(texts, request.app.state.limits)
-    ranked = await _identify(request.app.state, "\n".join(texts), models.router.sources)
+    ranked = await _identify(request.app.state, texts, "text", models.router.sources)
     return [{"confidence": confidence, "language": code} for code, confidence in ranked[:3]]
 
 
@@ -235,20 +235,18 @@ def _resolve(models, source: str, target: str, detected: dict | None):
 async def _detect(state, texts: list[str], fmt: str, target: str) -> dict[str, Any]:
     """The language of all the texts together (as LibreTranslate detects a list: one language),
     among the served ones that reach ``target``."""
-    models = state.models
-    candidates = [s for s in models.router.sources if models.router.route(s, normalize(target))]
+    candidates = state.models.sources_to(target)
     if not candidates:
-        raise _error(400, f"{target} is not supported as a target language: {models.serves()}")
-    text = "\n".join(html_text(t) if fmt == "html" else t for t in texts)
-    code, confidence = (await _identify(state, text, candidates))[0]
+        raise _error(400, f"{target} is not supported as a target language: {state.models.serves()}")
+    code, confidence = (await _identify(state, texts, fmt, candidates))[0]
     return {"confidence": confidence, "language": code}
 
 
-async def _identify(state, text: str, candidates: list[str]) -> list[tuple[str, float]]:
+async def _identify(state, texts: list[str], fmt: str, candidates: list[str]) -> list[tuple[str, float]]:
     if not candidates:
         raise _error(400, "Invalid request: this server does not know its model's languages")
     try:
-        return await state.models.run(state.langid.rank_among, text, candidates)
+        return await state.models.identify(texts, fmt, candidates)
     except UserError as err:  # the identifier is not installed
         raise _error(400, str(err)) from None
 

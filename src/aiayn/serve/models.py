@@ -26,7 +26,7 @@ from aiayn.documents.translate import DocumentResult, DocumentTranslator
 from aiayn.errors import UserError
 from aiayn.serve.batching import Batcher
 from aiayn.serve.documents import DOCUMENT_THREADS, BatchedBackend, warn_once
-from aiayn.serve.langid import language_name
+from aiayn.serve.langid import LanguageIdentifier, html_text, language_name
 from aiayn.service.catalog import ModelSpec
 from aiayn.service.chain import Chain, Tagged
 from aiayn.service.languages import normalize
@@ -91,6 +91,7 @@ class Models:
         )
         self.router = Router([s for s in specs if s.kind == "translation" and s.sources and s.targets])
         self.translators: dict[tuple[Leg, ...], DocumentTranslator] = {}
+        self.langid = LanguageIdentifier()  # source "auto": loaded at its first text
 
     @classmethod
     def single(cls, served: Served, batching: dict[str, Any] | None = None) -> "Models":
@@ -120,6 +121,18 @@ class Models:
         if route is None:
             raise HTTPException(400, f"{source}->{target} is not served: {self.serves()}")
         return route
+
+    def sources_to(self, target: str | None) -> list[str]:
+        """The served source languages that reach ``target`` (all of them without a target)."""
+        if target is None:
+            return self.router.sources
+        return [s for s in self.router.sources if self.router.route(s, normalize(target))]
+
+    async def identify(self, texts: list[str], fmt: str, sources: list[str]) -> list[tuple[str, float]]:
+        """``sources`` ranked by how likely the texts together are in each (HTML by its text), best
+        first, with the identifier's confidence in percent; a :class:`UserError` without py3langid."""
+        text = "\n".join(html_text(t) if fmt == "html" else t for t in texts)
+        return await self.run(self.langid.rank_among, text, sources)
 
     def serves(self) -> str:
         """The pairs served, for an error saying what is (the first :data:`SHOWN` of them)."""

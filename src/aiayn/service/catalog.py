@@ -72,7 +72,7 @@ def read_spec(
     recorded_targets = tuple(tokens) if tokens else _codes(data.get("tgt_lang"))
     sources = sources or _codes(data.get("src_lang"))
     targets = targets or recorded_targets
-    _check_named(path, given, sources, targets, tokens)
+    _check_targets(path, targets, tokens)
     return ModelSpec(
         name, path, sources, targets, size=size, tokens={t: tokens[t] for t in targets if tokens}
     )
@@ -106,7 +106,8 @@ def _target_tokens(path: Path) -> dict[str, str]:
     return target_tokens(document.get("pieces", ()))
 
 
-def _check_named(path: Path, given: str, sources, targets, tokens: dict[str, str]) -> None:
+def _check_targets(path: Path, targets: tuple[str, ...], tokens: dict[str, str]) -> None:
+    """A multi-target model serves only targets it has a piece for."""
     if tokens and (missing := [t for t in targets if t not in tokens]):
         raise UserError(
             f"{path}: a multi-target model without a >>{missing[0]}<< piece; its targets: {', '.join(tokens)}"
