@@ -28,7 +28,7 @@ import math
 import secrets
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import swagger_ui
@@ -56,6 +56,9 @@ from aiayn.serve import libretranslate
 from aiayn.serve.documents import Admission
 from aiayn.serve.models import Models, Served
 from aiayn.service.router import Route
+
+if TYPE_CHECKING:  # prometheus_client: imported only with --metrics
+    from aiayn.serve.metrics import Metrics
 
 STATIC = Path(__file__).resolve().parent / "static"
 MAX_BEAM = 64  # a request's beam (and n-best) at most: a larger one would only tie up the model
@@ -215,10 +218,15 @@ class TranslateResponse(BaseModel):
 
 
 def create_app(
-    models: Models | Served, limits: Limits, batcher_settings: dict[str, Any], cors: str | None = None
+    models: Models | Served,
+    limits: Limits,
+    batcher_settings: dict[str, Any],
+    cors: str | None = None,
+    metrics: Metrics | None = None,
 ):
     """The application over ``models`` (or one model, loaded: a :class:`Served`);
-    ``batcher_settings``: ``max_tokens`` (0 = no batching across requests) and ``max_wait_s``."""
+    ``batcher_settings``: ``max_tokens`` (0 = no batching across requests) and ``max_wait_s``;
+    ``metrics``: ``GET /metrics`` and what it counts (:mod:`aiayn.serve.metrics`; one per app)."""
     if isinstance(models, Served):
         models = Models.single(models)
     models.batching = batcher_settings
@@ -249,6 +257,8 @@ def create_app(
         )
     _routes(app, _key_check(limits.api_key))
     _docs(app)
+    if metrics is not None:  # last: its middleware sees every answer, the body limit's too
+        metrics.install(app)
     return app
 
 

@@ -29,6 +29,7 @@ from aiayn.service.catalog import catalog
 from aiayn.service.registry import Budget
 
 API_KEY_VARIABLE = "AIAYN_API_KEY"
+METRICS_TOKEN_VARIABLE = "AIAYN_METRICS_AUTH_TOKEN"
 
 
 def register(subparsers) -> None:
@@ -77,6 +78,14 @@ def register(subparsers) -> None:
         "--cors", metavar="ORIGIN", help="allow this origin's pages to call the API (default: none)"
     )
     p.add_argument(
+        "--metrics", action="store_true", help="serve Prometheus metrics at GET /metrics (default: off)"
+    )
+    p.add_argument(
+        "--metrics-auth-token",
+        metavar="TOKEN",
+        help=f"with --metrics: /metrics needs 'Authorization: Bearer TOKEN' (or ${METRICS_TOKEN_VARIABLE})",
+    )
+    p.add_argument(
         "--max-batch-tokens", type=int, default=4096, help="source tokens per batch across requests"
     )
     p.add_argument("--max-wait-ms", type=float, default=10.0, help="how long a batch waits for more requests")
@@ -109,6 +118,7 @@ def run_serve(args: argparse.Namespace) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     api_key = args.api_key or os.environ.get(API_KEY_VARIABLE) or None
+    metrics = make_metrics(args)
     _check_port(args.host, args.port)
     models = load_models(args)
     limits = Limits(
@@ -122,7 +132,7 @@ def run_serve(args: argparse.Namespace) -> int:
         "max_tokens": 0 if args.no_batching else args.max_batch_tokens,
         "max_wait_s": args.max_wait_ms / 1000,
     }
-    app = create_app(models, limits, batching, args.cors)
+    app = create_app(models, limits, batching, args.cors, metrics=metrics)
     if not _is_loopback(args.host):
         print(
             f"aiayn: warning: serving on {args.host}, reachable from other machines"
@@ -139,6 +149,20 @@ def run_serve(args: argparse.Namespace) -> int:
     )
     _server_class(uvicorn)(config).run()
     return 0
+
+
+def make_metrics(args: argparse.Namespace):
+    """``--metrics``: the app's :class:`aiayn.serve.metrics.Metrics` (with its token); else None."""
+    token = args.metrics_auth_token or os.environ.get(METRICS_TOKEN_VARIABLE) or None
+    if not args.metrics:
+        if args.metrics_auth_token:
+            raise UserError("--metrics-auth-token: needs --metrics")
+        return None
+    try:
+        from aiayn.serve.metrics import Metrics  # prometheus_client: only with --metrics
+    except ImportError:
+        raise UserError("--metrics needs prometheus_client: pip install 'aiayn[serve]'") from None
+    return Metrics(token)
 
 
 def _server_class(uvicorn):

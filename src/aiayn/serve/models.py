@@ -18,7 +18,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from starlette.exceptions import HTTPException
 
@@ -92,6 +92,9 @@ class Models:
         self.router = Router([s for s in specs if s.kind == "translation" and s.sources and s.targets])
         self.translators: dict[tuple[Leg, ...], DocumentTranslator] = {}
         self.langid = LanguageIdentifier()  # source "auto": loaded at its first text
+        #: told what each model translated, ``observer(model, sentences, characters)``, by
+        #: :meth:`translated` (the metrics' counters, :mod:`aiayn.serve.metrics`); None: no one
+        self.observer: Callable[[str, int, int], None] | None = None
 
     @classmethod
     def single(cls, served: Served, batching: dict[str, Any] | None = None) -> "Models":
@@ -175,9 +178,20 @@ class Models:
         <aiayn.documents.translate.DocumentTranslator.translate>`); a :class:`UserError` is a 422."""
         run = functools.partial(self.translator(route, served).translate, documents, options, **kwargs)
         try:
-            return await self.run(run)
+            results = await self.run(run)
         except UserError as err:  # what a user can act on: one line, 422
             raise HTTPException(422, str(err)) from None
+        self.translated(route, [source for result in results for source, _ in result.sentences])
+        return results
+
+    def translated(self, route: Route, sentences: Sequence[str]) -> None:
+        """Tell :attr:`observer` that the source ``sentences`` were translated along ``route``: each
+        model of the route translated each of them (a pivot's bridge models too), and counts their
+        characters. What translates without :meth:`translate` calls it where its translation ends."""
+        if self.observer is not None:
+            characters = sum(len(sentence) for sentence in sentences)
+            for leg in route.legs:
+                self.observer(leg.model, len(sentences), characters)
 
     def backend(self, leg: Leg, served: Served):
         """The leg's model as a backend of its batcher (for a document thread: it waits there)."""
