@@ -5,7 +5,7 @@ unknown path), sentences and characters per model (each model of a pivot), model
 admitted and waiting in a batcher, the process; the token; 404 without ``--metrics``.
 
 The models are fakes (a backend that upper-cases): no model is trained or loaded, each test runs in
-well under a second.
+well under a second; one test starts a real server with the flags, over the tiny trained model.
 """
 
 from __future__ import annotations
@@ -84,8 +84,12 @@ def scrape(client: TestClient, **headers: str) -> dict[str, dict[frozenset, floa
     answer = client.get("/metrics", headers=headers)
     assert answer.status_code == 200, answer.text
     assert answer.headers["content-type"].startswith("text/plain; version=0.0.4")
+    return parsed(answer.text)
+
+
+def parsed(text: str) -> dict[str, dict[frozenset, float]]:
     samples: dict[str, dict[frozenset, float]] = {}
-    for family in text_string_to_metric_families(answer.text):
+    for family in text_string_to_metric_families(text):
         for sample in family.samples:
             samples.setdefault(sample.name, {})[frozenset(sample.labels.items())] = sample.value
     return samples
@@ -268,3 +272,29 @@ def test_the_flags(monkeypatch) -> None:
     assert make_metrics(parser.parse_args([*base, "--metrics"])).token == "from-env"
     with pytest.raises(UserError, match=re.escape("--metrics-auth-token: needs --metrics")):
         make_metrics(parser.parse_args([*base, "--metrics-auth-token", "t"]))
+
+
+@pytest.mark.xdist_group("served")  # on one worker with the other tests of the tiny served model
+def test_a_real_server_with_the_flags(tiny_translation_run, live_server) -> None:
+    """``aiayn serve --metrics --metrics-auth-token``, a real process: the sentences the model
+    translated, its one load, the process's memory."""
+    httpx = pytest.importorskip("httpx")
+    url = live_server(tiny_translation_run, "--metrics", "--metrics-auth-token", "t0k")
+    with httpx.Client(base_url=url, timeout=60.0) as client:
+        assert client.get("/metrics").status_code == 401
+        answer = client.post("/v1/translate", json={"text": ["907042", "13\n\n500"]})
+        assert answer.status_code == 200, answer.text
+        metrics = client.get("/metrics", headers={"Authorization": "Bearer t0k"})
+    assert metrics.status_code == 200
+    samples = parsed(metrics.text)
+    model = str(tiny_translation_run)  # as GET /v1/models names it
+    assert by(samples, "aiayn_translated_sentences_total", "model") == {model: 3}
+    assert by(samples, "aiayn_translated_characters_total", "model") == {model: 11}
+    assert by(samples, "aiayn_model_loads_total", "model") == {model: 1}
+    assert samples["aiayn_models_loaded"] == {frozenset(): 1.0}
+    assert by(samples, "aiayn_http_requests_total", "route", "status") == {
+        ("/health", "200"): 1,  # the fixture's wait until the server is up
+        ("/metrics", "401"): 1,
+        ("/v1/translate", "200"): 1,
+    }
+    assert samples["process_resident_memory_bytes"][frozenset()] > 10_000_000
