@@ -52,8 +52,9 @@ from aiayn.documents.translate import DocumentResult
 from aiayn.documents.types import FORMATS
 from aiayn.errors import UserError
 from aiayn.forecast.data import Scaler
-from aiayn.serve import libretranslate
+from aiayn.serve import files, libretranslate
 from aiayn.serve.documents import Admission
+from aiayn.serve.downloads import Downloads, LocalDownloads
 from aiayn.serve.models import Models, Served
 from aiayn.service.router import Route
 
@@ -66,6 +67,8 @@ ATTENTION_MAX_CHARS = 2000  # /v1/attention's one sentence: its maps grow with t
 GLOSSARY_MAX_PAIRS = 1000  # a request's glossary: each term is matched against every sentence
 GLOSSARY_MAX_CHARS = 200  # a glossary term, either side
 MAX_CHOICES = 50  # /v1/choices' k at most
+FILE_ROUTE = "/translate_file"
+FORM_BYTES = 64 * 1024  # a file request's body beyond its file: the form's other fields and boundaries
 
 
 @dataclass
@@ -77,6 +80,9 @@ class Limits:
     max_body_bytes: int = 1_000_000
     api_key: str | None = None
     max_queue: int = 1024  # translation requests in the server at once; one more gets a 429
+    max_file_bytes: int = 20_000_000  # a file sent to /translate_file (its body may be this much more)
+    max_file_chars: int = 1_000_000  # the text of such a file to translate
+    download_s: int = 30 * 60  # how long a translated file waits for its download
 
 
 # --- request bodies -------------------------------------------------------------------------------
@@ -223,10 +229,12 @@ def create_app(
     batcher_settings: dict[str, Any],
     cors: str | None = None,
     metrics: Metrics | None = None,
+    downloads: Downloads | None = None,
 ):
     """The application over ``models`` (or one model, loaded: a :class:`Served`);
     ``batcher_settings``: ``max_tokens`` (0 = no batching across requests) and ``max_wait_s``;
-    ``metrics``: ``GET /metrics`` and what it counts (:mod:`aiayn.serve.metrics`; one per app)."""
+    ``metrics``: ``GET /metrics`` and what it counts (:mod:`aiayn.serve.metrics`; one per app);
+    ``downloads``: where translated files wait (default: a temporary folder of the process)."""
     if isinstance(models, Served):
         models = Models.single(models)
     models.batching = batcher_settings
@@ -236,6 +244,7 @@ def create_app(
         yield
         await models.stop()  # requests still waiting (past the graceful shutdown) get an error
         await asyncio.to_thread(models.close)
+        app.state.downloads.close()
 
     app = FastAPI(
         title="aiayn",
@@ -246,8 +255,11 @@ def create_app(
     )
     app.state.models, app.state.limits = models, limits
     app.state.admission = Admission(limits.max_queue)
+    app.state.downloads = downloads if downloads is not None else LocalDownloads(limits.download_s)
     _errors(app)
-    _body_limit(app, limits.max_body_bytes)
+    app.add_middleware(
+        BodyLimit, limit=limits.max_body_bytes, larger={FILE_ROUTE: limits.max_file_bytes + FORM_BYTES}
+    )
     if cors:
         app.add_middleware(
             CORSMiddleware,
@@ -299,6 +311,7 @@ def _routes(app: FastAPI, key) -> None:
     app.post("/v1/choices", summary="The model's next choices after a prefix", dependencies=[key])(choices)
     app.post("/v1/forecast", summary="Forecast the next horizon steps", dependencies=[key])(forecast)
     libretranslate.add_routes(app)
+    files.add_routes(app)
     app.get("/", include_in_schema=False)(page)
     if (STATIC / "index.html").is_file():
         app.mount("/static", StaticFiles(directory=STATIC), name="static")
@@ -675,41 +688,36 @@ def _key_check(api_key: str | None):
     return Depends(check)
 
 
-def _body_limit(app: FastAPI, limit: int) -> None:
-    app.add_middleware(BodyLimit, limit=limit)
-
-
 class BodyLimit:
-    """ASGI middleware: a body over ``limit`` bytes is a 413 before the application sees it. A
-    declared ``Content-Length`` is checked at once; a chunked body is read (at most ``limit`` + one
-    chunk, never more) and handed on only when it fits."""
+    """ASGI middleware: a body over ``limit`` bytes (``larger[path]`` for the paths there) is a 413
+    before the application sees it. A declared ``Content-Length`` is checked at once; a chunked body
+    is read (at most the limit + one chunk, never more) and handed on only when it fits."""
 
-    def __init__(self, app, limit: int) -> None:
-        self.app, self.limit = app, limit
+    def __init__(self, app, limit: int, larger: dict[str, int] | None = None) -> None:
+        self.app, self.limit, self.larger = app, limit, larger or {}
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        limit = self.larger.get(scope["path"], self.limit)
         declared = dict(scope["headers"]).get(b"content-length")
         if declared is not None:
-            if not declared.isdigit() or int(declared) > self.limit:
-                return await self._refuse(scope, receive, send)
+            if not declared.isdigit() or int(declared) > limit:
+                return await self._refuse(scope, receive, send, limit)
             return await self.app(scope, receive, send)
         messages, size = [], 0
         while True:  # chunked: buffer up to the limit
             message = await receive()
             messages.append(message)
             size += len(message.get("body", b""))
-            if size > self.limit:
-                return await self._refuse(scope, receive, send)
+            if size > limit:
+                return await self._refuse(scope, receive, send, limit)
             if message["type"] != "http.request" or not message.get("more_body", False):
                 break
         return await self.app(scope, _replay(messages, receive), send)
 
-    async def _refuse(self, scope, receive, send) -> None:
-        answer = JSONResponse(
-            {"error": f"body: larger than the limit of {self.limit} bytes"}, status_code=413
-        )
+    async def _refuse(self, scope, receive, send, limit: int) -> None:
+        answer = JSONResponse({"error": f"body: larger than the limit of {limit} bytes"}, status_code=413)
         await answer(scope, receive, send)
 
 

@@ -18,7 +18,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 from starlette.exceptions import HTTPException
 
@@ -181,17 +181,29 @@ class Models:
             results = await self.run(run)
         except UserError as err:  # what a user can act on: one line, 422
             raise HTTPException(422, str(err)) from None
-        self.translated(route, [source for result in results for source, _ in result.sentences])
+        sentences = [source for result in results for source, _ in result.sentences]
+        self.translated(route, len(sentences), sum(len(sentence) for sentence in sentences))
         return results
 
-    def translated(self, route: Route, sentences: Sequence[str]) -> None:
-        """Tell :attr:`observer` that the source ``sentences`` were translated along ``route``: each
-        model of the route translated each of them (a pivot's bridge models too), and counts their
-        characters. What translates without :meth:`translate` calls it where its translation ends."""
+    async def translate_file(self, route: Route, served: list[Served], found, options) -> Any:
+        """A file read by :func:`aiayn.documents.files.read_file` translated along ``route``: its
+        :class:`~aiayn.documents.files.TranslatedFile`; a :class:`UserError` is a 422."""
+        run = functools.partial(found.translate, self.translator(route, served), options)
+        try:
+            translated = await self.run(run)
+        except UserError as err:
+            raise HTTPException(422, str(err)) from None
+        self.translated(route, translated.sentences, translated.characters)
+        return translated
+
+    def translated(self, route: Route, sentences: int, characters: int) -> None:
+        """Tell :attr:`observer` that ``sentences`` source sentences of ``characters`` characters
+        were translated along ``route``: each model of the route translated each of them (a pivot's
+        bridge models too). What translates without :meth:`translate` calls it where its
+        translation ends."""
         if self.observer is not None:
-            characters = sum(len(sentence) for sentence in sentences)
             for leg in route.legs:
-                self.observer(leg.model, len(sentences), characters)
+                self.observer(leg.model, sentences, characters)
 
     def backend(self, leg: Leg, served: Served):
         """The leg's model as a backend of its batcher (for a document thread: it waits there)."""

@@ -1,0 +1,135 @@
+"""Translated files kept for their download (LibreTranslate's ``GET /download_file/NAME``).
+
+A translated file is stored under a random token (128 bits, from :mod:`secrets`) and found by it
+only: the name a client gave is never a path here, only the name the download is saved as. Files
+expire ``ttl_s`` seconds after they were stored (LibreTranslate sweeps its upload folder the same
+way); an expired or unknown token is a 404.
+
+:class:`LocalDownloads` keeps them in a private temporary folder of the process (removed at close),
+within a number of files and of bytes (the oldest go first). :class:`RedisDownloads` keeps them in
+the Redis that replicas share (``--shared-storage``), each with Redis' own expiry, so a download
+may reach any replica behind the proxy.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import shutil
+import tempfile
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+TOKEN = re.compile(r"^[0-9a-f]{32}$")
+TTL_S = 30 * 60  # how long a translated file waits for its download (default)
+MAX_FILES = 1000  # kept at once in a process (the oldest go first)
+MAX_BYTES = 2_000_000_000  # and their bytes
+
+
+@dataclass(frozen=True)
+class Stored:
+    """A translated file waiting for its download."""
+
+    name: str  # the name it is saved as (the uploaded file's)
+    media_type: str
+    data: bytes
+
+
+class Downloads(Protocol):
+    ttl_s: int
+
+    def put(self, stored: Stored) -> str:
+        """Keep ``stored``; its token."""
+        ...
+
+    def get(self, token: str) -> Stored | None:
+        """The file of ``token``, or None (unknown or expired)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class LocalDownloads:
+    """Translated files in a private temporary folder of this process (thread-safe)."""
+
+    def __init__(self, ttl_s: int = TTL_S, max_files: int = MAX_FILES, max_bytes: int = MAX_BYTES) -> None:
+        self.ttl_s, self.max_files, self.max_bytes = ttl_s, max_files, max_bytes
+        self.folder = Path(tempfile.mkdtemp(prefix="aiayn-downloads-"))  # mode 0700
+        self._files: OrderedDict[str, tuple[float, str, str, int]] = OrderedDict()  # oldest first
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def put(self, stored: Stored) -> str:
+        token = secrets.token_hex(16)
+        (self.folder / token).write_bytes(stored.data)
+        with self._lock:
+            self._files[token] = (
+                time.monotonic() + self.ttl_s,
+                stored.name,
+                stored.media_type,
+                len(stored.data),
+            )
+            self._bytes += len(stored.data)
+            self._sweep()
+        return token
+
+    def get(self, token: str) -> Stored | None:
+        if not TOKEN.match(token):
+            return None
+        with self._lock:
+            self._sweep()
+            found = self._files.get(token)
+        if found is None:
+            return None
+        try:
+            data = (self.folder / token).read_bytes()
+        except OSError:  # swept meanwhile
+            return None
+        return Stored(found[1], found[2], data)
+
+    def _sweep(self) -> None:
+        """Remove the expired files, then the oldest beyond the count or the bytes."""
+        now = time.monotonic()
+        while self._files:
+            token, (expires, *_, size) = next(iter(self._files.items()))
+            if expires > now and len(self._files) <= self.max_files and self._bytes <= self.max_bytes:
+                break
+            del self._files[token]
+            self._bytes -= size
+            (self.folder / token).unlink(missing_ok=True)
+
+    def close(self) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+class RedisDownloads:
+    """Translated files in a Redis shared by replicas (``redis`` is a ``redis.Redis`` client)."""
+
+    PREFIX = "aiayn:download:"
+
+    def __init__(self, redis: Any, ttl_s: int = TTL_S) -> None:
+        self.redis, self.ttl_s = redis, ttl_s
+
+    def put(self, stored: Stored) -> str:
+        token = secrets.token_hex(16)
+        key = self.PREFIX + token
+        with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hset(key, mapping={"name": stored.name, "type": stored.media_type, "data": stored.data})
+            pipe.expire(key, self.ttl_s)
+            pipe.execute()
+        return token
+
+    def get(self, token: str) -> Stored | None:
+        if not TOKEN.match(token):
+            return None
+        found = self.redis.hgetall(self.PREFIX + token)
+        if not found:
+            return None
+        return Stored(found[b"name"].decode(), found[b"type"].decode(), found[b"data"])
+
+    def close(self) -> None:
+        pass
