@@ -15,13 +15,13 @@ import pytest
 pytest.importorskip("fastapi")
 
 from fastapi.testclient import TestClient  # noqa: E402
-from test_documents_translate import FakeBackend  # noqa: E402
 
 from aiayn.cli import build_parser, main  # noqa: E402
 from aiayn.errors import UserError  # noqa: E402
 from aiayn.serve.app import Limits, Served, create_app  # noqa: E402
 from aiayn.serve.keys import Key, SQLiteKeys, digest  # noqa: E402
 from aiayn.serve.quotas import BAN_SECONDS, KEY_NEEDED, Access, MemoryCounters, Quotas  # noqa: E402
+from test_documents_translate import FakeBackend  # noqa: E402
 
 LT = {"q": "a man", "source": "en", "target": "de"}
 
@@ -52,7 +52,11 @@ def test_keys_add_list_remove_and_the_key_is_never_stored(tmp_path, capsys) -> N
     code, out, err = keys_cli(capsys, "list", "--keys-db", str(db))
     lines = out.splitlines()
     assert code == 0 and len(lines) == 2 and first not in out and second not in out
-    assert lines[0].startswith(digest(first)[:12]) and "5 per minute" in lines[0] and "100 per request" in lines[0]
+    assert (
+        lines[0].startswith(digest(first)[:12])
+        and "5 per minute" in lines[0]
+        and "100 per request" in lines[0]
+    )
     assert "server default" in lines[1]
     stored = b"".join(path.read_bytes() for path in db.parent.iterdir())  # the file, its WAL
     for key in (first, second):
@@ -116,7 +120,9 @@ def test_a_stored_key_is_needed_and_its_own_limits_replace_the_defaults(tmp_path
         refused = client.post("/translate", json={**LT, "api_key": limited})  # the third: 413 counted
         assert refused.status_code == 429 and refused.json() == {"error": "Slowdown: 2 per 1 minute"}
         assert 55 <= int(refused.headers["retry-after"]) <= 60
-        as_v1 = client.post("/v1/translate", json={"text": ["a"]}, headers={"Authorization": f"Bearer {limited}"})
+        as_v1 = client.post(
+            "/v1/translate", json={"text": ["a"]}, headers={"Authorization": f"Bearer {limited}"}
+        )
         assert as_v1.status_code == 429  # one client, whatever the route
 
         answers = [client.post("/translate", json={**LT, "api_key": plain}).status_code for _ in range(6)]
@@ -206,7 +212,9 @@ def test_a_key_removed_is_refused_at_the_next_request(tmp_path, capsys) -> None:
         with sqlite3.connect(db) as other:  # another process's writer, as aiayn keys add
             stored = Key.make("aiayn-by-hand", req_limit=1)
             other.execute("INSERT INTO keys VALUES (?, ?, ?, ?, ?)", (stored.digest, stored.id, 1, None, 1.0))
-        statuses = [client.post("/translate", json={**LT, "api_key": "aiayn-by-hand"}).status_code for _ in "ab"]
+        statuses = [
+            client.post("/translate", json={**LT, "api_key": "aiayn-by-hand"}).status_code for _ in "ab"
+        ]
         assert statuses == [200, 429]
 
 

@@ -25,6 +25,7 @@ from aiayn.device import resolve_device
 from aiayn.errors import UserError, naming_flags
 from aiayn.loading import load
 from aiayn.model import count_parameters
+from aiayn.serve import keys
 from aiayn.service.catalog import catalog
 from aiayn.service.registry import Budget
 
@@ -32,10 +33,8 @@ API_KEY_VARIABLE = "AIAYN_API_KEY"
 
 
 def register(subparsers) -> None:
-    from aiayn.serve import keys  # `aiayn keys`, the keys of --api-keys (no FastAPI needed)
-
     _register_serve(subparsers)
-    keys.register(subparsers)
+    keys.register(subparsers)  # `aiayn keys`: the keys of --api-keys
 
 
 def _access_flags(p: argparse.ArgumentParser) -> None:
@@ -52,7 +51,9 @@ def _access_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--req-limit", type=int, help="requests per minute per client (default: no limit)")
     p.add_argument("--hourly-req-limit", type=int, help="requests per hour per client (default: no limit)")
     p.add_argument("--daily-req-limit", type=int, help="requests per day per client (default: no limit)")
-    p.add_argument("--char-limit", type=int, help="characters per request, its texts together (default: none)")
+    p.add_argument(
+        "--char-limit", type=int, help="characters per request, its texts together (default: none)"
+    )
     p.add_argument("--batch-limit", type=int, help="texts per request (default: none beyond --max-sentences)")
     p.add_argument(
         "--req-flood-threshold",
@@ -193,8 +194,7 @@ def run_serve(args: argparse.Namespace) -> int:
 def make_access(args: argparse.Namespace, api_key: str | None):
     """The server's :class:`aiayn.serve.quotas.Access` from its flags: an unreachable Redis, a
     URL that is not Redis's, a keys file that cannot be read stop it here, in one line."""
-    from aiayn.serve.keys import open_keys, open_shared
-    from aiayn.serve.quotas import Access, MemoryCounters, Quotas, RedisCounters
+    from aiayn.serve.quotas import Access, MemoryCounters, Quotas, RedisCounters  # starlette: when serving
 
     quotas = Quotas(
         req_limit=args.req_limit,
@@ -208,10 +208,10 @@ def make_access(args: argparse.Namespace, api_key: str | None):
         raise UserError("--api-key and --api-keys: one key for all, or keys of aiayn keys; not both")
     if args.keys_db and not args.api_keys:
         raise UserError("--keys-db: needs --api-keys")
-    shared = open_shared(args.shared_storage)
-    keys = open_keys(args.keys_db, shared) if args.api_keys else None
+    shared = keys.open_shared(args.shared_storage)
+    store = keys.open_keys(args.keys_db, shared) if args.api_keys else None
     counters = RedisCounters(shared) if shared else MemoryCounters()
-    return Access(quotas, keys, counters)
+    return Access(quotas, store, counters)
 
 
 def _server_class(uvicorn):

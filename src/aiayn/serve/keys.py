@@ -194,7 +194,8 @@ class Shared:
                 url,
                 socket_timeout=TIMEOUT_S,
                 socket_connect_timeout=TIMEOUT_S,
-                retry=Retry(NoBackoff(), 0),
+                # one retry on a broken connection (a restarted Redis), none on a timeout
+                retry=Retry(NoBackoff(), 1, supported_errors=(redis.ConnectionError,)),
                 decode_responses=True,
             )
         except ValueError as err:
@@ -285,7 +286,9 @@ class RedisKeys:
         try:
             return command(self.shared.client)
         except self.shared.errors as err:
-            raise UserError(f"--shared-storage {self.shared.where}: cannot reach Redis: {_line(err)}") from None
+            raise UserError(
+                f"--shared-storage {self.shared.where}: cannot reach Redis: {_line(err)}"
+            ) from None
 
 
 def open_keys(keys_db: str | None, shared: Shared | None, create: bool = False) -> KeyStore:

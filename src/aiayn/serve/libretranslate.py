@@ -91,7 +91,9 @@ async def detect(request: Request) -> list[dict[str, Any]]:
     params = await _params(request)
     _check_key(request, params, request.app.state.limits.api_key)
     texts, _ = _texts(params, request)
-    await request.app.state.access.admit(request, _given_key(request, params), sum(map(len, texts)), len(texts))
+    await request.app.state.access.admit(
+        request, _given_key(request, params), sum(map(len, texts)), len(texts)
+    )
     _check_limits(texts, request.app.state.limits)
     ranked = await _identify(request.app.state, texts, "text", models.router.sources)
     return [{"confidence": confidence, "language": code} for code, confidence in ranked[:3]]

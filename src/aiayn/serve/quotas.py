@@ -88,6 +88,8 @@ class Verdict:
 class MemoryCounters:
     """The windows, strikes and bans of one process, under a lock."""
 
+    blocking = False  # a dictionary under a lock: called in the event loop
+
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock, self.lock = clock, threading.Lock()
         self.counts: dict[str, list[float]] = {}  # name -> [count, expiry]
@@ -170,6 +172,8 @@ class RedisCounters:
     """The windows, strikes and bans of every replica, in Redis (one script call a request); this
     process's own (:class:`MemoryCounters`) while Redis is unreachable."""
 
+    blocking = True  # a network round trip: called in a worker thread
+
     def __init__(self, shared: Shared) -> None:
         self.shared, self.local = shared, MemoryCounters()
         self.script = shared.client.register_script(HIT)
@@ -213,8 +217,7 @@ class Access:
         rates = self._rates(client)
         if rates:
             threshold = self.quotas.req_flood_threshold or 0
-            verdict = await asyncio.to_thread(self.counters.hit, client.id, rates, threshold)
-            _refuse(verdict, rates)
+            _refuse(await self._hit(client.id, rates, threshold), rates)
         self._check_size(client, characters, texts)
         return client
 
@@ -225,8 +228,13 @@ class Access:
             return Client(f"ip:{peer(request)}")
         client = await self._client(request, api_key)
         if self.quotas.req_flood_threshold:
-            _refuse(await asyncio.to_thread(self.counters.hit, client.id, [], 0), [])
+            _refuse(await self._hit(client.id, [], 0), [])
         return client
+
+    async def _hit(self, client: str, rates: list[tuple[int, int]], threshold: int) -> Verdict:
+        if self.counters.blocking:
+            return await asyncio.to_thread(self.counters.hit, client, rates, threshold)
+        return self.counters.hit(client, rates, threshold)
 
     async def _client(self, request: Request, api_key: str | None) -> Client:
         if self.keys is None:
