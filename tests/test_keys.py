@@ -8,6 +8,7 @@ no model is trained or loaded."""
 from __future__ import annotations
 
 import sqlite3
+import time
 from pathlib import Path
 
 import pytest
@@ -231,3 +232,16 @@ def test_serve_parses_every_access_flag() -> None:
         from aiayn.serve.cli import make_access
 
         make_access(build_parser().parse_args(["serve", "--checkpoint", "x", "--keys-db", "k"]), None)
+
+
+def test_an_unreachable_redis_is_said_once_on_stderr_and_never_holds_a_request(capsys) -> None:
+    from aiayn.serve.keys import Shared
+    from conftest import free_port
+
+    shared = Shared(f"redis://:secret@127.0.0.1:{free_port()}/0")  # nothing listens there
+    started = time.monotonic()
+    answers = [shared.call(lambda r: r.ping(), lambda: "local") for _ in range(5)]
+    assert answers == ["local"] * 5 and time.monotonic() - started < 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("aiayn serve: warning: Redis at redis://:***@127.0.0.1:")
+    assert "secret" not in err and "serving on this process's own limits" in err

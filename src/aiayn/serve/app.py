@@ -16,7 +16,9 @@ Routes (``/docs`` is FastAPI's page documenting them):
 * ``GET /``: the page (``static/index.html``), its files under ``/static``.
 
 Every error is a 4xx with one line, ``{"error": "field: what is wrong"}``; the model runs in one
-worker thread, so a bad request never reaches it and never stops the server.
+worker thread, so a bad request never reaches it and never stops the server. Keys and quotas
+(``--api-keys``, ``--req-limit``, ...) are ``app.state.access`` (:mod:`aiayn.serve.quotas`): each
+route that translates or detects calls its ``admit`` first.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """``aiayn serve``: the JSON API and the web page over a trained model (``pip install 'aiayn[serve]'``).
 
 Safe by default: it binds 127.0.0.1 (another address prints a warning), ``--api-key`` (or
-``AIAYN_API_KEY``) requires ``Authorization: Bearer KEY`` on ``/v1/*``, request bodies are limited,
+``AIAYN_API_KEY``) requires ``Authorization: Bearer KEY`` on ``/v1/*`` (``--api-keys``: the keys of
+``aiayn keys``, with their quotas, :mod:`aiayn.serve.quotas`), request bodies are limited,
 clients never name files, and CORS is off unless ``--cors ORIGIN``. SIGINT and SIGTERM stop it
 cleanly: requests in flight are answered first.
 """

@@ -4,7 +4,8 @@ A key is 32 random bytes (``aiayn-`` and 43 URL-safe characters), printed once b
 and never stored: a store holds its SHA-256 digest, its ``id`` (the digest's first 12 hexadecimal
 digits, what ``aiayn keys list`` shows and ``aiayn keys remove`` takes) and its own limits. A fast
 hash is enough for a key of 256 random bits (no dictionary to try, unlike a password), and every
-request looks its key up: bcrypt's deliberate slowness would cost each request ~0.1 s of CPU.
+request looks its key up: bcrypt's deliberate slowness would cost each request tens of
+milliseconds of CPU.
 
 Two stores, one protocol (:class:`KeyStore`):
 
