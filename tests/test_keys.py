@@ -245,3 +245,15 @@ def test_an_unreachable_redis_is_said_once_on_stderr_and_never_holds_a_request(c
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("aiayn serve: warning: Redis at redis://:***@127.0.0.1:")
     assert "secret" not in err and "serving on this process's own limits" in err
+
+
+def test_behind_a_trusted_proxy_each_forwarded_address_is_a_client() -> None:
+    """What aiayn serve runs: uvicorn's proxy headers, trusting --forwarded-allow-ips (here any)."""
+    from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
+
+    app = ProxyHeadersMiddleware(app_with(Access(Quotas(req_limit=1))), trusted_hosts="*")
+    with TestClient(app) as client:
+        for address in ("203.0.113.7", "198.51.100.2"):
+            forwarded = {"X-Forwarded-For": address}
+            assert client.post("/translate", json=LT, headers=forwarded).status_code == 200
+            assert client.post("/translate", json=LT, headers=forwarded).status_code == 429
