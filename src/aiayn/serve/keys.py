@@ -79,11 +79,14 @@ class Key:
 
     def describe(self) -> str:
         created = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(self.created))
-        limit = lambda n, unit: f"{n} {unit}" if n is not None else "server default"  # noqa: E731
         return (
-            f"{self.id}  req-limit: {limit(self.req_limit, 'per minute')}  "
-            f"char-limit: {limit(self.char_limit, 'per request')}  created {created} UTC"
+            f"{self.id}  req-limit: {_limit(self.req_limit, 'per minute')}  "
+            f"char-limit: {_limit(self.char_limit, 'per request')}  created {created} UTC"
         )
+
+
+def _limit(n: int | None, unit: str) -> str:
+    return f"{n} {unit}" if n is not None else "server default"
 
 
 class Unavailable(Exception):
