@@ -16,7 +16,9 @@ Routes (``/docs`` is FastAPI's page documenting them):
 * ``GET /``: the page (``static/index.html``), its files under ``/static``.
 
 Every error is a 4xx with one line, ``{"error": "field: what is wrong"}``; the model runs in one
-worker thread, so a bad request never reaches it and never stops the server.
+worker thread, so a bad request never reaches it and never stops the server. Keys and quotas
+(``--api-keys``, ``--req-limit``, ...) are ``app.state.access`` (:mod:`aiayn.serve.quotas`): each
+route that translates or detects calls its ``admit`` first.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ from aiayn.serve import files, libretranslate
 from aiayn.serve.documents import Admission
 from aiayn.serve.downloads import Downloads, LocalDownloads
 from aiayn.serve.models import Models, Served
+from aiayn.serve.quotas import Access, bearer
 from aiayn.service.router import Route
 
 if TYPE_CHECKING:  # prometheus_client: imported only with --metrics
@@ -229,11 +232,13 @@ def create_app(
     batcher_settings: dict[str, Any],
     cors: str | None = None,
     metrics: Metrics | None = None,
+    access: Access | None = None,
     downloads: Downloads | None = None,
 ):
     """The application over ``models`` (or one model, loaded: a :class:`Served`);
     ``batcher_settings``: ``max_tokens`` (0 = no batching across requests) and ``max_wait_s``;
     ``metrics``: ``GET /metrics`` and what it counts (:mod:`aiayn.serve.metrics`; one per app);
+    ``access``: keys and quotas (:mod:`aiayn.serve.quotas`; default: none), ``app.state.access``;
     ``downloads``: where translated files wait (default: a temporary folder of the process)."""
     if isinstance(models, Served):
         models = Models.single(models)
@@ -256,6 +261,7 @@ def create_app(
     app.state.models, app.state.limits = models, limits
     app.state.admission = Admission(limits.max_queue)
     app.state.downloads = downloads if downloads is not None else LocalDownloads(limits.download_s)
+    app.state.access = access or Access()  # every translation route: await access.admit(...)
     _errors(app)
     app.add_middleware(
         BodyLimit, limit=limits.max_body_bytes, larger={FILE_ROUTE: limits.max_file_bytes + FORM_BYTES}
@@ -294,10 +300,11 @@ def _docs(app: FastAPI) -> None:
 
 def _routes(app: FastAPI, key) -> None:
     app.get("/health", summary="Liveness")(health)
-    app.get("/v1/model", summary="A served model (its pair's)", dependencies=[key])(model_info)
-    app.get("/v1/models", summary="Every served model, its languages, whether loaded", dependencies=[key])(
-        models_info
-    )
+    known = Depends(_stored_key)  # --api-keys: a key, not counted
+    app.get("/v1/model", summary="A served model (its pair's)", dependencies=[key, known])(model_info)
+    app.get(
+        "/v1/models", summary="Every served model, its languages, whether loaded", dependencies=[key, known]
+    )(models_info)
     app.post(
         "/v1/translate",
         summary="Translate documents",
@@ -344,6 +351,7 @@ async def page():
 
 async def translate(body: TranslateRequest, request: Request) -> dict[str, Any]:
     state, models = request.app.state, request.app.state.models
+    await state.access.admit(request, bearer(request), sum(map(len, body.text)), len(body.text))
     _check_documents(body.text, state.limits)
     prefixes = _check_prefixes(body.prefix, body.text, state.limits)
     if body.scores and body.nbest > 1:
@@ -404,6 +412,7 @@ def _check_engine(body: SearchOptions, route: Route, engine: str) -> None:
 async def attention(body: AttentionRequest, request: Request) -> dict[str, Any]:
     """One sentence's attention; over a pivot, the last model's, on the sentence the earlier ones
     made of it (``bridge``)."""
+    await request.app.state.access.admit(request, bearer(request), len(body.text), 1)
     _check_sentence(body.text)
     _check_prefix(body.prefix)
     route, detected = await _route(request, body, [body.text])
@@ -458,6 +467,7 @@ async def choices(body: ChoicesRequest, request: Request) -> dict[str, Any]:
     """The ``k`` most probable next pieces after ``prefix`` in the translation of ``text`` (over a
     pivot: of its bridge sentence, made with the default search), most probable first, and ``rest``:
     the probability of every other piece (they sum to one)."""
+    await request.app.state.access.admit(request, bearer(request), len(body.text), 1)
     _check_sentence(body.text)
     _check_prefix(body.prefix)
     if not 1 <= body.k <= MAX_CHOICES:
@@ -482,6 +492,7 @@ async def choices(body: ChoicesRequest, request: Request) -> dict[str, Any]:
 
 async def forecast(body: ForecastRequest, request: Request) -> dict[str, Any]:
     models: Models = request.app.state.models
+    await request.app.state.access.admit(request, bearer(request), 0, 1)
     _kind(models, "forecast")
     async with models.use(models.resolve(None, None)) as (served,):
         info = served.info
@@ -686,6 +697,10 @@ def _key_check(api_key: str | None):
             )
 
     return Depends(check)
+
+
+async def _stored_key(request: Request) -> None:
+    await request.app.state.access.identify(request, bearer(request))
 
 
 class BodyLimit:

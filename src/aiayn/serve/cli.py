@@ -1,7 +1,8 @@
 """``aiayn serve``: the JSON API and the web page over a trained model (``pip install 'aiayn[serve]'``).
 
 Safe by default: it binds 127.0.0.1 (another address prints a warning), ``--api-key`` (or
-``AIAYN_API_KEY``) requires ``Authorization: Bearer KEY`` on ``/v1/*``, request bodies are limited,
+``AIAYN_API_KEY``) requires ``Authorization: Bearer KEY`` on ``/v1/*`` (``--api-keys``: the keys of
+``aiayn keys``, with their quotas, :mod:`aiayn.serve.quotas`), request bodies are limited,
 clients never name files, and CORS is off unless ``--cors ORIGIN``. SIGINT and SIGTERM stop it
 cleanly: requests in flight are answered first.
 """
@@ -25,6 +26,7 @@ from aiayn.device import resolve_device
 from aiayn.errors import UserError, naming_flags
 from aiayn.loading import load
 from aiayn.model import count_parameters
+from aiayn.serve import keys
 from aiayn.service.catalog import catalog
 from aiayn.service.registry import Budget
 
@@ -33,6 +35,48 @@ METRICS_TOKEN_VARIABLE = "AIAYN_METRICS_AUTH_TOKEN"
 
 
 def register(subparsers) -> None:
+    _register_serve(subparsers)
+    keys.register(subparsers)  # `aiayn keys`: the keys of --api-keys
+
+
+def _access_flags(p: argparse.ArgumentParser) -> None:
+    """Keys and quotas (LibreTranslate's flags): :mod:`aiayn.serve.quotas`."""
+    p.add_argument(
+        "--api-keys",
+        action="store_true",
+        help="require a key of `aiayn keys add` on the translation routes (the api_key field or "
+        "Authorization: Bearer KEY); its own limits replace the defaults below",
+    )
+    p.add_argument(
+        "--keys-db", metavar="PATH", help="the keys' SQLite file (default: ~/.local/share/aiayn/keys.db)"
+    )
+    p.add_argument("--req-limit", type=int, help="requests per minute per client (default: no limit)")
+    p.add_argument("--hourly-req-limit", type=int, help="requests per hour per client (default: no limit)")
+    p.add_argument("--daily-req-limit", type=int, help="requests per day per client (default: no limit)")
+    p.add_argument(
+        "--char-limit", type=int, help="characters per request, its texts together (default: none)"
+    )
+    p.add_argument("--batch-limit", type=int, help="texts per request (default: none beyond --max-sentences)")
+    p.add_argument(
+        "--req-flood-threshold",
+        type=int,
+        help="a client refused this many times within 30 minutes is banned for 30 minutes (default: never)",
+    )
+    p.add_argument(
+        "--shared-storage",
+        metavar="URL",
+        help="Redis shared by replicas, redis://HOST:PORT/DB: their keys, counters and bans "
+        "(or $AIAYN_SHARED_STORAGE; default: each process its own)",
+    )
+    p.add_argument(
+        "--forwarded-allow-ips",
+        metavar="IPS",
+        help="proxies whose X-Forwarded-For names the client (comma-separated, * for any; default: "
+        "$FORWARDED_ALLOW_IPS or 127.0.0.1,::1, as uvicorn's)",
+    )
+
+
+def _register_serve(subparsers) -> None:
     p = subparsers.add_parser(
         "serve",
         help="a JSON API and a web page over a trained model (needs the serve extra)",
@@ -101,6 +145,7 @@ def register(subparsers) -> None:
         default=1024,
         help="translation requests in the server at once (waiting or decoded); one more gets a 429",
     )
+    _access_flags(p)
     p.add_argument(
         "--source-lang",
         help="the model's source language (ISO 639-1, e.g. de; default: the checkpoint's, when it has one)",
@@ -120,6 +165,7 @@ def run_serve(args: argparse.Namespace) -> int:
     api_key = args.api_key or os.environ.get(API_KEY_VARIABLE) or None
     metrics = make_metrics(args)
     _check_port(args.host, args.port)
+    access = make_access(args, api_key)
     models = load_models(args)
     limits = Limits(
         max_sentences=args.max_sentences,
@@ -132,7 +178,7 @@ def run_serve(args: argparse.Namespace) -> int:
         "max_tokens": 0 if args.no_batching else args.max_batch_tokens,
         "max_wait_s": args.max_wait_ms / 1000,
     }
-    app = create_app(models, limits, batching, args.cors, metrics=metrics)
+    app = create_app(models, limits, batching, args.cors, metrics=metrics, access=access)
     if not _is_loopback(args.host):
         print(
             f"aiayn: warning: serving on {args.host}, reachable from other machines"
@@ -145,7 +191,12 @@ def run_serve(args: argparse.Namespace) -> int:
         flush=True,
     )
     config = uvicorn.Config(
-        app, host=args.host, port=args.port, log_level="warning", timeout_graceful_shutdown=30
+        app,
+        host=args.host,
+        port=args.port,
+        log_level="warning",
+        timeout_graceful_shutdown=30,
+        forwarded_allow_ips=args.forwarded_allow_ips,
     )
     _server_class(uvicorn)(config).run()
     return 0
@@ -163,6 +214,29 @@ def make_metrics(args: argparse.Namespace):
     except ImportError:
         raise UserError("--metrics needs prometheus_client: pip install 'aiayn[serve]'") from None
     return Metrics(token)
+
+
+def make_access(args: argparse.Namespace, api_key: str | None):
+    """The server's :class:`aiayn.serve.quotas.Access` from its flags: an unreachable Redis, a
+    URL that is not Redis's, a keys file that cannot be read stop it here, in one line."""
+    from aiayn.serve.quotas import Access, MemoryCounters, Quotas, RedisCounters  # starlette: when serving
+
+    quotas = Quotas(
+        req_limit=args.req_limit,
+        hourly_req_limit=args.hourly_req_limit,
+        daily_req_limit=args.daily_req_limit,
+        char_limit=args.char_limit,
+        batch_limit=args.batch_limit,
+        req_flood_threshold=args.req_flood_threshold,
+    )
+    if api_key and args.api_keys:
+        raise UserError("--api-key and --api-keys: one key for all, or keys of aiayn keys; not both")
+    if args.keys_db and not args.api_keys:
+        raise UserError("--keys-db: needs --api-keys")
+    shared = keys.open_shared(args.shared_storage)
+    store = keys.open_keys(args.keys_db, shared) if args.api_keys else None
+    counters = RedisCounters(shared) if shared else MemoryCounters()
+    return Access(quotas, store, counters)
 
 
 def _server_class(uvicorn):
@@ -190,7 +264,8 @@ def _serve_extra():
 
 def _check_numbers(args: argparse.Namespace) -> None:
     numbers = ("max_sentences", "max_chars", "max_body_bytes", "max_queue", "max_batch_tokens", "threads")
-    for name in (*numbers, "max_loaded_models"):
+    quotas = ("req_limit", "hourly_req_limit", "daily_req_limit", "char_limit", "batch_limit")
+    for name in (*numbers, "max_loaded_models", *quotas, "req_flood_threshold"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             raise UserError(f"--{name.replace('_', '-')}: must be >= 1")
     if args.max_wait_ms < 0:

@@ -14,10 +14,12 @@ Routes, fields and answers as LibreTranslate's (its ``app.py``):
 
 Fields are read as LibreTranslate reads them: from a JSON object body (``Content-Type:
 application/json``), else from the query string and a urlencoded or multipart form (the query string
-first). With ``--api-key``, ``/translate`` and ``/detect`` need the key, as the ``api_key`` field or
-``Authorization: Bearer KEY``. Errors are LibreTranslate's, ``{"error": "..."}``: 400 for a missing
+first). With ``--api-key``, or a key of ``--api-keys``, ``/translate`` and ``/detect`` need the key,
+as the ``api_key`` field or ``Authorization: Bearer KEY``; they count against the rate limits
+(:mod:`aiayn.serve.quotas`). Errors are LibreTranslate's, ``{"error": "..."}``: 400 for a missing
 or bad field or a language pair the model does not serve (naming the pair it serves), 403 for a
-wrong key, 413 beyond the server's limits, 429 when too many requests wait.
+wrong key or a banned client, 413 beyond the server's limits, 429 when too many requests wait or
+beyond a rate limit.
 """
 
 from __future__ import annotations
@@ -33,12 +35,12 @@ import aiayn
 from aiayn.decode.search import DecodeOptions
 from aiayn.errors import UserError
 from aiayn.serve.langid import language_name
+from aiayn.serve.quotas import KEY_NEEDED, bearer
 from aiayn.service.languages import normalize
 
 FORMATS = ("text", "html")
 MAX_ALTERNATIVES = 3  # LibreTranslate's default --alternatives-limit
 BEAM, ALPHA = 4, 0.6  # aiayn translate's defaults
-KEY_NEEDED = "Please contact the server operator to obtain an API key"
 
 
 def add_routes(app: FastAPI) -> None:
@@ -60,6 +62,7 @@ async def translate(request: Request) -> dict[str, Any]:
     params = await _params(request)
     _check_key(request, params, state.limits.api_key)
     texts, batch = _texts(params, request)
+    await state.access.admit(request, _given_key(request, params), sum(map(len, texts)), len(texts))
     source, target = _required(params, "source"), _required(params, "target")
     alternatives = _alternatives(params)
     _check_limits(texts, state.limits)
@@ -88,6 +91,9 @@ async def detect(request: Request) -> list[dict[str, Any]]:
     params = await _params(request)
     _check_key(request, params, request.app.state.limits.api_key)
     texts, _ = _texts(params, request)
+    await request.app.state.access.admit(
+        request, _given_key(request, params), sum(map(len, texts)), len(texts)
+    )
     _check_limits(texts, request.app.state.limits)
     ranked = await _identify(request.app.state, texts, "text", models.router.sources)
     return [{"confidence": confidence, "language": code} for code, confidence in ranked[:3]]
@@ -102,12 +108,13 @@ async def languages(request: Request) -> list[dict[str, Any]]:
 async def settings(request: Request) -> dict[str, Any]:
     first = next((lang for lang in _models(request).languages() if lang["targets"]), None)
     source, target = (first["code"], first["targets"][0]) if first else ("", "")
-    limits = request.app.state.limits
+    limits, access = request.app.state.limits, request.app.state.access
+    keyed = limits.api_key is not None or access.keys is not None
     return {
-        "charLimit": limits.max_chars,
+        "charLimit": min(limits.max_chars, access.quotas.char_limit or limits.max_chars),
         "frontendTimeout": 500,
-        "apiKeys": limits.api_key is not None,
-        "keyRequired": limits.api_key is not None,
+        "apiKeys": keyed,
+        "keyRequired": keyed,
         "suggestions": False,
         "filesTranslation": False,
         "supportedFilesFormat": [],
@@ -205,12 +212,17 @@ def _check_key(request: Request, params: dict[str, Any], api_key: str | None) ->
     """With a server key: the ``api_key`` field or ``Authorization: Bearer KEY`` must hold it."""
     if api_key is None:
         return
-    header = request.headers.get("authorization", "")
-    given = params.get("api_key") or (header[7:].strip() if header[:7].lower() == "bearer " else "")
+    given = _given_key(request, params)
     if not given:
         raise _error(400, KEY_NEEDED)
     if not secrets.compare_digest(str(given).encode(), api_key.encode()):
         raise _error(403, "Invalid API key")
+
+
+def _given_key(request: Request, params: dict[str, Any]) -> str | None:
+    """The ``api_key`` field, else the key of ``Authorization: Bearer KEY``."""
+    given = params.get("api_key")
+    return str(given) if given else bearer(request)
 
 
 # --- languages ------------------------------------------------------------------------------------
