@@ -22,7 +22,7 @@ from fastapi.testclient import TestClient  # noqa: E402
 
 from aiayn.cli import build_parser, main  # noqa: E402
 from aiayn.serve.cli import make_access  # noqa: E402
-from aiayn.serve.keys import REDIS_KEYS, Key, RedisKeys, Shared, digest  # noqa: E402
+from aiayn.serve.keys import REDIS_KEYS, Key, RedisKeys, Shared, digest, open_shared  # noqa: E402
 from aiayn.serve.quotas import Access, Quotas, RedisCounters  # noqa: E402
 from conftest import free_port  # noqa: E402
 from test_keys import LT, app_with  # noqa: E402
@@ -119,7 +119,8 @@ def test_unkeyed_clients_are_counted_across_replicas(redis_server) -> None:
         assert refused.status_code == 429 and refused.json() == {"error": "Slowdown: 10 per 1 minute"}
         assert 1 <= int(refused.headers["retry-after"]) <= 60
     args = build_parser().parse_args(["serve", "--checkpoint", "x", "--shared-storage", redis_server.url])
-    assert isinstance(make_access(args, None).counters, RedisCounters)  # what aiayn serve builds
+    shared = open_shared(args.shared_storage)
+    assert isinstance(make_access(args, None, shared).counters, RedisCounters)  # what aiayn serve builds
 
 
 def test_redis_going_away_and_coming_back(redis_server) -> None:

@@ -140,6 +140,18 @@ def _register_serve(subparsers) -> None:
     p.add_argument("--max-chars", type=int, default=100_000, help="characters per document")
     p.add_argument("--max-body-bytes", type=int, default=1_000_000, help="request body size")
     p.add_argument(
+        "--max-file-bytes", type=int, default=20_000_000, help="a file sent to /translate_file (its size)"
+    )
+    p.add_argument(
+        "--max-file-chars", type=int, default=1_000_000, help="the text to translate of such a file"
+    )
+    p.add_argument(
+        "--download-minutes",
+        type=int,
+        default=30,
+        help="how long a translated file can be downloaded (default: 30)",
+    )
+    p.add_argument(
         "--max-queue",
         type=int,
         default=1024,
@@ -165,7 +177,8 @@ def run_serve(args: argparse.Namespace) -> int:
     api_key = args.api_key or os.environ.get(API_KEY_VARIABLE) or None
     metrics = make_metrics(args)
     _check_port(args.host, args.port)
-    access = make_access(args, api_key)
+    shared = keys.open_shared(args.shared_storage)
+    access = make_access(args, api_key, shared)
     models = load_models(args)
     limits = Limits(
         max_sentences=args.max_sentences,
@@ -173,12 +186,16 @@ def run_serve(args: argparse.Namespace) -> int:
         max_body_bytes=args.max_body_bytes,
         api_key=api_key,
         max_queue=args.max_queue,
+        max_file_bytes=args.max_file_bytes,
+        max_file_chars=args.max_file_chars,
+        download_s=args.download_minutes * 60,
     )
     batching = {
         "max_tokens": 0 if args.no_batching else args.max_batch_tokens,
         "max_wait_s": args.max_wait_ms / 1000,
     }
-    app = create_app(models, limits, batching, args.cors, metrics=metrics, access=access)
+    downloads = make_downloads(limits, shared)
+    app = create_app(models, limits, batching, args.cors, metrics=metrics, access=access, downloads=downloads)
     if not _is_loopback(args.host):
         print(
             f"aiayn: warning: serving on {args.host}, reachable from other machines"
@@ -216,7 +233,16 @@ def make_metrics(args: argparse.Namespace):
     return Metrics(token)
 
 
-def make_access(args: argparse.Namespace, api_key: str | None):
+def make_downloads(limits, shared):
+    """Where translated files wait: the Redis that replicas share (``--shared-storage``), else a
+    temporary folder of the process."""
+    from aiayn.serve.downloads import LocalDownloads, SharedDownloads
+
+    local = LocalDownloads(limits.download_s)
+    return SharedDownloads(shared, local) if shared is not None else local
+
+
+def make_access(args: argparse.Namespace, api_key: str | None, shared=None):
     """The server's :class:`aiayn.serve.quotas.Access` from its flags: an unreachable Redis, a
     URL that is not Redis's, a keys file that cannot be read stop it here, in one line."""
     from aiayn.serve.quotas import Access, MemoryCounters, Quotas, RedisCounters  # starlette: when serving
@@ -233,7 +259,6 @@ def make_access(args: argparse.Namespace, api_key: str | None):
         raise UserError("--api-key and --api-keys: one key for all, or keys of aiayn keys; not both")
     if args.keys_db and not args.api_keys:
         raise UserError("--keys-db: needs --api-keys")
-    shared = keys.open_shared(args.shared_storage)
     store = keys.open_keys(args.keys_db, shared) if args.api_keys else None
     counters = RedisCounters(shared) if shared else MemoryCounters()
     return Access(quotas, store, counters)
@@ -264,8 +289,9 @@ def _serve_extra():
 
 def _check_numbers(args: argparse.Namespace) -> None:
     numbers = ("max_sentences", "max_chars", "max_body_bytes", "max_queue", "max_batch_tokens", "threads")
+    files = ("max_file_bytes", "max_file_chars", "download_minutes")
     quotas = ("req_limit", "hourly_req_limit", "daily_req_limit", "char_limit", "batch_limit")
-    for name in (*numbers, "max_loaded_models", *quotas, "req_flood_threshold"):
+    for name in (*numbers, *files, "max_loaded_models", *quotas, "req_flood_threshold"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             raise UserError(f"--{name.replace('_', '-')}: must be >= 1")
     if args.max_wait_ms < 0:

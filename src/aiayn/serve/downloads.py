@@ -6,7 +6,7 @@ expire ``ttl_s`` seconds after they were stored (LibreTranslate sweeps its uploa
 way); an expired or unknown token is a 404.
 
 :class:`LocalDownloads` keeps them in a private temporary folder of the process (removed at close),
-within a number of files and of bytes (the oldest go first). :class:`RedisDownloads` keeps them in
+within a number of files and of bytes (the oldest go first). :class:`SharedDownloads` keeps them in
 the Redis that replicas share (``--shared-storage``), each with Redis' own expiry, so a download
 may reach any replica behind the proxy.
 """
@@ -106,30 +106,40 @@ class LocalDownloads:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
-class RedisDownloads:
-    """Translated files in a Redis shared by replicas (``redis`` is a ``redis.Redis`` client)."""
+class SharedDownloads:
+    """Translated files in the Redis that replicas share (a :class:`aiayn.serve.keys.Shared`), each
+    with Redis' own expiry; while Redis is away, in ``local`` (the replica that translated the file
+    serves its download)."""
 
     PREFIX = "aiayn:download:"
 
-    def __init__(self, redis: Any, ttl_s: int = TTL_S) -> None:
-        self.redis, self.ttl_s = redis, ttl_s
+    def __init__(self, shared: Any, local: LocalDownloads) -> None:
+        self.shared, self.local, self.ttl_s = shared, local, local.ttl_s
+        self.redis = shared.binary()
 
     def put(self, stored: Stored) -> str:
         token = secrets.token_hex(16)
-        key = self.PREFIX + token
-        with self.redis.pipeline(transaction=True) as pipe:
-            pipe.hset(key, mapping={"name": stored.name, "type": stored.media_type, "data": stored.data})
-            pipe.expire(key, self.ttl_s)
-            pipe.execute()
-        return token
+
+        def store(_) -> str:
+            key = self.PREFIX + token
+            with self.redis.pipeline(transaction=True) as pipe:
+                pipe.hset(key, mapping={"name": stored.name, "type": stored.media_type, "data": stored.data})
+                pipe.expire(key, self.ttl_s)
+                pipe.execute()
+            return token
+
+        return self.shared.call(store, lambda: self.local.put(stored))
 
     def get(self, token: str) -> Stored | None:
         if not TOKEN.match(token):
             return None
-        found = self.redis.hgetall(self.PREFIX + token)
-        if not found:
+        found = self.local.get(token)
+        if found is not None:
+            return found
+        stored = self.shared.call(lambda _: self.redis.hgetall(self.PREFIX + token), dict)
+        if not stored:
             return None
-        return Stored(found[b"name"].decode(), found[b"type"].decode(), found[b"data"])
+        return Stored(stored[b"name"].decode(), stored[b"type"].decode(), stored[b"data"])
 
     def close(self) -> None:
-        pass
+        self.local.close()

@@ -20,6 +20,7 @@ from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
 from aiayn.decode.search import DecodeOptions
+from aiayn.documents.files import FileLimits, TooLarge, read_file
 from aiayn.errors import UserError
 from aiayn.serve import libretranslate as lt
 from aiayn.serve.downloads import Stored
@@ -36,30 +37,31 @@ def add_routes(app: FastAPI) -> None:
 
 
 async def translate_file(request: Request) -> dict[str, Any]:
-    from aiayn.documents.files import read_file  # the files extra
-
     state, models = request.app.state, lt.models_of(request)
     upload, params = await _form(request)
     lt.check_key(request, params, state.limits.api_key)
+    key = lt.given_key(request, params)
+    await state.access.identify(request, key)  # a wrong key or a ban: before the file is read
     source, target = lt.required(params, "source"), lt.required(params, "target")
+    if source == "auto":
+        raise lt.error(
+            400, "Invalid request: source auto is not supported for files; name the file's language"
+        )
+    route = lt.resolve(models, source, target, None)
     data = await upload.read()
+    limits = FileLimits(max_bytes=state.limits.max_file_bytes, max_characters=state.limits.max_file_chars)
     try:
-        found = await models.run(read_file, data, upload.filename or "", state.file_limits)
+        found = await models.run(read_file, data, upload.filename or "", limits)
     except UserError as err:
         raise lt.error(_status(err), f"Invalid request: {err}") from None
-    detected = None
-    if source == "auto":
-        detected = await lt.detect_language(state, [found.text(lt.DETECT_CHARS)], "text", target)
-    route = lt.resolve(models, detected["language"] if detected else source, target, detected)
+    await state.access.admit(request, key, found.characters, 1)
     options = DecodeOptions(beam=lt.BEAM, alpha=lt.ALPHA)
     with state.admission.slot():
         async with models.use(route) as served:
             translated = await models.translate_file(route, served, found, options)
     token = await models.run(state.downloads.put, Stored(found.name, found.media_type, translated.data))
     url = str(request.url_for("download_file", filename=f"{token}.{found.name}"))
-    answer: dict[str, Any] = {"translatedFileUrl": url}
-    if detected:
-        answer["detectedLanguage"] = detected
+    answer = {"translatedFileUrl": url}
     return {**answer, "route": route.describe()} if route.pivoted else answer
 
 
@@ -68,8 +70,9 @@ async def download_file(filename: str, request: Request) -> Response:
     token = filename.split(".", 1)[0]
     stored = await request.app.state.models.run(request.app.state.downloads.get, token)
     if stored is None:
-        minutes = request.app.state.downloads.ttl_s // 60
-        raise lt.error(404, f"no such file: translated files can be downloaded for {minutes} minutes")
+        ttl = request.app.state.downloads.ttl_s
+        kept = f"{ttl // 60} minutes" if ttl % 60 == 0 and ttl != 60 else f"{ttl} seconds"
+        raise lt.error(404, f"no such file: a translated file can be downloaded for {kept} after its translation")
     disposition = f"attachment; filename*=UTF-8''{quote(stored.name, safe='')}"
     return Response(stored.data, media_type=stored.media_type, headers={"Content-Disposition": disposition})
 
@@ -92,13 +95,13 @@ async def _form(request: Request) -> tuple[UploadFile, dict[str, Any]]:
 
 
 def _status(err: UserError) -> int:
-    """413 for a file over a limit, else 400 (not what its name says, corrupt, unsupported)."""
-    return 413 if getattr(err, "too_large", False) else 400
+    """413 for a file over a limit, else 400 (not what its name says, damaged, not supported)."""
+    return 413 if isinstance(err, TooLarge) else 400
 
 
 _FIELDS = {
     "file": {"type": "string", "format": "binary"},
-    "source": {"type": "string", "description": "the file's language, or auto"},
+    "source": {"type": "string", "description": "the file's language"},
     "target": {"type": "string"},
     "api_key": {"type": "string"},
 }

@@ -207,6 +207,14 @@ class Shared:
         self.warn, self.up, self.retry_at, self.lock = warn, True, 0.0, threading.Lock()
         self.retry_s = RETRY_S
 
+    def binary(self) -> Any:
+        """A client of the same Redis whose answers are bytes (files), not text."""
+        import redis
+
+        pool = self.client.connection_pool
+        kwargs = {**pool.connection_kwargs, "decode_responses": False}
+        return redis.Redis(connection_pool=redis.ConnectionPool(connection_class=pool.connection_class, **kwargs))
+
     def check(self) -> None:
         """At start: Redis answers, or one line (an operator's typo must not silently unshare)."""
         try:

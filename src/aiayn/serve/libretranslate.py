@@ -9,6 +9,7 @@ Routes, fields and answers as LibreTranslate's (its ``app.py``):
   ``{"translatedText": ...}`` (a list for a list), with ``alternatives`` when asked and, for
   ``auto``, ``detectedLanguage: {"confidence", "language"}`` (one per text for a list).
 * ``POST /detect``: ``q`` -> ``[{"confidence", "language"}, ...]``, likeliest first.
+* ``POST /translate_file`` and ``GET /download_file/NAME``: files (:mod:`aiayn.serve.files`).
 * ``GET /languages``: ``[{"code", "name", "targets"}]``: the model's source language with its target
   (and the target, with no targets of its own); ``GET /frontend/settings``; ``GET /spec``.
 
@@ -33,6 +34,7 @@ from starlette.exceptions import HTTPException
 
 import aiayn
 from aiayn.decode.search import DecodeOptions
+from aiayn.documents.files import EXTENSIONS
 from aiayn.errors import UserError
 from aiayn.serve.langid import language_name
 from aiayn.serve.quotas import KEY_NEEDED, bearer
@@ -58,19 +60,19 @@ def add_routes(app: FastAPI) -> None:
 
 
 async def translate(request: Request) -> dict[str, Any]:
-    state, models = request.app.state, _models(request)
+    state, models = request.app.state, models_of(request)
     params = await _params(request)
-    _check_key(request, params, state.limits.api_key)
+    check_key(request, params, state.limits.api_key)
     texts, batch = _texts(params, request)
-    await state.access.admit(request, _given_key(request, params), sum(map(len, texts)), len(texts))
-    source, target = _required(params, "source"), _required(params, "target")
+    await state.access.admit(request, given_key(request, params), sum(map(len, texts)), len(texts))
+    source, target = required(params, "source"), required(params, "target")
     alternatives = _alternatives(params)
     _check_limits(texts, state.limits)
     fmt = params.get("format") or "text"
-    detected = await _detect(state, texts, fmt, target) if source == "auto" else None
-    route = _resolve(models, detected["language"] if detected else source, target, detected)
+    detected = await detect_language(state, texts, fmt, target) if source == "auto" else None
+    route = resolve(models, detected["language"] if detected else source, target, detected)
     if fmt not in FORMATS:
-        raise _error(400, f"{fmt} format is not supported")
+        raise error(400, f"{fmt} format is not supported")
     nbest = alternatives + 1 if fmt == "text" else 1  # as LibreTranslate: no alternatives for HTML
     options = DecodeOptions(beam=max(BEAM, nbest), alpha=ALPHA, nbest=nbest)
     with state.admission.slot():  # waiting for a model to load counts
@@ -87,12 +89,12 @@ async def translate(request: Request) -> dict[str, Any]:
 
 async def detect(request: Request) -> list[dict[str, Any]]:
     """The served source languages, likeliest first (at most 3)."""
-    models = _models(request)
+    models = models_of(request)
     params = await _params(request)
-    _check_key(request, params, request.app.state.limits.api_key)
+    check_key(request, params, request.app.state.limits.api_key)
     texts, _ = _texts(params, request)
     await request.app.state.access.admit(
-        request, _given_key(request, params), sum(map(len, texts)), len(texts)
+        request, given_key(request, params), sum(map(len, texts)), len(texts)
     )
     _check_limits(texts, request.app.state.limits)
     ranked = await _identify(request.app.state, texts, "text", models.router.sources)
@@ -102,12 +104,12 @@ async def detect(request: Request) -> list[dict[str, Any]]:
 async def languages(request: Request) -> list[dict[str, Any]]:
     """Every source language served, with every target it reaches; ``pivots`` (beyond
     LibreTranslate's fields) names the languages a pivoted target goes through."""
-    return _models(request).languages()
+    return models_of(request).languages()
 
 
 async def settings(request: Request) -> dict[str, Any]:
-    first = next((lang for lang in _models(request).languages() if lang["targets"]), None)
-    source, target = (first["code"], first["targets"][0]) if first else ("", "")
+    pair = next((lang for lang in models_of(request).languages() if lang["targets"]), None)
+    source, target = (pair["code"], pair["targets"][0]) if pair else ("", "")
     limits, access = request.app.state.limits, request.app.state.access
     keyed = limits.api_key is not None or access.keys is not None
     return {
@@ -116,8 +118,8 @@ async def settings(request: Request) -> dict[str, Any]:
         "apiKeys": keyed,
         "keyRequired": keyed,
         "suggestions": False,
-        "filesTranslation": False,
-        "supportedFilesFormat": [],
+        "filesTranslation": True,
+        "supportedFilesFormat": list(EXTENSIONS),
         "language": {
             "source": {"code": source, "name": language_name(source)},
             "target": {"code": target, "name": language_name(target)},
@@ -149,40 +151,41 @@ async def _params(request: Request) -> dict[str, Any]:
         try:
             body = json.loads(await request.body())
         except ValueError:  # UnicodeDecodeError included
-            raise _error(400, "Invalid JSON format") from None
+            raise error(400, "Invalid JSON format") from None
         if not isinstance(body, dict):
-            raise _error(400, "Invalid JSON format")
+            raise error(400, "Invalid JSON format")
         return body
     form = await request.form() if request.method == "POST" else None
-    fields = {} if form is None else _first((k, v) for k, v in form.multi_items() if isinstance(v, str))
-    return {**fields, **_first(request.query_params.multi_items())}  # the query string first
+    fields = {} if form is None else first((k, v) for k, v in form.multi_items() if isinstance(v, str))
+    return {**fields, **first(request.query_params.multi_items())}  # the query string first
 
 
-def _first(items) -> dict[str, str]:
-    first: dict[str, str] = {}
+def first(items) -> dict[str, str]:
+    """Each name's first value."""
+    found: dict[str, str] = {}
     for name, value in items:
-        first.setdefault(name, value)
-    return first
+        found.setdefault(name, value)
+    return found
 
 
 def _texts(params: dict[str, Any], request: Request) -> tuple[list[str], bool]:
     """``q`` as a list of texts, and whether it was a list."""
     q = params.get("q")
     if not q:
-        raise _error(400, "Invalid request: missing q parameter")
+        raise error(400, "Invalid request: missing q parameter")
     batch = isinstance(q, list)
     texts = q if batch else [q]
     if not all(isinstance(text, str) for text in texts):
-        raise _error(400, "Invalid request: q must be a string or a list of strings")
+        raise error(400, "Invalid request: q must be a string or a list of strings")
     if "json" not in request.headers.get("content-type", ""):  # a form's line breaks: \n only
         texts = [text.replace("\r\n", "\n").replace("\r", "\n") for text in texts]
     return texts, batch
 
 
-def _required(params: dict[str, Any], name: str) -> str:
+def required(params: dict[str, Any], name: str) -> str:
     value = params.get(name)
     if not value or not isinstance(value, str):
-        raise _error(400, f"Invalid request: missing {name} parameter")
+        raise error(400, f"Invalid request: missing {name} parameter")
     return value
 
 
@@ -190,36 +193,36 @@ def _alternatives(params: dict[str, Any]) -> int:
     try:
         count = max(0, int(params.get("alternatives") or 0))
     except (TypeError, ValueError):
-        raise _error(400, "Invalid request: alternatives parameter is not a number") from None
+        raise error(400, "Invalid request: alternatives parameter is not a number") from None
     if count > MAX_ALTERNATIVES:
-        raise _error(400, f"Invalid request: alternatives parameter must be <= {MAX_ALTERNATIVES}")
+        raise error(400, f"Invalid request: alternatives parameter must be <= {MAX_ALTERNATIVES}")
     return count
 
 
 def _check_limits(texts: list[str], limits) -> None:
     if len(texts) > limits.max_sentences:
-        raise _error(
+        raise error(
             413, f"Invalid request: request ({len(texts)}) exceeds text limit ({limits.max_sentences})"
         )
     for text in texts:
         if len(text) > limits.max_chars:
-            raise _error(
+            raise error(
                 413, f"Invalid request: request ({len(text)}) exceeds character limit ({limits.max_chars})"
             )
 
 
-def _check_key(request: Request, params: dict[str, Any], api_key: str | None) -> None:
+def check_key(request: Request, params: dict[str, Any], api_key: str | None) -> None:
     """With a server key: the ``api_key`` field or ``Authorization: Bearer KEY`` must hold it."""
     if api_key is None:
         return
-    given = _given_key(request, params)
+    given = given_key(request, params)
     if not given:
-        raise _error(400, KEY_NEEDED)
+        raise error(400, KEY_NEEDED)
     if not secrets.compare_digest(str(given).encode(), api_key.encode()):
-        raise _error(403, "Invalid API key")
+        raise error(403, "Invalid API key")
 
 
-def _given_key(request: Request, params: dict[str, Any]) -> str | None:
+def given_key(request: Request, params: dict[str, Any]) -> str | None:
     """The ``api_key`` field, else the key of ``Authorization: Bearer KEY``."""
     given = params.get("api_key")
     return str(given) if given else bearer(request)
@@ -228,9 +231,9 @@ def _given_key(request: Request, params: dict[str, Any]) -> str | None:
 # --- languages ------------------------------------------------------------------------------------
 
 
-def _resolve(models, source: str, target: str, detected: dict | None):
+def resolve(models, source: str, target: str, detected: dict | None):
     if not models.router.routes:
-        raise _error(
+        raise error(
             400,
             "Invalid request: this server does not know its model's languages "
             "(start aiayn serve with --source-lang and --target-lang)",
@@ -240,27 +243,27 @@ def _resolve(models, source: str, target: str, detected: dict | None):
         return route
     if normalize(source) not in models.router.sources:
         how = f" (detected, confidence {detected['confidence']})" if detected else ""
-        raise _error(400, f"{source} is not supported{how}: {models.serves()}")
-    raise _error(400, f"{target} is not supported as a target language from {source}: {models.serves()}")
+        raise error(400, f"{source} is not supported{how}: {models.serves()}")
+    raise error(400, f"{target} is not supported as a target language from {source}: {models.serves()}")
 
 
-async def _detect(state, texts: list[str], fmt: str, target: str) -> dict[str, Any]:
+async def detect_language(state, texts: list[str], fmt: str, target: str) -> dict[str, Any]:
     """The language of all the texts together (as LibreTranslate detects a list: one language),
     among the served ones that reach ``target``."""
     candidates = state.models.sources_to(target)
     if not candidates:
-        raise _error(400, f"{target} is not supported as a target language: {state.models.serves()}")
+        raise error(400, f"{target} is not supported as a target language: {state.models.serves()}")
     code, confidence = (await _identify(state, texts, fmt, candidates))[0]
     return {"confidence": confidence, "language": code}
 
 
 async def _identify(state, texts: list[str], fmt: str, candidates: list[str]) -> list[tuple[str, float]]:
     if not candidates:
-        raise _error(400, "Invalid request: this server does not know its model's languages")
+        raise error(400, "Invalid request: this server does not know its model's languages")
     try:
         return await state.models.identify(texts, fmt, candidates)
     except UserError as err:  # the identifier is not installed
-        raise _error(400, str(err)) from None
+        raise error(400, str(err)) from None
 
 
 def _unique(alternatives: list[str], best: str) -> list[str]:
@@ -269,16 +272,16 @@ def _unique(alternatives: list[str], best: str) -> list[str]:
     return [a for a in alternatives if not (a in seen or seen.add(a))]
 
 
-def _models(request: Request):
+def models_of(request: Request):
     models = request.app.state.models
     if models.kind != "translation":
-        raise _error(
+        raise error(
             404, f"this server runs a {models.kind} model; the LibreTranslate API needs a translation model"
         )
     return models
 
 
-def _error(status: int, message: str) -> HTTPException:
+def error(status: int, message: str) -> HTTPException:
     return HTTPException(status_code=status, detail=message)
 
 
