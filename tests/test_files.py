@@ -16,7 +16,7 @@ import pytest
 
 from aiayn.decode.request import TEXT, LineLike, Translation, Wanted, as_lines
 from aiayn.decode.search import DecodeOptions
-from aiayn.documents.files import EXTENSIONS, FileLimits, read_file
+from aiayn.documents.files import DEFAULT_LIMITS, EXTENSIONS, FileLimits, read_file
 from aiayn.documents.translate import DocumentTranslator
 from aiayn.errors import UserError
 from markup_fakes import identity, reverse, upper
@@ -79,7 +79,12 @@ def png() -> bytes:
         return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
 
     header = struct.pack(">IIBBBBB", 1, 1, 8, 2, 0, 0, 0)
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(b"\0\xff\0\0")) + chunk(b"IEND", b"")
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(b"\0\xff\0\0"))
+        + chunk(b"IEND", b"")
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -103,7 +108,9 @@ def make_docx() -> bytes:
     p.runs[-1].add_break()
     p.add_run("is here.")
     link = OxmlElement("w:hyperlink")
-    link.set(qn("r:id"), p.part.relate_to("https://example.org", RELATIONSHIP_TYPE.HYPERLINK, is_external=True))
+    link.set(
+        qn("r:id"), p.part.relate_to("https://example.org", RELATIONSHIP_TYPE.HYPERLINK, is_external=True)
+    )
     run = OxmlElement("w:r")
     text = OxmlElement("w:t")
     text.text = "a link"
@@ -147,7 +154,12 @@ def test_docx_formatting_follows_the_words_it_was_on() -> None:
 
 
 def test_identity_gives_back_the_file_byte_for_byte() -> None:
-    for name, data in [("a.docx", make_docx()), ("a.pptx", make_pptx()), ("a.odt", make_odt()), ("a.epub", make_epub())]:
+    for name, data in [
+        ("a.docx", make_docx()),
+        ("a.pptx", make_pptx()),
+        ("a.odt", make_odt()),
+        ("a.epub", make_epub()),
+    ]:
         assert translated(data, name, rule=identity)[0] == data, name
 
 
@@ -325,7 +337,7 @@ def test_text_html_and_markdown_files_and_their_byte_order_mark() -> None:
 # bad input
 
 
-def error(data, name: str, limits: FileLimits = FileLimits()) -> str:
+def error(data, name: str, limits: FileLimits = DEFAULT_LIMITS) -> str:
     with pytest.raises(UserError) as caught:
         read_file(data, name, limits)
     message = str(caught.value)
@@ -351,7 +363,9 @@ def test_what_is_refused_is_said_in_one_line() -> None:
     assert "not well-formed" in error(zipped({"word/document.xml": b"<w:document"}), "a.docx")
     assert "more than the 10 allowed" in error(b"x" * 11, "a.txt", FileLimits(max_bytes=10))
     assert "characters to translate" in error(b"word " * 10, "a.txt", FileLimits(max_characters=5))
-    assert "zip members" in error(zipped({f"{i}": b"" for i in range(5)}), "a.docx", FileLimits(max_members=4))
+    assert "zip members" in error(
+        zipped({f"{i}": b"" for i in range(5)}), "a.docx", FileLimits(max_members=4)
+    )
     bomb = zipped({"word/document.xml": b"<a/>", "big": b"\0" * 3_000_000})
     assert "zip bomb" in error(bomb, "a.docx")
     assert "unpacked" in error(bomb, "a.docx", FileLimits(max_unpacked_bytes=1_000_000))
@@ -373,7 +387,11 @@ def test_a_directory_that_understates_its_sizes_is_stopped_at_the_limit() -> Non
 def test_garbled_and_truncated_files_raise_only_user_errors(name: str) -> None:
     makers = {".docx": make_docx, ".pptx": make_pptx, ".odt": make_odt, ".epub": make_epub}
     extension = name[1:]
-    good = makers[extension]() if extension in makers else (SUBTITLES.encode() if extension == ".srt" else b"<p>A b.</p>")
+    good = (
+        makers[extension]()
+        if extension in makers
+        else (SUBTITLES.encode() if extension == ".srt" else b"<p>A b.</p>")
+    )
     import random
 
     rng = random.Random(0)
@@ -396,4 +414,58 @@ def test_garbled_and_truncated_files_raise_only_user_errors(name: str) -> None:
 
 
 def test_every_extension_has_a_kind_read() -> None:
-    assert set(EXTENSIONS.values()) == {"text", "html", "markdown", "docx", "pptx", "odt", "odp", "epub", "srt"}
+    assert set(EXTENSIONS.values()) == {
+        "text",
+        "html",
+        "markdown",
+        "docx",
+        "pptx",
+        "odt",
+        "odp",
+        "epub",
+        "srt",
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# the command
+
+
+def test_aiayn_translate_file_with_the_tiny_model(tiny_translation_run, tmp_path, capsys) -> None:
+    from aiayn.cli import main
+
+    document = docx.Document()
+    p = document.add_paragraph("4213")
+    p.add_run(" ")
+    p.add_run("77").bold = True
+    source = tmp_path / "numbers.docx"
+    document.save(source)
+    out = tmp_path / "words.docx"
+    run = ["translate", "--checkpoint", str(tiny_translation_run), "--device", "cpu", "--beam", "1"]
+    assert main([*run, "--file", str(source), "--out", str(out)]) == 0
+    assert "numbers.docx -> " in capsys.readouterr().err
+    text = docx.Document(out).paragraphs[0].text
+    assert text and not any(c.isdigit() for c in text)  # digits -> words
+    same_except(source.read_bytes(), out.read_bytes(), {"word/document.xml"})
+
+
+@pytest.mark.parametrize(
+    "flags, said",
+    [
+        (["--file", "a.docx"], "--file: needs --out"),
+        (["--out", "b.docx"], "--out: needs --file"),
+        (["--file", "a.docx", "--out", "a.docx"], "is --file itself"),
+        (["--file", "a.docx", "--out", "b.odt"], "must have the extension"),
+        (["--file", "a.docx", "--out", "b.docx", "--format", "html"], "--format: not with --file"),
+        (["--file", "a.docx", "--out", "b.docx", "--nbest", "2"], "--nbest: not with --file"),
+        (["--file", "a.docx", "--out", "b.docx", "--input", "x"], "--input: not with --file"),
+        (["--file", "a.docx", "--out", "b.docx", "--output", "x"], "--output: not with --file"),
+    ],
+)
+def test_the_file_flags_refused_in_one_line(flags, said, tmp_path, capsys, monkeypatch) -> None:
+    from aiayn.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["translate", "--checkpoint", "nowhere", *flags]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and said in err[0], err

@@ -25,9 +25,12 @@ from __future__ import annotations
 
 import importlib
 import posixpath
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from aiayn.documents.files.types import FileLimits, TranslatedFile
+from aiayn.documents.html import parse_html
+from aiayn.documents.markdown import parse_markdown
+from aiayn.documents.text import whole
 from aiayn.errors import UserError
 
 if TYPE_CHECKING:
@@ -60,6 +63,8 @@ MEDIA_TYPES: dict[str, str] = {
     "epub": "application/epub+zip",
     "srt": "application/x-subrip",
 }
+#: The limits of a :func:`read_file` given none (frozen: shared safely)
+DEFAULT_LIMITS = FileLimits()
 _NAMES = {
     "docx": "Word document (.docx)",
     "pptx": "PowerPoint presentation (.pptx)",
@@ -67,24 +72,6 @@ _NAMES = {
     "odp": "OpenDocument presentation (.odp)",
     "epub": "EPUB",
 }
-
-
-@dataclass(frozen=True)
-class FileLimits:
-    """What :func:`read_file` accepts; all enforced there."""
-
-    max_bytes: int = 20_000_000  #: the file as uploaded
-    #: a zip's members uncompressed, summed (the directory's sizes, and what is actually read)
-    max_unpacked_bytes: int = 200_000_000
-    max_members: int = 10_000
-    max_characters: int = 1_000_000  #: text to translate
-
-
-@dataclass
-class TranslatedFile:
-    data: bytes  #: the translated file, of the source's kind
-    sentences: int  #: sentences translated
-    characters: int  #: characters of source text translated
 
 
 class SourceFile:
@@ -106,7 +93,7 @@ class SourceFile:
         return f"SourceFile({self.name!r}, kind={self.kind!r}, characters={self.characters})"
 
 
-def read_file(data: bytes, name: str, limits: FileLimits = FileLimits()) -> SourceFile:
+def read_file(data: bytes, name: str, limits: FileLimits = DEFAULT_LIMITS) -> SourceFile:
     """``data``, the file called ``name``, read and checked: a :class:`UserError` of one line for an
     extension not supported, a file that is not what its name says, one damaged or over ``limits``."""
     base = posixpath.basename(name.replace("\\", "/")) or name
@@ -127,7 +114,8 @@ def read_file(data: bytes, name: str, limits: FileLimits = FileLimits()) -> Sour
     content = reread()
     if content.characters > limits.max_characters:
         raise UserError(
-            f"{base}: {content.characters} characters to translate, more than the {limits.max_characters} allowed"
+            f"{base}: {content.characters} characters to translate, more than the "
+            f"{limits.max_characters} allowed"
         )
     return SourceFile(base, kind, content.characters, content, reread)
 
@@ -177,10 +165,6 @@ class _Textual:
     """Plain text, HTML or Markdown, through :meth:`DocumentTranslator.translate`."""
 
     def __init__(self, kind: str, decoded: tuple[str, bool], name: str) -> None:
-        from aiayn.documents.html import parse_html
-        from aiayn.documents.markdown import parse_markdown
-        from aiayn.documents.text import whole
-
         self.fmt = kind
         self.text, self.bom = decoded
         if kind == "text":
@@ -218,4 +202,12 @@ class _Zipped:
         )
 
 
-__all__ = ["EXTENSIONS", "MEDIA_TYPES", "FileLimits", "SourceFile", "TranslatedFile", "read_file"]
+__all__ = [
+    "DEFAULT_LIMITS",
+    "EXTENSIONS",
+    "MEDIA_TYPES",
+    "FileLimits",
+    "SourceFile",
+    "TranslatedFile",
+    "read_file",
+]

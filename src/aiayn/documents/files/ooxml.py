@@ -22,7 +22,17 @@ from typing import TYPE_CHECKING
 
 from lxml import etree
 
-from aiayn.documents.files.package import Member, Paragraph, Zip, closing, local, opening, parse_xml, tokens, void
+from aiayn.documents.files.package import (
+    Member,
+    Paragraph,
+    Zip,
+    closing,
+    local,
+    opening,
+    parse_xml,
+    tokens,
+    void,
+)
 from aiayn.documents.markup import InlineBuilder
 from aiayn.errors import UserError
 
@@ -61,7 +71,9 @@ WORD = Dialect(
     ),
     False,
 )
-DRAWING = Dialect(A, frozenset({"pPr"}), frozenset({"endParaRPr"}), frozenset(), frozenset(), frozenset(), True)
+DRAWING = Dialect(
+    A, frozenset({"pPr"}), frozenset({"endParaRPr"}), frozenset(), frozenset(), frozenset(), True
+)
 
 
 @dataclass

@@ -24,12 +24,12 @@ from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
 from lxml import etree
 
+from aiayn.documents.files.types import FileLimits, TranslatedFile
 from aiayn.documents.markup import Inline, Run
 from aiayn.errors import UserError
 
 if TYPE_CHECKING:
     from aiayn.decode.search import DecodeOptions
-    from aiayn.documents.files import FileLimits, TranslatedFile
     from aiayn.documents.translate import DocumentTranslator
 
 MARK = "\x00"
@@ -119,7 +119,15 @@ def read_zip(data: bytes, name: str, what: str, limits: FileLimits) -> Zip:
     try:
         archive = zipfile.ZipFile(io.BytesIO(data))
         infos = archive.infolist()
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, OSError, EOFError, IndexError, NotImplementedError):
+    except (
+        zipfile.BadZipFile,
+        zipfile.LargeZipFile,
+        ValueError,
+        OSError,
+        EOFError,
+        IndexError,
+        NotImplementedError,
+    ):
         raise UserError(f"{name}: not a {what} (not a zip archive, or a damaged one)") from None
     if len(infos) > limits.max_members:
         raise UserError(f"{name}: {len(infos)} zip members, more than the {limits.max_members} allowed")
@@ -153,7 +161,15 @@ def read_zip(data: bytes, name: str, what: str, limits: FileLimits) -> Zip:
                     chunks.append(chunk)
         except UserError:
             raise
-        except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, NotImplementedError, RuntimeError) as err:
+        except (
+            zipfile.BadZipFile,
+            zlib.error,
+            EOFError,
+            OSError,
+            ValueError,
+            NotImplementedError,
+            RuntimeError,
+        ) as err:
             raise UserError(f"{name}: member {info.filename} cannot be read ({_first_line(err)})") from None
         contents[info.filename] = b"".join(chunks)
     return Zip(data, infos, contents)
@@ -251,8 +267,6 @@ def translate_members(
     characters: int,
 ) -> TranslatedFile:
     """The members' paragraphs translated in one call, the changed members serialized, the zip written."""
-    from aiayn.documents.files import TranslatedFile
-
     paragraphs = [p for member in members for p in member.paragraphs]
     written, sentences = translate_runs(translator, options, paragraphs, name)
     changed_members: set[str] = set()

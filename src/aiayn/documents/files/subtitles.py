@@ -108,4 +108,3 @@ class Subtitles:
 
 def _identity(text: str) -> str:
     return text
-
