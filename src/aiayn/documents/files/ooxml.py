@@ -270,6 +270,8 @@ def _base(p: etree._Element, d: Dialect) -> tuple[bytes, etree._Element | None]:
     counts: dict[bytes, int] = {}
     first: dict[bytes, etree._Element | None] = {}
     for run in p.iter(d.tag("r")):
+        if next(run.iterancestors(d.tag("p")), None) is not p:
+            continue  # a run of a paragraph inside this one's (a text box's)
         properties = run.find(d.tag("rPr"))
         key = b"" if properties is None else etree.tostring(properties)
         chars = sum(len(t.text or "") for t in run.findall(d.tag("t")))

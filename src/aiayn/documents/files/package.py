@@ -194,11 +194,13 @@ def parse_xml(data: bytes, name: str, member: str) -> etree._ElementTree:
 
 
 def serialize_xml(tree: etree._ElementTree, original: bytes) -> bytes:
-    """The tree as XML after the original's own declaration (kept byte for byte)."""
+    """The tree as XML between the original's own declaration and its whitespace at the end (both
+    kept byte for byte)."""
     head = _DECLARATION.match(original)
     encoding = tree.docinfo.encoding or "UTF-8"
-    body = etree.tostring(tree, encoding=encoding, xml_declaration=False)
-    return (head.group(0) if head else b"") + body
+    body = etree.tostring(tree, encoding=encoding, xml_declaration=False).rstrip()
+    end = original[len(original.rstrip()) :]
+    return (head.group(0) if head else b"") + body + end
 
 
 # ---------------------------------------------------------------------------------------------
