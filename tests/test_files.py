@@ -153,6 +153,38 @@ def test_docx_formatting_follows_the_words_it_was_on() -> None:
     assert " ".join(p.text.split()).startswith("dog. the over jumps fox brown quick The")
 
 
+def test_a_docx_field_moves_whole_and_its_result_stays() -> None:
+    from docx.oxml import parse_xml
+
+    document = docx.Document()
+    p = document.add_paragraph("Page ")
+    w = 'xmlns:w="http://schemas.openxmlformats.org/wordprocessingml/2006/main"'
+    for part in (
+        '<w:fldChar w:fldCharType="begin"/>',
+        '<w:instrText xml:space="preserve"> PAGE </w:instrText>',
+        '<w:fldChar w:fldCharType="separate"/>',
+        "<w:t>1</w:t>",
+        '<w:fldChar w:fldCharType="end"/>',
+    ):
+        p._p.append(parse_xml(f"<w:r {w}>{part}</w:r>"))
+    p.add_run(" of the report.")
+    out = io.BytesIO()
+    document.save(out)
+    data, _, _ = translated(out.getvalue(), "f.docx")
+    xml = members(data)["word/document.xml"].decode()
+    assert "PAGE </w:instrText>" in xml and "<w:t>1</w:t>" in xml
+    order = [xml.find(f'w:fldCharType="{k}"') for k in ("begin", "separate", "end")]
+    assert -1 < order[0] < order[1] < order[2]
+    assert docx.Document(io.BytesIO(data)).paragraphs[0].text.split() == ["PAGE", "1", "OF", "THE", "REPORT."]
+
+
+def test_a_source_file_translates_again_from_its_bytes() -> None:
+    source = read_file(make_docx(), "a.docx")
+    translator = DocumentTranslator(WordsBackend(), language="en")
+    first = source.translate(translator, DecodeOptions(beam=1)).data
+    assert source.translate(translator, DecodeOptions(beam=1)).data == first
+
+
 def test_identity_gives_back_the_file_byte_for_byte() -> None:
     for name, data in [
         ("a.docx", make_docx()),
@@ -252,6 +284,45 @@ def test_odt_spans_links_tabs_and_line_breaks() -> None:
     with zipfile.ZipFile(io.BytesIO(data)) as archive:
         first = archive.infolist()[0]
         assert first.filename == "mimetype" and first.compress_type == zipfile.ZIP_STORED
+
+
+def test_odp_text_boxes_and_notes() -> None:
+    from odf.draw import Frame, Page, TextBox
+    from odf.opendocument import OpenDocumentPresentation, load
+    from odf.presentation import Notes
+    from odf.style import MasterPage, PageLayout
+    from odf.teletype import extractText
+    from odf.text import P, Span
+
+    document = OpenDocumentPresentation()
+    layout = PageLayout(name="L")
+    document.automaticstyles.addElement(layout)
+    master = MasterPage(name="M", pagelayoutname=layout)
+    document.masterstyles.addElement(master)
+    page = Page(masterpagename=master)
+    frame = Frame(width="10cm", height="2cm", x="1cm", y="1cm")
+    box = TextBox()
+    p = P(text="Slide ")
+    p.addElement(Span(text="text"))
+    p.addText(" here.")
+    box.addElement(p)
+    frame.addElement(box)
+    page.addElement(frame)
+    notes = Notes()
+    notes_frame = Frame(width="10cm", height="2cm", x="1cm", y="1cm")
+    notes_box = TextBox()
+    notes_box.addElement(P(text="Say this."))
+    notes_frame.addElement(notes_box)
+    notes.addElement(notes_frame)
+    page.addElement(notes)
+    document.presentation.addElement(page)
+    out = io.BytesIO()
+    document.write(out)
+    source = out.getvalue()
+    data, _, _ = translated(source, "talk.odp")
+    texts = [extractText(p) for p in load(io.BytesIO(data)).getElementsByType(P)]
+    assert texts == ["SLIDE TEXT HERE.", "SAY THIS."]
+    same_except(source, data, {"content.xml"})
 
 
 # ---------------------------------------------------------------------------------------------
