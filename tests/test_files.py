@@ -540,3 +540,13 @@ def test_the_file_flags_refused_in_one_line(flags, said, tmp_path, capsys, monke
     assert main(["translate", "--checkpoint", "nowhere", *flags]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and said in err[0], err
+
+
+def test_without_the_files_extra_a_zipped_file_says_how_to_install_it(monkeypatch) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "lxml", None)
+    for module in ("package", "ooxml", "mixed", "subtitles"):
+        monkeypatch.delitem(sys.modules, f"aiayn.documents.files.{module}", raising=False)
+    assert "pip install 'aiayn[files]'" in error(make_docx(), "a.docx")
+    assert read_file(b"One.", "a.txt").characters == 4  # the text formats need no extra
