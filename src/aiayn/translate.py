@@ -22,7 +22,9 @@ translate
     completes it (a line split into sentences: its first sentence's).
     ``--scores`` appends `` ||| `` the line's confidence (the probability form, then the mean
     log-probability of its tokens) and `` ||| `` each word's probability (words of the translation,
-    split at spaces).
+    split at spaces). ``--file IN --out OUT`` translates a whole file of one of the kinds of
+    :mod:`aiayn.documents.files` (from its extension; OUT has the same one) into OUT, its formatting
+    carried to the translated words, all its sentences in one stream.
 evaluate
     Translates ``--src`` and scores it against ``--ref``: sacreBLEU BLEU and chrF (with
     signatures) on detokenized text, plus the Multi30k literature's tokenized lowercased BLEU,
@@ -52,7 +54,7 @@ from aiayn.decode.translator import LINE_BREAKS
 from aiayn.device import resolve_device
 from aiayn.documents.types import FORMATS
 from aiayn.errors import UserError, naming_flags
-from aiayn.io import output_lines, read_lines, stdin_blocks
+from aiayn.io import atomic_file, output_lines, read_lines, stdin_blocks
 from aiayn.loading import model_languages
 
 
@@ -174,6 +176,12 @@ def _register_translate(subparsers) -> None:
     )
     _add_model_options(p)
     p.add_argument("--input", help="input file (default: stdin)")
+    p.add_argument(
+        "--file",
+        help="translate a whole file, its kind from its extension (.txt, .html, .md, .docx, .pptx, .odt, "
+        ".odp, .epub, .srt; formatting carried to the translated words), into --out",
+    )
+    p.add_argument("--out", help="with --file: the translated file (the same extension, not --file itself)")
     p.add_argument("--output", help="output file (default: stdout)")
     p.add_argument("--nbest", type=int, default=1, help="K hypotheses per line, as 'score<TAB>text'")
     p.add_argument(
@@ -245,6 +253,8 @@ def _sampling(args) -> dict:
 
 @naming_flags(FLAGS)
 def run_translate(args) -> int:
+    if args.file is not None or args.out is not None:
+        return _translate_file(args)
     _check_document_flags(args)
     controls = (
         {"glossary": read_glossary(args.glossary), "glossary_language": _source_language(args)}
@@ -272,6 +282,63 @@ def run_translate(args) -> int:
             lines = read_lines(args.input)
             write(_translate_lines(documents, options, lines, 1, args, progress=args.input is not None))
     return 0
+
+
+def _translate_file(args) -> int:
+    """``--file IN --out OUT``: IN read and checked, translated whole, OUT written only when done."""
+    from aiayn.documents.files import read_file  # here: its libraries load only for a file
+
+    _check_file_flags(args)
+    controls = (
+        {"glossary": read_glossary(args.glossary), "glossary_language": _source_language(args)}
+        if args.glossary
+        else {}
+    )
+    options, load = _engine_loader(args, **_sampling(args), **controls)
+    try:
+        data = Path(args.file).read_bytes()
+    except OSError as err:
+        raise UserError(f"cannot read {args.file}: {err.strerror}") from None
+    source = read_file(data, Path(args.file).name)
+    with atomic_file(args.out, "wb") as handle:
+        documents = _documents(args, load)
+        result = source.translate(documents, options)
+        handle.write(result.data)
+    print(
+        f"aiayn: {args.file} -> {args.out}: {result.sentences} sentences, {result.characters} characters",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def _check_file_flags(args) -> None:
+    """``--file`` and ``--out`` go together, with no flag of line-by-line translation."""
+    if args.file is None:
+        raise UserError("--out: needs --file (--output writes line-by-line translation)")
+    if args.out is None:
+        raise UserError("--file: needs --out, the translated file to write")
+    given = [
+        flag
+        for flag, value in (
+            ("--input", args.input is not None),
+            ("--output", args.output is not None),
+            ("--format", args.format is not None),
+            ("--nbest", args.nbest != 1),
+            ("--alignments", args.alignments),
+            ("--scores", args.scores),
+            ("--prefix-file", args.prefix_file is not None),
+        )
+        if value
+    ]
+    if given:
+        raise UserError(f"{given[0]}: not with --file (a file is translated whole into --out)")
+    source, out = Path(args.file), Path(args.out)
+    if source.suffix.lower() != out.suffix.lower():
+        raise UserError(
+            f"--out: {args.out} must have the extension of {args.file} ({source.suffix or 'none'})"
+        )
+    if out.resolve() == source.resolve() or (out.exists() and source.exists() and out.samefile(source)):
+        raise UserError(f"--out: {args.out} is --file itself; write the translation to another file")
 
 
 def _prefixed(args, documents, options: DecodeOptions, prefixes: list[str]) -> list[str]:

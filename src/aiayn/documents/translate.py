@@ -25,7 +25,7 @@ from aiayn.documents.html import parse_html
 from aiayn.documents.markdown import parse_markdown
 from aiayn.documents.segment import Segmenter, segmenter_for
 from aiayn.documents.text import parse_text, whole
-from aiayn.documents.types import FORMATS, Parsed
+from aiayn.documents.types import FORMATS, Parsed, Sentences
 from aiayn.errors import UserError, Warn, warning
 
 
@@ -121,6 +121,28 @@ class DocumentTranslator:
             raise UserError("nbest: alternatives are given for plain text without alignments or confidence")
         sentences = self._stream(parsed, options, asked, prefixes, where)
         return [self._result(p, s, options.nbest, wanted.alignment) for p, s in zip(parsed, sentences)]
+
+    def translate_parsed(
+        self,
+        documents: Sequence[Sentences],
+        options: DecodeOptions,
+        *,
+        wanted: Wanted = TEXT,
+        where: Callable[[int, int], str] | None = None,
+    ) -> list[list[Translation]]:
+        """The translations of the sentences of documents already parsed (a format of
+        :mod:`aiayn.documents.files`, whose markup goes by alignment), all in one stream: per
+        document, ``translations[k]`` of ``sentences()[k]`` (a sentence split further: its pieces'
+        joined)."""
+        if options.nbest > 1:
+            raise UserError("nbest: alternatives are given for plain text without alignments or confidence")
+        found = self._stream(documents, options, replace(wanted, alignment=True), None, where)
+        return [[sentence.translation for sentence in document] for document in found]
+
+    def sentence_spans(self, text: str) -> list[tuple[int, int]]:
+        """The spans of ``text``'s sentences as this translator splits it (the whole text, stripped,
+        without splitting)."""
+        return self._spans(text) if self.split else whole(text)
 
     def parse(self, document: str, fmt: str) -> Parsed:
         """``document`` parsed as ``fmt`` into the sentences to translate."""

@@ -20,6 +20,14 @@ SplitSentences = Callable[[str], list[tuple[int, int]]]
 FORMATS = ("text", "html", "markdown")
 
 
+class Sentences(Protocol):
+    """What the translator's stream reads of a parsed document: its sentences, and where each is."""
+
+    def sentences(self) -> list[str]: ...
+
+    def line_of(self, k: int) -> int: ...
+
+
 class Parsed(Protocol):
     """One parsed document of some format."""
 

@@ -1,0 +1,23 @@
+"""What a file's reading is bounded by and what its translation gives (no format library needed)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class FileLimits:
+    """What :func:`read_file` accepts; all enforced there."""
+
+    max_bytes: int = 20_000_000  #: the file as uploaded
+    #: a zip's members uncompressed, summed (the directory's sizes, and what is actually read)
+    max_unpacked_bytes: int = 200_000_000
+    max_members: int = 10_000
+    max_characters: int = 1_000_000  #: text to translate
+
+
+@dataclass
+class TranslatedFile:
+    data: bytes  #: the translated file, of the source's kind
+    sentences: int  #: sentences translated
+    characters: int  #: characters of source text translated
