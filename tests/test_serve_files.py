@@ -123,11 +123,16 @@ def test_bad_requests_for_files_are_one_line_each() -> None:
     limits = Limits(max_file_bytes=1000)
     with TestClient(app_of(limits)) as client:
         cases = [
-            (client.post("/translate_file", data=PAIR), 400, "missing file"),
+            (client.post("/translate_file", data=PAIR), 400, "multipart/form-data"),
+            (client.post("/translate_file", data=PAIR, files={"text": ("a.txt", b"x")}), 400, "missing file"),
             (client.post("/translate_file", json={**PAIR, "file": "x"}), 400, "multipart/form-data"),
             (upload(client, "a.txt", b"A dog.", source="auto"), 400, "source auto"),
             (upload(client, "a.txt", b"A dog.", target="xx"), 400, "not supported"),
-            (client.post("/translate_file", data={"source": "en"}, files={"file": ("a.txt", b"x")}), 400, "target"),
+            (
+                client.post("/translate_file", data={"source": "en"}, files={"file": ("a.txt", b"x")}),
+                400,
+                "target",
+            ),
             (upload(client, "big.txt", b"x" * 70_000), 413, "larger than the limit"),  # the body
             (upload(client, "a.txt", b"x" * 1500), 413, "bytes, more than the 1000"),  # the file
         ]
@@ -199,9 +204,9 @@ def test_replicas_sharing_a_redis_download_each_others_files(tmp_path) -> None:
 
     server = RedisServer(tmp_path)
     server.start()
-    warnings: list[str] = []
+    warnings: list[list[str]] = [[], []]
     try:
-        shared = [Shared(server.url, warn=warnings.append) for _ in range(2)]
+        shared = [Shared(server.url, warn=warnings[k].append) for k in range(2)]
         for s in shared:
             s.retry_s = 0.2
         apps = [app_of(downloads=SharedDownloads(s, LocalDownloads())) for s in shared]
@@ -212,6 +217,6 @@ def test_replicas_sharing_a_redis_download_each_others_files(tmp_path) -> None:
             away = upload(a, "b.txt", b"Two cats.")
             assert download(a, away).content == b"TWO CATS."
             assert b.get(urlsplit(away.json()["translatedFileUrl"]).path).status_code == 404
-            assert len(warnings) == 1 and "unreachable" in warnings[0]
+            assert [len(w) for w in warnings] == [1, 1] and "unreachable" in warnings[0][0]  # once each
     finally:
         server.stop()

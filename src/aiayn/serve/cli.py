@@ -236,7 +236,7 @@ def make_metrics(args: argparse.Namespace):
 def make_downloads(limits, shared):
     """Where translated files wait: the Redis that replicas share (``--shared-storage``), else a
     temporary folder of the process."""
-    from aiayn.serve.downloads import LocalDownloads, SharedDownloads
+    from aiayn.serve.downloads import LocalDownloads, SharedDownloads  # the serve extra: when serving
 
     local = LocalDownloads(limits.download_s)
     return SharedDownloads(shared, local) if shared is not None else local

@@ -72,7 +72,9 @@ async def download_file(filename: str, request: Request) -> Response:
     if stored is None:
         ttl = request.app.state.downloads.ttl_s
         kept = f"{ttl // 60} minutes" if ttl % 60 == 0 and ttl != 60 else f"{ttl} seconds"
-        raise lt.error(404, f"no such file: a translated file can be downloaded for {kept} after its translation")
+        raise lt.error(
+            404, f"no such file: a translated file can be downloaded for {kept} after its translation"
+        )
     disposition = f"attachment; filename*=UTF-8''{quote(stored.name, safe='')}"
     return Response(stored.data, media_type=stored.media_type, headers={"Content-Disposition": disposition})
 

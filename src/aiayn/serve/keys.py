@@ -213,7 +213,9 @@ class Shared:
 
         pool = self.client.connection_pool
         kwargs = {**pool.connection_kwargs, "decode_responses": False}
-        return redis.Redis(connection_pool=redis.ConnectionPool(connection_class=pool.connection_class, **kwargs))
+        return redis.Redis(
+            connection_pool=redis.ConnectionPool(connection_class=pool.connection_class, **kwargs)
+        )
 
     def check(self) -> None:
         """At start: Redis answers, or one line (an operator's typo must not silently unshare)."""

@@ -27,7 +27,7 @@ import importlib
 import posixpath
 from typing import TYPE_CHECKING, Any
 
-from aiayn.documents.files.types import FileLimits, TranslatedFile
+from aiayn.documents.files.types import FileLimits, TooLarge, TranslatedFile
 from aiayn.documents.html import parse_html
 from aiayn.documents.markdown import parse_markdown
 from aiayn.documents.text import whole
@@ -106,14 +106,14 @@ def read_file(data: bytes, name: str, limits: FileLimits = DEFAULT_LIMITS) -> So
         raise UserError(f"{base}: no file content")
     data = bytes(data)
     if len(data) > limits.max_bytes:
-        raise UserError(f"{base}: {len(data)} bytes, more than the {limits.max_bytes} allowed")
+        raise TooLarge(f"{base}: {len(data)} bytes, more than the {limits.max_bytes} allowed")
 
     def reread():
         return _content(kind, data, base, limits)
 
     content = reread()
     if content.characters > limits.max_characters:
-        raise UserError(
+        raise TooLarge(
             f"{base}: {content.characters} characters to translate, more than the "
             f"{limits.max_characters} allowed"
         )
@@ -207,6 +207,7 @@ __all__ = [
     "EXTENSIONS",
     "MEDIA_TYPES",
     "FileLimits",
+    "TooLarge",
     "SourceFile",
     "TranslatedFile",
     "read_file",

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
 from lxml import etree
 
-from aiayn.documents.files.types import FileLimits, TranslatedFile
+from aiayn.documents.files.types import FileLimits, TooLarge, TranslatedFile
 from aiayn.documents.markup import Inline, Run
 from aiayn.errors import UserError
 
@@ -130,10 +130,10 @@ def read_zip(data: bytes, name: str, what: str, limits: FileLimits) -> Zip:
     ):
         raise UserError(f"{name}: not a {what} (not a zip archive, or a damaged one)") from None
     if len(infos) > limits.max_members:
-        raise UserError(f"{name}: {len(infos)} zip members, more than the {limits.max_members} allowed")
+        raise TooLarge(f"{name}: {len(infos)} zip members, more than the {limits.max_members} allowed")
     declared = sum(info.file_size for info in infos)
     if declared > limits.max_unpacked_bytes:
-        raise UserError(
+        raise TooLarge(
             f"{name}: {declared} bytes unpacked, more than the {limits.max_unpacked_bytes} allowed"
         )
     contents: dict[str, bytes] = {}
@@ -142,7 +142,7 @@ def read_zip(data: bytes, name: str, what: str, limits: FileLimits) -> Zip:
         if info.flag_bits & 0x1:
             raise UserError(f"{name}: member {info.filename} is encrypted (password-protected)")
         if info.file_size > 1_000_000 and info.file_size > MAX_RATIO * max(info.compress_size, 1):
-            raise UserError(
+            raise TooLarge(
                 f"{name}: member {info.filename} unpacks {info.file_size // max(info.compress_size, 1)} "
                 "times its size: refused as a zip bomb"
             )
@@ -154,7 +154,7 @@ def read_zip(data: bytes, name: str, what: str, limits: FileLimits) -> Zip:
                 while chunk := member.read(_CHUNK):
                     total += len(chunk)
                     if total > limits.max_unpacked_bytes:
-                        raise UserError(
+                        raise TooLarge(
                             f"{name}: more than the {limits.max_unpacked_bytes} bytes unpacked allowed "
                             "(its directory understates its sizes)"
                         )

@@ -4,6 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from aiayn.errors import UserError
+
+
+class TooLarge(UserError):
+    """A file over one of its :class:`FileLimits` (a zip bomb included): a server's 413."""
+
 
 @dataclass(frozen=True)
 class FileLimits:
