@@ -259,7 +259,9 @@ def test_a_document_is_shown_sentence_by_sentence_with_the_attention_of_the_one_
     assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []
 
 
-def test_the_api_key_field_is_sent_when_the_server_needs_one(browser, tiny_translation_run, shared_server):
+def test_the_api_key_field_is_sent_when_the_server_needs_one(
+    browser, tiny_translation_run, shared_server, tmp_path
+):
     base_url = shared_server(tiny_translation_run, "--api-key", "s3cret")
     browser.get(base_url + "/")
     browser.execute_script("sessionStorage.clear()")
@@ -272,6 +274,9 @@ def test_the_api_key_field_is_sent_when_the_server_needs_one(browser, tiny_trans
     assert status == 200
     assert browser.find_element(By.ID, "translation").text == expected["translations"][0]["text"]
     assert browser.execute_script("return sessionStorage.getItem('aiayn-api-key')") == "s3cret"
+    numbers = tmp_path / "numbers.txt"  # a file: the key goes as the form's api_key
+    numbers.write_text(SENTENCE)
+    assert _translate_file(browser, numbers) == "ready", _file_error(browser)
 
 
 def test_the_api_page_renders_offline(browser, tiny_translation_run, shared_server):
@@ -463,3 +468,83 @@ def test_the_pickers_choose_a_pair_and_a_pivot_shows_its_path_and_bridge_sentenc
         == (detected["translations"][0]["text"])
     )
     assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []
+
+
+def _upload(base_url: str, path: Path, **fields: str) -> tuple[int, dict]:
+    """(status, JSON) of LibreTranslate's ``POST /translate_file`` of ``path``, as a client sends it."""
+    import httpx
+
+    files = {"file": (path.name, path.read_bytes())}
+    answer = httpx.post(f"{base_url}/translate_file", data=fields, files=files, timeout=WAIT_S)
+    return answer.status_code, answer.json()
+
+
+def _translate_file(browser, path: Path) -> str:
+    """Choose the file, click "Translate the file"; the page's state when done ("ready" or "error")."""
+    browser.find_element(By.ID, "file").send_keys(str(path))
+    browser.execute_script("document.body.dataset.state = 'submitted'")
+    browser.find_element(By.ID, "translate-file").click()
+    done = ("ready", "error")
+    _wait(
+        browser,
+        lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-state") in done,
+        "the file's answer",
+    )
+    return browser.find_element(By.TAG_NAME, "body").get_attribute("data-state")
+
+
+def _file_error(browser) -> str:
+    error = browser.find_element(By.ID, "file-error")
+    return error.text if error.is_displayed() else ""
+
+
+def test_a_file_is_translated_through_the_page_and_its_link_gives_it_back(
+    browser, tiny_translation_run, shared_server, tmp_path
+):
+    """The file part sends LibreTranslate's form (POST /translate_file) in the pair chosen; its link,
+    named as the file, downloads what the route gives for the same file. Auto is refused on the page
+    (the server detects no file's language); a file of a kind not read is the server's one line."""
+    base_url = shared_server(tiny_translation_run)
+    browser.get_log("browser")  # what earlier tests left there
+    _open(browser, base_url)
+    _wait(browser, lambda d: d.find_element(By.ID, "files").is_displayed(), "the file part")
+    _, settings = _api(base_url, "/frontend/settings")
+    accept = browser.find_element(By.ID, "file").get_attribute("accept")
+    assert accept.split(",") == settings["supportedFilesFormat"]
+    assert ".txt" in settings["supportedFilesFormat"]
+    pair = {"source": "digits", "target": "words"}  # the tiny model's, chosen first by the pickers
+    assert [
+        Select(browser.find_element(By.ID, f"{side}-lang")).first_selected_option.get_attribute("value")
+        for side in ("source", "target")
+    ] == list(pair.values())
+
+    numbers = tmp_path / "numbers.txt"
+    numbers.write_text(DOCUMENT + "\n")
+    assert _translate_file(browser, numbers) == "ready", _file_error(browser)
+    link = browser.find_element(By.ID, "file-link")
+    assert link.is_displayed() and link.text == "numbers.txt" == link.get_attribute("download")
+    status, answer = _upload(base_url, numbers, **pair)
+    assert status == 200, answer
+    with urllib.request.urlopen(link.get_attribute("href"), timeout=WAIT_S) as got:
+        shown = got.read()
+        assert got.headers["Content-Disposition"] == "attachment; filename*=UTF-8''numbers.txt"
+    with urllib.request.urlopen(answer["translatedFileUrl"], timeout=WAIT_S) as got:
+        expected = got.read()
+    assert shown == expected and shown.decode().strip() and shown != numbers.read_bytes()
+    assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []
+
+    # auto: one line on the page, nothing sent (the server refuses auto for a file)
+    source = Select(browser.find_element(By.ID, "source-lang"))
+    source.select_by_value("auto")
+    assert _translate_file(browser, numbers) == "error"
+    assert "file's language" in _file_error(browser) and not link.is_displayed()
+    source.select_by_value("digits")
+
+    # a kind of file not read: the server's one line, as the route answers it
+    odd = tmp_path / "numbers.xyz"
+    odd.write_text(DOCUMENT)
+    assert _translate_file(browser, odd) == "error"
+    status, refused = _upload(base_url, odd, **pair)
+    assert 400 <= status < 500 and refused["error"]
+    assert _file_error(browser) == refused["error"] and "\n" not in refused["error"]
+    assert not link.is_displayed() and not browser.find_element(By.ID, "error").is_displayed()

@@ -4,6 +4,8 @@
 // editing the sentence and asking for the rest, decodes the rest again from that prefix. On a server
 // of several models a language pair is chosen; a pair no model translates goes through a bridge
 // language (a pivot), and the page says the path taken and the bridge sentence the last model read.
+// A file (a text, Word or web document...) is translated whole in the pair chosen, as LibreTranslate's
+// page does it (POST /translate_file), and given back as a link to download it.
 // Plain JavaScript, SVG and canvas; no library and no network beyond this server's own API.
 "use strict";
 
@@ -14,10 +16,11 @@ const SVG_NS = "http://www.w3.org/2000/svg";
 // document's text around its sentences (null: shown as plain text); selected: the sentence chosen;
 // languages: GET /languages' sources that have targets, names: each code's name; pair: the source
 // and target of the translation shown ({} on a server that does not know its model's languages);
-// several: the server serves several models (GET /v1/model needs a pair)
+// several: the server serves several models (GET /v1/model needs a pair); files: its file settings
+// (GET /frontend/settings; null where it has none)
 const state = {
   model: null, attention: null, options: null, sentences: [], words: [], prefixes: [], layout: null,
-  text: "", selected: 0, languages: [], names: {}, pair: {}, several: false,
+  text: "", selected: 0, languages: [], names: {}, pair: {}, several: false, files: null,
 };
 const CHOICES = 5; // how many of the model's choices a word shows
 
@@ -175,6 +178,84 @@ function routeText(answer) {
   const found = answer.detected;
   const detected = found ? ` · detected: ${named(found.language, `${Math.round(found.confidence)}%`)}` : "";
   return `${path} (${models})${detected}`;
+}
+
+// --- a file --------------------------------------------------------------------------------------
+
+// The file part, where the server translates files (GET /frontend/settings: LibreTranslate's; a
+// forecasting server has none, 404) and knows its models' languages (the pickers shown: the server
+// needs a file's pair named); the file input offers the extensions the server reads.
+async function loadFiles() {
+  const settings = await api("GET", "/frontend/settings").catch(() => null);
+  const formats = (settings && settings.filesTranslation && settings.supportedFilesFormat) || [];
+  state.files = settings;
+  $("files").hidden = !formats.length || $("languages").hidden;
+  $("file").accept = formats.join(",");
+  $("file-formats").textContent = formats.join(" ");
+}
+
+// The file chosen, sent as LibreTranslate's form (file, source, target, api_key): a link to its
+// translation, or the server's one-line error. Its language must be named: the server does not
+// detect a file's (it refuses auto), and taking a language for it would translate from a guess.
+async function onTranslateFile(event) {
+  event.preventDefault();
+  const file = $("file").files[0];
+  if (!file) return showFileError("Choose a file to translate.");
+  const { source, target } = chosenPair();
+  if (source === "auto") {
+    return showFileError("Choose the file's language in From: a file's language is not detected.");
+  }
+  const form = new FormData();
+  form.append("file", file);
+  form.append("source", source);
+  form.append("target", target);
+  const key = $("api-key").value.trim();
+  if (key) form.append("api_key", key);
+  setFileBusy(true);
+  try {
+    const response = await fetch("/translate_file", { method: "POST", body: form });
+    const data = await response.json().catch(() => null);
+    if (!response.ok) throw Object.assign(new Error(errorText(data, response)), { status: response.status });
+    showFileLink(data.translatedFileUrl);
+    setFileBusy(false, "ready");
+  } catch (err) {
+    showFileError(err.message);
+    const keyed = state.files && state.files.keyRequired; // a key missing: a 400, as LibreTranslate's
+    if (err.status === 403 || (keyed && !key)) $("api-key").closest("details").open = true;
+  }
+}
+
+// The link to the translated file, named as the server saves it (URL: /download_file/TOKEN.NAME).
+function showFileLink(url) {
+  const last = new URL(url, location.href).pathname.split("/").pop();
+  let name;
+  try {
+    name = decodeURIComponent(last.slice(last.indexOf(".") + 1));
+  } catch {
+    name = $("file").files[0].name;
+  }
+  $("file-link").href = url;
+  $("file-link").download = name;
+  $("file-link").textContent = name;
+  $("file-result").hidden = false;
+}
+
+// As setBusy, for the file part: body[data-state] is "busy", then "ready" or "error".
+function setFileBusy(busy, done) {
+  document.body.dataset.state = busy ? "busy" : done;
+  $("file-busy").hidden = !busy;
+  $("translate-file").disabled = busy;
+  if (busy) {
+    $("file-error").hidden = true;
+    $("file-result").hidden = true;
+  }
+}
+
+function showFileError(message) {
+  $("file-error").textContent = message;
+  $("file-error").hidden = false;
+  $("file-result").hidden = true;
+  setFileBusy(false, "error");
 }
 
 // --- the form -----------------------------------------------------------------------------------
@@ -847,6 +928,7 @@ function start() {
   key.addEventListener("change", () => loadModel());
   $("source-lang").addEventListener("change", fillTargets);
   $("translate-form").addEventListener("submit", onSubmit);
+  $("file-form").addEventListener("submit", onTranslateFile);
   $("continue").addEventListener("click", onContinue);
   $("choices-close").addEventListener("click", () => {
     $("choices").hidden = true;
@@ -864,7 +946,7 @@ function start() {
   });
   window.addEventListener("resize", () => state.attention && drawAlignment());
   drawPositionalEncoding(512, 100); // until the model says its d_model
-  loadLanguages();
+  loadLanguages().then(loadFiles); // the file part needs the pickers
   loadModel();
 }
 
