@@ -5,12 +5,13 @@ route (files included), quotas across the replicas, RSS over time, and Redis goi
 
 What it does, against real processes on loopback:
 
-1. starts Debian's ``redis-server`` on a free port (no persistence), makes two API keys with
+1. starts Debian's ``redis-server`` on a free port (append-only persistence, as a deployment
+   needs: a restart keeps the keys), makes two API keys with
    ``aiayn keys add --shared-storage`` (one for the load, one limited to ``--quota`` requests a
    minute), and starts two replicas with ``--shared-storage``, ``--api-keys``, ``--metrics`` (behind
    a token), ``--req-limit`` for unkeyed clients and a small ``--max-file-bytes``;
-2. **quota**: the limited key sends ``--quota`` + 10 requests alternating
-   between the replicas: exactly ``--quota`` must pass, every other one a 429 with ``Retry-After``;
+2. **quota**: the limited key sends ``--quota`` + 10 requests, 4 at once over both replicas:
+   exactly ``--quota`` must pass, every other one a 429 with ``Retry-After``;
 3. **soak**: ``--clients`` threads for ``--seconds`` send requests drawn from a fixed mix of good
    ones (aiayn's routes, LibreTranslate's, a file of each format and its download from the other
    replica, the metrics) and bad ones (a wrong key, malformed JSON, an unknown pair, a body over the
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import concurrent.futures
 import io
 import json
 import random
@@ -151,7 +153,7 @@ def files() -> dict[str, bytes]:
 
 
 class Redis:
-    """Debian's redis-server on a free port, no persistence."""
+    """Debian's redis-server on a free port, its data in a temporary folder."""
 
     def __init__(self) -> None:
         binary = shutil.which("redis-server")
@@ -167,8 +169,10 @@ class Redis:
             "127.0.0.1",
             "--save",
             "",
-            "--appendonly",
-            "no",
+            "--appendonly",  # persisted, synced each write, as a deployment's must be: a Redis
+            "yes",  # restarted without its data would have lost the keys
+            "--appendfsync",
+            "always",
         ]
         self.argv += ["--dir", self.folder]
         self.start()
@@ -333,18 +337,19 @@ class Mix:
 
 
 def quota(servers: list[Server], key: str, limit: int) -> dict:
-    """``limit`` + 10 requests of a key limited to ``limit`` a minute, alternating replicas (its
-    window starts at its first request)."""
+    """``limit`` + 10 requests of a key limited to ``limit`` a minute, 4 at once over both replicas
+    (its window starts at its first request)."""
     started = time.monotonic()
-    statuses, retry_after = [], []
-    with httpx.Client(timeout=120) as client:
-        for k in range(limit + 10):
-            server = servers[k % 2]
-            form = {"q": GERMAN[k % 4], "source": "de", "target": "en", "api_key": key}
-            answer = client.post(f"{server.url}/translate", data=form)
-            statuses.append(answer.status_code)
-            if answer.status_code == 429:
-                retry_after.append(answer.headers.get("retry-after"))
+
+    def send(k: int) -> httpx.Response:
+        form = {"q": GERMAN[k % 4], "source": "de", "target": "en", "api_key": key}
+        with httpx.Client(timeout=120) as client:
+            return client.post(f"{servers[k % 2].url}/translate", data=form)
+
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:  # 4 at once, 2 on each replica
+        answers = list(pool.map(send, range(limit + 10)))
+    statuses = [a.status_code for a in answers]
+    retry_after = [a.headers.get("retry-after") for a in answers if a.status_code == 429]
     passed = statuses.count(200)
     return {
         "limit_per_minute": limit,
@@ -352,7 +357,7 @@ def quota(servers: list[Server], key: str, limit: int) -> dict:
         "passed": passed,
         "refused_429": statuses.count(429),
         "other": len(statuses) - passed - statuses.count(429),
-        "exact": passed == limit and statuses[:limit] == [200] * limit,
+        "exact": passed == limit,
         "retry_after_headers": sorted(set(retry_after)),
         "seconds": round(time.monotonic() - started, 1),
     }

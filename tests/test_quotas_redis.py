@@ -135,7 +135,8 @@ def test_redis_going_away_and_coming_back(redis_server) -> None:
         assert a.post("/translate", json={**LT, "api_key": key}).status_code == 200  # A has seen it
         redis_server.stop()
         started = time.monotonic()
-        assert statuses([a], 4, api_key=key) == [200, 200, 200, 429]  # A's own counters
+        answers = statuses([a], 4, api_key=key)  # two at a time: which one is refused varies
+        assert sorted(answers) == [200, 200, 200, 429], answers  # A's own counters
         unknown = b.post("/translate", json={**LT, "api_key": key})
         assert unknown.status_code == 503 and unknown.headers["retry-after"] == "5"
         assert "cannot be checked now" in unknown.json()["error"]

@@ -71,14 +71,26 @@ def test_a_text_file_and_a_word_file_come_back_translated_under_their_names() ->
         got = download(client, answer)
         assert got.content == "A MAN RIDES.\n\nTWO DOGS PLAY.\n".encode()
         assert got.headers["content-type"] == "text/plain; charset=utf-8"
-        assert got.headers["content-disposition"] == "attachment; filename*=UTF-8''notes.txt"
+        assert (
+            got.headers["content-disposition"]
+            == "attachment; filename=\"notes.txt\"; filename*=UTF-8''notes.txt"
+        )
 
-        got = download(client, upload(client, "Bericht über Räder.docx", word_file()))
-        assert got.headers["content-disposition"].endswith("''Bericht%20%C3%BCber%20R%C3%A4der.docx")
+        answer = upload(client, 'Bericht "über" Räder.docx', word_file())
+        assert answer.json()["translatedFileUrl"].endswith(".Bericht%20%22%C3%BCber%22%20R%C3%A4der.docx")
+        got = download(client, answer)
+        assert got.headers["content-disposition"] == (
+            'attachment; filename="Bericht __ber_ R_der.docx"; '
+            "filename*=UTF-8''Bericht%20%22%C3%BCber%22%20R%C3%A4der.docx"
+        )
         document = docx.Document(io.BytesIO(got.content))
         first, second = document.paragraphs
         assert first.text == "A MAN RIDES A RED BIKE." and second.text == "TWO DOGS PLAY."
         assert [run.text for run in first.runs if run.bold] == ["RED"]  # the bold word's own
+
+        detected = upload(client, "auto.txt", "A man rides a red bike in the city.".encode(), source="auto")
+        assert detected.json()["detectedLanguage"]["language"] == "en"  # among the served sources
+        assert download(client, detected).content == b"A MAN RIDES A RED BIKE IN THE CITY."
 
         settings = client.get("/frontend/settings").json()
         assert settings["filesTranslation"] is True
@@ -126,7 +138,6 @@ def test_bad_requests_for_files_are_one_line_each() -> None:
             (client.post("/translate_file", data=PAIR), 400, "multipart/form-data"),
             (client.post("/translate_file", data=PAIR, files={"text": ("a.txt", b"x")}), 400, "missing file"),
             (client.post("/translate_file", json={**PAIR, "file": "x"}), 400, "multipart/form-data"),
-            (upload(client, "a.txt", b"A dog.", source="auto"), 400, "source auto"),
             (upload(client, "a.txt", b"A dog.", target="xx"), 400, "not supported"),
             (
                 client.post("/translate_file", data={"source": "en"}, files={"file": ("a.txt", b"x")}),
@@ -168,13 +179,23 @@ def test_local_downloads_keep_the_newest_within_their_count_and_bytes() -> None:
     kept.close()
 
 
+def test_files_can_be_turned_off() -> None:
+    with TestClient(app_of(Limits(files=False))) as client:
+        refused = upload(client, "a.txt", b"A dog.")
+        assert refused.status_code == 403
+        assert refused.json() == {"error": "Files translation are disabled on this server."}
+        settings = client.get("/frontend/settings").json()
+        assert settings["filesTranslation"] is False and settings["supportedFilesFormat"] == []
+
+
 def test_file_requests_need_a_key_and_count_against_the_limits(tmp_path, capsys) -> None:
     from aiayn.cli import main
     from aiayn.serve.keys import open_keys
 
     assert main(["keys", "add", "--keys-db", str(tmp_path / "k.db"), "--req-limit", "2"]) == 0
     key = capsys.readouterr().out.strip()
-    access = Access(Quotas(req_limit=100), open_keys(str(tmp_path / "k.db"), None))
+    # --char-limit bounds a text request's characters, not a file's (--max-file-chars does)
+    access = Access(Quotas(req_limit=100, char_limit=3), open_keys(str(tmp_path / "k.db"), None))
     with TestClient(app_of(access=access)) as client:
         assert upload(client, "a.txt", b"A dog.").status_code == 400  # no key
         assert upload(client, "a.txt", b"A dog.", api_key="aiayn-wrong").status_code == 403
@@ -217,6 +238,6 @@ def test_replicas_sharing_a_redis_download_each_others_files(tmp_path) -> None:
             away = upload(a, "b.txt", b"Two cats.")
             assert download(a, away).content == b"TWO CATS."
             assert b.get(urlsplit(away.json()["translatedFileUrl"]).path).status_code == 404
-            assert [len(w) for w in warnings] == [1, 1] and "unreachable" in warnings[0][0]  # once each
+            assert [len(w) for w in warnings] == [1, 1] and "translated files" in warnings[0][0]  # once each
     finally:
         server.stop()

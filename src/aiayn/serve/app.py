@@ -27,7 +27,6 @@ import asyncio
 import contextlib
 import functools
 import math
-import secrets
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -58,7 +57,7 @@ from aiayn.serve import files, libretranslate
 from aiayn.serve.documents import Admission
 from aiayn.serve.downloads import Downloads, LocalDownloads
 from aiayn.serve.models import Models, Served
-from aiayn.serve.quotas import Access, bearer
+from aiayn.serve.quotas import Access, bearer, bears
 from aiayn.service.router import Route
 
 if TYPE_CHECKING:  # prometheus_client: imported only with --metrics
@@ -86,6 +85,7 @@ class Limits:
     max_file_bytes: int = 20_000_000  # a file sent to /translate_file (its body may be this much more)
     max_file_chars: int = 1_000_000  # the text of such a file to translate
     download_s: int = 30 * 60  # how long a translated file waits for its download
+    files: bool = True  # POST /translate_file (False: --disable-files-translation, a 403)
 
 
 # --- request bodies -------------------------------------------------------------------------------
@@ -688,8 +688,7 @@ def _key_check(api_key: str | None):
     async def check(request: Request) -> None:
         if api_key is None:
             return
-        given = request.headers.get("authorization", "")
-        if not secrets.compare_digest(given.encode(), f"Bearer {api_key}".encode()):
+        if not bears(request, api_key):
             raise HTTPException(
                 401,
                 "missing or wrong API key: send Authorization: Bearer KEY",

@@ -146,6 +146,11 @@ def _register_serve(subparsers) -> None:
         "--max-file-chars", type=int, default=1_000_000, help="the text to translate of such a file"
     )
     p.add_argument(
+        "--disable-files-translation",
+        action="store_true",
+        help="refuse POST /translate_file (LibreTranslate's flag)",
+    )
+    p.add_argument(
         "--download-minutes",
         type=int,
         default=30,
@@ -189,6 +194,7 @@ def run_serve(args: argparse.Namespace) -> int:
         max_file_bytes=args.max_file_bytes,
         max_file_chars=args.max_file_chars,
         download_s=args.download_minutes * 60,
+        files=not args.disable_files_translation,
     )
     batching = {
         "max_tokens": 0 if args.no_batching else args.max_batch_tokens,
@@ -202,6 +208,12 @@ def run_serve(args: argparse.Namespace) -> int:
             + ("" if api_key else "; consider --api-key"),
             file=sys.stderr,
         )
+        if "*" in (args.forwarded_allow_ips or ""):
+            print(
+                "aiayn: warning: --forwarded-allow-ips '*' on a reachable address: every client can "
+                "name its own address (X-Forwarded-For) and so dodge per-address limits and bans",
+                file=sys.stderr,
+            )
     print(
         f"aiayn serve: {_what(models)} on http://{args.host}:{args.port}/ (API documentation: /docs)",
         file=sys.stderr,

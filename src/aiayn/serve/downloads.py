@@ -24,10 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-TOKEN = re.compile(r"^[0-9a-f]{32}$")
+TOKEN = re.compile(r"[0-9a-f]{32}")
 TTL_S = 30 * 60  # how long a translated file waits for its download (default)
 MAX_FILES = 1000  # kept at once in a process (the oldest go first)
 MAX_BYTES = 2_000_000_000  # and their bytes
+REDIS_TIMEOUT_S = 10.0  # a file sent to or read from Redis at most (20 MB on a slow link)
 
 
 @dataclass(frozen=True)
@@ -58,14 +59,26 @@ class LocalDownloads:
 
     def __init__(self, ttl_s: int = TTL_S, max_files: int = MAX_FILES, max_bytes: int = MAX_BYTES) -> None:
         self.ttl_s, self.max_files, self.max_bytes = ttl_s, max_files, max_bytes
-        self.folder = Path(tempfile.mkdtemp(prefix="aiayn-downloads-"))  # mode 0700
+        self._folder: Path | None = None  # made at the first file (mode 0700)
         self._files: OrderedDict[str, tuple[float, str, str, int]] = OrderedDict()  # oldest first
         self._bytes = 0
         self._lock = threading.Lock()
 
+    @property
+    def folder(self) -> Path:
+        with self._lock:
+            if self._folder is None:
+                self._folder = Path(tempfile.mkdtemp(prefix="aiayn-downloads-"))
+            return self._folder
+
     def put(self, stored: Stored) -> str:
         token = secrets.token_hex(16)
-        (self.folder / token).write_bytes(stored.data)
+        path = self.folder / token
+        try:
+            path.write_bytes(stored.data)
+        except OSError:
+            path.unlink(missing_ok=True)  # a full disk: no half file left behind
+            raise
         with self._lock:
             self._files[token] = (
                 time.monotonic() + self.ttl_s,
@@ -78,7 +91,7 @@ class LocalDownloads:
         return token
 
     def get(self, token: str) -> Stored | None:
-        if not TOKEN.match(token):
+        if not TOKEN.fullmatch(token):
             return None
         with self._lock:
             self._sweep()
@@ -86,7 +99,7 @@ class LocalDownloads:
         if found is None:
             return None
         try:
-            data = (self.folder / token).read_bytes()
+            data = (self._folder / token).read_bytes()
         except OSError:  # swept meanwhile
             return None
         return Stored(found[1], found[2], data)
@@ -100,46 +113,71 @@ class LocalDownloads:
                 break
             del self._files[token]
             self._bytes -= size
-            (self.folder / token).unlink(missing_ok=True)
+            (self._folder / token).unlink(missing_ok=True)
 
     def close(self) -> None:
-        shutil.rmtree(self.folder, ignore_errors=True)
+        if self._folder is not None:
+            shutil.rmtree(self._folder, ignore_errors=True)
 
 
 class SharedDownloads:
-    """Translated files in the Redis that replicas share (a :class:`aiayn.serve.keys.Shared`), each
-    with Redis' own expiry; while Redis is away, in ``local`` (the replica that translated the file
-    serves its download)."""
+    """Translated files in the Redis that replicas share (that of a :class:`aiayn.serve.keys.Shared`),
+    each with Redis' own expiry, through a client of their own (bytes, and :data:`REDIS_TIMEOUT_S`
+    a call: a file takes longer than a counter, and its failure does not mark the shared counters'
+    Redis down). While Redis fails (unreachable, out of memory), in ``local``: the replica that
+    translated the file serves its download; said once, and once when Redis takes files again."""
 
     PREFIX = "aiayn:download:"
 
     def __init__(self, shared: Any, local: LocalDownloads) -> None:
-        self.shared, self.local, self.ttl_s = shared, local, local.ttl_s
-        self.redis = shared.binary()
+        import redis  # the serve extra, as Shared's
+
+        self.local, self.ttl_s, self.where, self.warn = local, local.ttl_s, shared.where, shared.warn
+        self.redis, self.errors = shared.binary(REDIS_TIMEOUT_S), (redis.RedisError,)
+        self.failing = False
 
     def put(self, stored: Stored) -> str:
-        token = secrets.token_hex(16)
-
-        def store(_) -> str:
+        token, key = secrets.token_hex(16), None
+        try:
             key = self.PREFIX + token
             with self.redis.pipeline(transaction=True) as pipe:
                 pipe.hset(key, mapping={"name": stored.name, "type": stored.media_type, "data": stored.data})
                 pipe.expire(key, self.ttl_s)
                 pipe.execute()
-            return token
-
-        return self.shared.call(store, lambda: self.local.put(stored))
+        except self.errors as err:
+            self._failed(err)
+            return self.local.put(stored)
+        self._worked()
+        return token
 
     def get(self, token: str) -> Stored | None:
-        if not TOKEN.match(token):
-            return None
         found = self.local.get(token)
-        if found is not None:
+        if found is not None or not TOKEN.fullmatch(token):
             return found
-        stored = self.shared.call(lambda _: self.redis.hgetall(self.PREFIX + token), dict)
+        try:
+            stored = self.redis.hgetall(self.PREFIX + token)
+        except self.errors as err:
+            self._failed(err)
+            return None
+        self._worked()
         if not stored:
             return None
         return Stored(stored[b"name"].decode(), stored[b"type"].decode(), stored[b"data"])
 
+    def _failed(self, err: Exception) -> None:
+        if not self.failing:
+            self.failing = True
+            first = str(err).splitlines()[0] if str(err) else type(err).__name__
+            self.warn(
+                f"Redis at {self.where} does not take translated files ({first}): "
+                "each replica keeps its own until it does"
+            )
+
+    def _worked(self) -> None:
+        if self.failing:
+            self.failing = False
+            self.warn(f"Redis at {self.where} takes translated files again")
+
     def close(self) -> None:
         self.local.close()
+        self.redis.close()

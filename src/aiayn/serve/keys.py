@@ -192,7 +192,9 @@ class Shared:
             from redis.retry import Retry
         except ImportError:
             raise UserError("--shared-storage needs the redis package: pip install 'aiayn[serve]'") from None
-        self.errors = (redis.ConnectionError, redis.TimeoutError)
+        # any error of Redis (unreachable, out of memory, read-only after a failover, a refused
+        # command): serve on without it rather than answer 500s
+        self.errors = (redis.RedisError,)
         try:
             self.client = redis.Redis.from_url(
                 url,
@@ -207,12 +209,13 @@ class Shared:
         self.warn, self.up, self.retry_at, self.lock = warn, True, 0.0, threading.Lock()
         self.retry_s = RETRY_S
 
-    def binary(self) -> Any:
-        """A client of the same Redis whose answers are bytes (files), not text."""
+    def binary(self, timeout_s: float) -> Any:
+        """Another client of the same Redis, its answers bytes (files), not text, each call at most
+        ``timeout_s`` seconds (a file takes longer to send than a counter)."""
         import redis
 
         pool = self.client.connection_pool
-        kwargs = {**pool.connection_kwargs, "decode_responses": False}
+        kwargs = {**pool.connection_kwargs, "decode_responses": False, "socket_timeout": timeout_s}
         return redis.Redis(
             connection_pool=redis.ConnectionPool(connection_class=pool.connection_class, **kwargs)
         )
@@ -237,8 +240,8 @@ class Shared:
                 if self.up:
                     self.up = False
                     self.warn(
-                        f"Redis at {self.where} is unreachable ({_line(err)}): serving on this process's "
-                        f"own limits and the keys it knows, trying again every {self.retry_s:g} s"
+                        f"Redis at {self.where} is unreachable or failing ({_line(err)}): serving on this "
+                        f"process's own limits and the keys it knows, trying again every {self.retry_s:g} s"
                     )
             return fallback()
         if not self.up:

@@ -118,8 +118,8 @@ async def settings(request: Request) -> dict[str, Any]:
         "apiKeys": keyed,
         "keyRequired": keyed,
         "suggestions": False,
-        "filesTranslation": True,
-        "supportedFilesFormat": list(EXTENSIONS),
+        "filesTranslation": limits.files,
+        "supportedFilesFormat": list(EXTENSIONS) if limits.files else [],
         "language": {
             "source": {"code": source, "name": language_name(source)},
             "target": {"code": target, "name": language_name(target)},
@@ -156,8 +156,14 @@ async def _params(request: Request) -> dict[str, Any]:
             raise error(400, "Invalid JSON format")
         return body
     form = await request.form() if request.method == "POST" else None
-    fields = {} if form is None else first((k, v) for k, v in form.multi_items() if isinstance(v, str))
-    return {**fields, **first(request.query_params.multi_items())}  # the query string first
+    return fields(form, request)
+
+
+def fields(form, request: Request) -> dict[str, Any]:
+    """A form's text fields, each name's first value, and the query string's (first: as
+    LibreTranslate reads them)."""
+    found = {} if form is None else first((k, v) for k, v in form.multi_items() if isinstance(v, str))
+    return {**found, **first(request.query_params.multi_items())}
 
 
 def first(items) -> dict[str, str]:

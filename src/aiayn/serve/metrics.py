@@ -16,7 +16,6 @@ global one). One process per replica: no multiprocess mode.
 
 from __future__ import annotations
 
-import secrets
 import time
 from typing import Any
 
@@ -33,6 +32,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import choose_encoder
 from starlette.exceptions import HTTPException
 from starlette.routing import Match, Mount
+
+from aiayn.serve.quotas import bears
 
 #: Request latency buckets, in seconds: a cached page to a long document (or a cold model's load).
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -97,8 +98,7 @@ class Metrics:
         """``GET /metrics``, in the format the scraper accepts (Prometheus' text format, or
         OpenMetrics), collected in the event loop, where the state it reads changes."""
         if self.token is not None:
-            given = request.headers.get("authorization", "")
-            if not secrets.compare_digest(given.encode(), f"Bearer {self.token}".encode()):
+            if not bears(request, self.token):
                 raise HTTPException(
                     401,
                     "missing or wrong metrics token: send Authorization: Bearer TOKEN",

@@ -177,10 +177,7 @@ class Models:
         """The documents translated along ``route`` (:meth:`DocumentTranslator.translate
         <aiayn.documents.translate.DocumentTranslator.translate>`); a :class:`UserError` is a 422."""
         run = functools.partial(self.translator(route, served).translate, documents, options, **kwargs)
-        try:
-            results = await self.run(run)
-        except UserError as err:  # what a user can act on: one line, 422
-            raise HTTPException(422, str(err)) from None
+        results = await self._translating(run)
         sentences = [source for result in results for source, _ in result.sentences]
         self.translated(route, len(sentences), sum(len(sentence) for sentence in sentences))
         return results
@@ -188,13 +185,17 @@ class Models:
     async def translate_file(self, route: Route, served: list[Served], found, options) -> Any:
         """A file read by :func:`aiayn.documents.files.read_file` translated along ``route``: its
         :class:`~aiayn.documents.files.TranslatedFile`; a :class:`UserError` is a 422."""
-        run = functools.partial(found.translate, self.translator(route, served), options)
-        try:
-            translated = await self.run(run)
-        except UserError as err:
-            raise HTTPException(422, str(err)) from None
+        translated = await self._translating(
+            functools.partial(found.translate, self.translator(route, served), options)
+        )
         self.translated(route, translated.sentences, translated.characters)
         return translated
+
+    async def _translating(self, run):
+        try:
+            return await self.run(run)
+        except UserError as err:  # what a user can act on: one line, 422
+            raise HTTPException(422, str(err)) from None
 
     def translated(self, route: Route, sentences: int, characters: int) -> None:
         """Tell :attr:`observer` that ``sentences`` source sentences of ``characters`` characters

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import secrets
 import threading
 import time
 from dataclasses import dataclass, field
@@ -93,6 +94,7 @@ class MemoryCounters:
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock, self.lock = clock, threading.Lock()
         self.counts: dict[str, list[float]] = {}  # name -> [count, expiry]
+        self._swept = float("-inf")
 
     def hit(self, client: str, rates: list[tuple[int, int]], threshold: int) -> Verdict:
         now = self.clock()
@@ -131,8 +133,10 @@ class MemoryCounters:
         return entry if entry and entry[1] > now else None
 
     def _forget(self, now: float) -> None:
-        if len(self.counts) > 10_000:  # bounded: expired windows go
+        """Expired windows go, once there are many, at most once a second (not at every request)."""
+        if len(self.counts) > 10_000 and now >= self._swept + 1.0:
             self.counts = {name: entry for name, entry in self.counts.items() if entry[1] > now}
+            self._swept = now
 
 
 def _ms(seconds: float) -> int:
@@ -289,6 +293,11 @@ def peer(request: Request) -> str:
 
 
 def bearer(request: Request) -> str | None:
-    """The key of an ``Authorization: Bearer KEY`` header."""
+    """The key of an ``Authorization: Bearer KEY`` header (the scheme in any case, as RFC 9110)."""
     header = request.headers.get("authorization", "")
     return (header[7:].strip() or None) if header[:7].lower() == "bearer " else None
+
+
+def bears(request: Request, secret: str) -> bool:
+    """Whether the request's ``Authorization: Bearer`` holds ``secret`` (in constant time)."""
+    return secrets.compare_digest((bearer(request) or "").encode(), secret.encode())
