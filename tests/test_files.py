@@ -550,3 +550,222 @@ def test_without_the_files_extra_a_zipped_file_says_how_to_install_it(monkeypatc
         monkeypatch.delitem(sys.modules, f"aiayn.documents.files.{module}", raising=False)
     assert "pip install 'aiayn[files]'" in error(make_docx(), "a.docx")
     assert read_file(b"One.", "a.txt").characters == 4  # the text formats need no extra
+
+
+# ---------------------------------------------------------------------------------------------
+# hostile input: refused (or read) cheaply
+
+_W = 'xmlns:w="http://schemas.openxmlformats.org/wordprocessingml/2006/main"'
+
+
+def word_parts(parts: dict[str, bytes], **extra: bytes) -> bytes:
+    """A docx of one sentence and ``parts`` (``word/header1.xml``: its XML inside ``w:hdr``)."""
+    body = f"<w:document {_W}><w:body><w:p><w:r><w:t>Hi.</w:t></w:r></w:p></w:body></w:document>"
+    entries = {"word/document.xml": body.encode()}
+    entries.update({name: f"<w:hdr {_W}>".encode() + xml + b"</w:hdr>" for name, xml in parts.items()})
+    return zipped({**entries, **extra})
+
+
+def test_headers_of_empty_paragraphs_under_a_megabyte_are_refused_as_a_zip_bomb() -> None:
+    import time
+
+    from aiayn.documents.files import TooLarge
+
+    started = time.perf_counter()
+    bomb = word_parts({f"word/header{i}.xml": b"<w:p/>" * 166_000 for i in range(5)})
+    assert len(bomb) < 20_000
+    with pytest.raises(TooLarge, match="zip bomb"):
+        read_file(bomb, "a.docx")
+    # one member over 64 KB is enough; so is a zip whose small members together are
+    assert "zip bomb" in error(word_parts({"word/header1.xml": b"<w:p/>" * 20_000}), "a.docx")
+    many = word_parts({f"word/header{i}.xml": b"<w:p/>" * 10_000 for i in range(100)})
+    assert "unpacks" in error(many, "a.docx") and "times its size" in error(many, "a.docx")
+    assert time.perf_counter() - started < 5  # 4.7 s and 100 MB for the first one alone, before
+
+
+def test_the_xml_parsed_is_limited() -> None:
+    data = word_parts({"word/header1.xml": b"<w:p><w:r><w:t>Some text.</w:t></w:r></w:p>" * 100})
+    assert read_file(data, "a.docx").characters == 3 + 1000
+    with pytest.raises(UserError, match="bytes of XML allowed") as caught:
+        read_file(data, "a.docx", FileLimits(max_xml_bytes=2_000))
+    from aiayn.documents.files import TooLarge
+
+    assert isinstance(caught.value, TooLarge)
+
+
+def test_paragraphs_without_text_are_never_built(monkeypatch) -> None:
+    from aiayn.documents.files import ooxml
+
+    built = []
+    init = ooxml.OfficeParagraph.__init__
+
+    def counting(self, *args, **kwargs) -> None:
+        built.append(1)
+        init(self, *args, **kwargs)
+
+    monkeypatch.setattr(ooxml.OfficeParagraph, "__init__", counting)
+    empty = b"<w:p/><w:p><w:r/><w:r><w:t> </w:t></w:r></w:p><w:p><w:pPr/><w:r><w:tab/></w:r></w:p>"
+    data = word_parts({"word/header1.xml": empty * 1000 + b"<w:p><w:r><w:t>Text.</w:t></w:r></w:p>"})
+    source = read_file(data, "a.docx")
+    assert source.characters == len("Hi.") + len("Text.") and len(built) == 2
+
+
+def random_png(width: int, height: int) -> bytes:
+    """A PNG of random pixels: compressed no further by the zip."""
+    import random
+
+    rng = random.Random(0)
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+    rows = b"".join(b"\0" + rng.randbytes(3 * width) for _ in range(height))
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
+        + chunk(b"IDAT", zlib.compress(rows, 1))
+        + chunk(b"IEND", b"")
+    )
+
+
+def test_real_documents_pass_the_zip_bomb_checks() -> None:
+    document = docx.Document()
+    said = "Paragraph {} says something about the weather and the sea."
+    for k in range(400):
+        document.add_paragraph(said.format(k))
+        if k % 50 == 0:
+            document.add_paragraph("")  # empty ones too
+    document.add_picture(io.BytesIO(random_png(700, 700)))  # 1.5 MB, compressed already
+    out = io.BytesIO()
+    document.save(out)
+    assert len(out.getvalue()) > 1_000_000
+    source = read_file(out.getvalue(), "a.docx")
+    assert source.characters == sum(len(said.format(k)) for k in range(400))
+    data, _, _ = translated(out.getvalue(), "a.docx")
+    assert docx.Document(io.BytesIO(data)).paragraphs[0].text == said.format(0).upper()
+
+
+def test_a_huge_subtitle_time_is_one_line_and_any_failure_of_a_format_is_too(monkeypatch) -> None:
+    timed = b"1\n99999999999999:00:00,000 --> 99999999999999:00:01,000\nHello.\n"
+    assert "not SubRip" in error(timed, "a.srt")  # srt's OverflowError
+    from aiayn.documents.files import subtitles
+
+    def broken(*_args) -> None:
+        raise KeyError("surprise")
+
+    monkeypatch.setattr(subtitles, "Subtitles", broken)
+    message = error(SUBTITLES.encode(), "film.srt")
+    assert message.startswith("film.srt: cannot be read") and "KeyError" in message
+
+
+def test_rewrapping_a_cue_of_many_lines_takes_near_linear_time() -> None:
+    import time
+
+    from aiayn.documents.files.subtitles import rewrap
+
+    text = " ".join(f"word{k}" for k in range(20_000))
+    started = time.perf_counter()
+    out = rewrap(text, 10_000)
+    assert time.perf_counter() - started < 1  # about 8 s before (quadratic), 0.02 s now
+    assert out.count("\n") == 9_999 and out.replace("\n", " ") == text
+    assert rewrap("one two three four", 2) == "one two\nthree four"
+    assert rewrap("<i>one two</i> three four five", 3) == "<i>one two</i>\nthree\nfour five"
+
+
+def test_characters_are_counted_as_the_model_sees_them() -> None:
+    from aiayn.documents.files.types import characters, squeezed
+
+    assert squeezed("  a \n\t b  ") == "a b" and characters("  a \n\t b  ") == 3
+    assert read_file(b"  One.\n\n  Two  words.\n", "a.txt").characters == len("One. Two words.")
+
+
+def odp_bytes() -> bytes:
+    from odf.draw import Frame, Page, TextBox
+    from odf.opendocument import OpenDocumentPresentation
+    from odf.style import MasterPage, PageLayout
+    from odf.text import P
+
+    document = OpenDocumentPresentation()
+    layout = PageLayout(name="L")
+    document.automaticstyles.addElement(layout)
+    master = MasterPage(name="M", pagelayoutname=layout)
+    document.masterstyles.addElement(master)
+    page = Page(masterpagename=master)
+    frame = Frame(width="10cm", height="2cm", x="1cm", y="1cm")
+    box = TextBox()
+    box.addElement(P(text="Slide   text here."))
+    frame.addElement(box)
+    page.addElement(frame)
+    document.presentation.addElement(page)
+    out = io.BytesIO()
+    document.write(out)
+    return out.getvalue()
+
+
+@pytest.mark.parametrize(
+    "name, first",
+    [
+        ("a.docx", "The quick brown fox jumps over the dog. Next line is here. See a link now.\nleft cell"),
+        ("a.pptx", "Hello world.\nFirst point.\nA bold word and a link here.\nSpeaker notes."),
+        ("a.odt", "The quick brown fox jumps over the dog. New line."),
+        ("a.odp", "Slide text here."),
+        ("a.epub", None),
+        ("a.srt", "Hello there, my friend.\nSecond cue."),
+        ("a.txt", "One. Two\nthree.\nFour."),
+        ("a.html", "A b c.\nSecond."),
+        ("a.md", "Title\nSome text."),
+    ],
+)
+def test_a_source_files_sample_is_the_start_of_its_text(name: str, first: str | None) -> None:
+    data = {
+        "a.docx": make_docx,
+        "a.pptx": make_pptx,
+        "a.odt": make_odt,
+        "a.odp": odp_bytes,
+        "a.epub": make_epub,
+        "a.srt": SUBTITLES.encode,
+        "a.txt": lambda: b"\xef\xbb\xbfOne.   Two\nthree.\n\n  Four.\n",
+        "a.html": lambda: b"<p>A <b>b</b>\n c.</p><p>Second.</p>",
+        "a.md": lambda: b"# Title\n\nSome *text*.\n",
+    }[name]()
+    source = read_file(data, name)
+    sample = source.sample()
+    if first is None:  # EPUB: its chapter's heading, paragraph
+        assert "Chapter one\nThe quick fox." in sample and "code stays" not in sample
+    else:
+        assert sample.startswith(first), sample
+    if name != "a.txt":  # the sample is the text counted, one run a line
+        assert sum(len(line) for line in sample.splitlines()) == source.characters
+    assert source.sample(10) == sample[:10] and source.sample(0) == ""
+    source.translate(DocumentTranslator(WordsBackend(), language="en"), DecodeOptions(beam=1))
+    assert source.sample() == sample  # the source's text still, after a translation
+
+
+def test_a_long_files_sample_is_cut_at_its_limit() -> None:
+    source = read_file(("A sentence here. " * 50 + "\n").encode() * 1000, "a.txt")
+    assert len(source.sample()) == 2000 and len(source.sample(5000)) == 5000
+
+
+def test_a_deeply_nested_opendocument_is_read_in_linear_time() -> None:
+    import time
+
+    ns = (
+        'xmlns:office="urn:oasis:names:tc:opendocument:xmlns:office:1.0" '
+        'xmlns:text="urn:oasis:names:tc:opendocument:xmlns:text:1.0"'
+    )
+    inner = (
+        b"<x>" * 200
+        + b"<text:p><text:span/></text:p>" * 20_000
+        + b"<text:p>Deep <text:span>text</text:span>.</text:p>"
+        + b"</x>" * 200
+    )
+    content = f"<office:document-content {ns}><office:body><office:text>".encode()
+    content += inner + b"</office:text></office:body></office:document-content>"
+    odt = zipped(
+        {"mimetype": b"application/vnd.oasis.opendocument.text", "content.xml": content}, zipfile.ZIP_STORED
+    )
+    started = time.perf_counter()
+    source = read_file(odt, "deep.odt")  # each paragraph looked up through its 200 ancestors: 8 s before
+    assert source.characters == len("Deep text.") and time.perf_counter() - started < 2
+    data, _, _ = translated(odt, "deep.odt")
+    assert b"<text:p>DEEP <text:span>TEXT</text:span>.</text:p>" in members(data)["content.xml"]

@@ -25,9 +25,9 @@ from __future__ import annotations
 
 import importlib
 import posixpath
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
-from aiayn.documents.files.types import FileLimits, TooLarge, TranslatedFile
+from aiayn.documents.files.types import FileLimits, TooLarge, TranslatedFile, characters, squeezed
 from aiayn.documents.html import parse_html
 from aiayn.documents.markdown import parse_markdown
 from aiayn.documents.text import whole
@@ -75,7 +75,12 @@ _NAMES = {
 
 
 class SourceFile:
-    """A file read and checked, not yet translated."""
+    """A file read and checked, not yet translated.
+
+    It keeps what it read (its trees, its text) for its first translation, and the upload's bytes
+    (in ``_reread``, the only reference to them it keeps) to read them again for another one: a
+    translation rebuilds the trees in place.
+    """
 
     def __init__(self, name: str, kind: str, characters: int, content: Any, reread) -> None:
         self.name, self.kind, self.characters = name, kind, characters
@@ -88,6 +93,13 @@ class SourceFile:
         if content is None:
             content = self._reread()
         return content.translate(translator, options)
+
+    def sample(self, limit: int = 2000) -> str:
+        """The start of the text to translate, at most ``limit`` characters: its paragraphs' (or
+        cues', or HTML's and Markdown's runs') texts as the model sees them, one a line; for telling
+        the file's language (``source: auto``)."""
+        content = self._content if self._content is not None else self._reread()
+        return _sample(content.texts(), limit)
 
     def __repr__(self) -> str:
         return f"SourceFile({self.name!r}, kind={self.kind!r}, characters={self.characters})"
@@ -109,7 +121,12 @@ def read_file(data: bytes, name: str, limits: FileLimits = DEFAULT_LIMITS) -> So
         raise TooLarge(f"{base}: {len(data)} bytes, more than the {limits.max_bytes} allowed")
 
     def reread():
-        return _content(kind, data, base, limits)
+        try:
+            return _content(kind, data, base, limits)
+        except UserError:
+            raise
+        except Exception as err:  # noqa: BLE001 - the promise: whatever the bytes, one UserError line
+            raise UserError(f"{base}: cannot be read as a {kind} file ({type(err).__name__})") from None
 
     content = reread()
     if content.characters > limits.max_characters:
@@ -118,6 +135,18 @@ def read_file(data: bytes, name: str, limits: FileLimits = DEFAULT_LIMITS) -> So
             f"{limits.max_characters} allowed"
         )
     return SourceFile(base, kind, content.characters, content, reread)
+
+
+def _sample(texts: Iterable[str], limit: int) -> str:
+    """``texts`` one a line, cut at ``limit`` characters (only as many of them read as that needs)."""
+    out: list[str] = []
+    length = 0
+    for text in texts:
+        if length >= limit:
+            break
+        out.append(text)
+        length += len(text) + 1
+    return "\n".join(out)[: max(limit, 0)]
 
 
 def _content(kind: str, data: bytes, name: str, limits: FileLimits):
@@ -149,9 +178,12 @@ def _library(module: str):
         ) from None
 
 
+_BOM = b"\xef\xbb\xbf"
+
+
 def _decoded(data: bytes, name: str) -> tuple[str, bool]:
     """UTF-8 text (without its byte order mark) and whether it had one."""
-    bom = data.startswith(b"\xef\xbb\xbf")
+    bom = data.startswith(_BOM)
     try:
         text = data[3 if bom else 0 :].decode("utf-8")
     except UnicodeDecodeError as err:
@@ -161,23 +193,33 @@ def _decoded(data: bytes, name: str) -> tuple[str, bool]:
     return text, bom
 
 
+def _encoded(text: str, bom: bool) -> bytes:
+    """UTF-8 text, with the byte order mark the source had (:func:`_decoded`)."""
+    return (_BOM if bom else b"") + text.encode("utf-8")
+
+
 class _Textual:
     """Plain text, HTML or Markdown, through :meth:`DocumentTranslator.translate`."""
 
     def __init__(self, kind: str, decoded: tuple[str, bool], name: str) -> None:
         self.fmt = kind
         self.text, self.bom = decoded
+        self._runs: list[str] | None = None
         if kind == "text":
-            self.characters = len(" ".join(self.text.split()))
+            self.characters = characters(self.text)
         else:
             parse = parse_html if kind == "html" else parse_markdown
-            sentences = parse(self.text, whole, lambda _: None).sentences()
-            self.characters = sum(len(" ".join(s.split())) for s in sentences)
+            self._runs = parse(self.text, whole, lambda _: None).sentences()
+            self.characters = sum(characters(s) for s in self._runs)
+
+    def texts(self) -> Iterator[str]:
+        """Plain text's lines, HTML's and Markdown's runs (as the model sees them; none empty)."""
+        lines = self.text.splitlines() if self._runs is None else self._runs
+        return (squeezed(line) for line in lines if not line.isspace() and line)
 
     def translate(self, translator: DocumentTranslator, options: DecodeOptions) -> TranslatedFile:
         result = translator.translate([self.text], options, fmt=self.fmt)[0]
-        data = (b"\xef\xbb\xbf" if self.bom else b"") + result.text.encode("utf-8")
-        return TranslatedFile(data, len(result.sentences), self.characters)
+        return TranslatedFile(_encoded(result.text, self.bom), len(result.sentences), self.characters)
 
 
 class _Srt:
@@ -185,16 +227,21 @@ class _Srt:
         self.subtitles, self.bom = subtitles, bom
         self.characters = subtitles.characters
 
+    def texts(self) -> Iterator[str]:
+        return (squeezed(run.inline.text) for run in self.subtitles.runs if run.inline.text.strip())
+
     def translate(self, translator: DocumentTranslator, options: DecodeOptions) -> TranslatedFile:
         text, sentences = self.subtitles.translate(translator, options)
-        data = (b"\xef\xbb\xbf" if self.bom else b"") + text.encode("utf-8")
-        return TranslatedFile(data, sentences, self.characters)
+        return TranslatedFile(_encoded(text, self.bom), sentences, self.characters)
 
 
 class _Zipped:
     def __init__(self, archive, members, name: str, package) -> None:
         self.archive, self.members, self.name, self.package = archive, members, name, package
         self.characters = package.characters_of([p for m in members for p in m.paragraphs])
+
+    def texts(self) -> Iterator[str]:
+        return (squeezed(p.inline.text) for m in self.members for p in m.paragraphs)
 
     def translate(self, translator: DocumentTranslator, options: DecodeOptions) -> TranslatedFile:
         return self.package.translate_members(

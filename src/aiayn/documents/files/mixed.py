@@ -25,10 +25,11 @@ from aiayn.documents.files.package import (
     closing,
     local,
     namespace,
+    nearest_ancestor,
     opening,
-    parse_xml,
     tokens,
     void,
+    with_text,
 )
 from aiayn.documents.html import INLINE, INLINE_VOID, UNTRANSLATED
 from aiayn.documents.markup import InlineBuilder
@@ -128,43 +129,57 @@ class MixedRun(Paragraph):
                 stack.append([node, None, None])
 
 
-def _runs(element: etree._Element, kind: Callable[[etree._Element], Kind], out: list[Paragraph]) -> None:
+class _Runs:
+    """The runs found (``out``), and what finding them needs: what each element is (``kind``), and
+    the elements with text in them (:func:`~.package.with_text`): content without text is no run,
+    and holds none."""
+
+    def __init__(self, kind: Callable[[etree._Element], Kind], root: etree._Element) -> None:
+        self.kind, self.texts = kind, with_text(root)
+        self.out: list[Paragraph] = []
+
+
+def _runs(element: etree._Element, found: _Runs) -> None:
     """The runs of ``element``'s content, cut at its block children (and theirs, recursively)."""
+    if element not in found.texts:
+        return
     anchor, nodes = None, []
     for child in element:
-        if kind(child).block:
-            _run(element, anchor, nodes, kind, out)
-            _runs(child, kind, out)
+        if found.kind(child).block:
+            _run(element, anchor, nodes, found)
+            _runs(child, found)
             anchor, nodes = child, []
         else:
             nodes.append(child)
-    _run(element, anchor, nodes, kind, out)
+    _run(element, anchor, nodes, found)
 
 
-def _run(parent, anchor, nodes, kind, out: list[Paragraph]) -> None:
+def _run(parent, anchor, nodes, found: _Runs) -> None:
     text = (parent.text if anchor is None else anchor.tail) or ""
-    if not nodes and not text.strip():
-        return
-    run = MixedRun(parent, anchor, nodes, kind)
+    if not text.strip() and not any(n in found.texts or (n.tail and n.tail.strip()) for n in nodes):
+        return  # neither the run nor anything it carries has text
+    run = MixedRun(parent, anchor, nodes, found.kind)
     if run.inline.text.strip():
-        out.append(run)
+        found.out.append(run)
     for node in nodes:  # paragraphs inside what the run carries whole
-        _inner_blocks(node, kind, out)
+        _inner_blocks(node, found)
 
 
-def _inner_blocks(node: etree._Element, kind: Callable[[etree._Element], Kind], out: list[Paragraph]) -> None:
-    what = kind(node)
+def _inner_blocks(node: etree._Element, found: _Runs) -> None:
+    if node not in found.texts:
+        return
+    what = found.kind(node)
     if what.inline:
         for child in node:
-            _inner_blocks(child, kind, out)
+            _inner_blocks(child, found)
     elif what.block:
-        _runs(node, kind, out)
+        _runs(node, found)
     elif isinstance(node.tag, str) and not what.opaque:
         for child in node:
-            if kind(child).block:
-                _runs(child, kind, out)
+            if found.kind(child).block:
+                _runs(child, found)
             else:
-                _inner_blocks(child, kind, out)
+                _inner_blocks(child, found)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -185,16 +200,15 @@ def _odf_kind(node) -> Kind:
 def odf_paragraphs(tree: etree._ElementTree) -> list[Paragraph]:
     """The paragraphs and headings of an ODF document's body, each one run (notes and frames inside
     them: runs of their own)."""
-    out: list[Paragraph] = []
+    found = _Runs(_odf_kind, tree.getroot())
+    known: dict = {}
     for block in tree.iter(f"{{{TEXT}}}p", f"{{{TEXT}}}h"):
-        if any(_odf_kind(a).block for a in block.iterancestors()):
+        if block not in found.texts:
+            continue
+        if nearest_ancestor(block, lambda a: _odf_kind(a).block, known) is not None:
             continue  # inside another paragraph: reached through it
-        _runs_of_paragraph(block, out)
-    return out
-
-
-def _runs_of_paragraph(block: etree._Element, out: list[Paragraph]) -> None:
-    _run(block, None, list(block), _odf_kind, out)
+        _run(block, None, list(block), found)
+    return found.out
 
 
 _ODF_MIMETYPES = {
@@ -214,7 +228,7 @@ def odf_members(archive: Zip, name: str, kind: str) -> list[Member]:
     manifest = archive.contents.get("META-INF/manifest.xml", b"")
     if b"encryption-data" in manifest:
         raise UserError(f"{name}: the document is encrypted (password-protected)")
-    tree = parse_xml(archive.contents["content.xml"], name, "content.xml")
+    tree = archive.xml("content.xml")
     if tree.getroot().tag != f"{{{OFFICE}}}document-content":
         raise UserError(f"{name}: content.xml is not an OpenDocument content document")
     return [Member("content.xml", tree, odf_paragraphs(tree))]
@@ -242,9 +256,9 @@ def _xhtml_kind(node) -> Kind:
 
 
 def xhtml_paragraphs(tree: etree._ElementTree) -> list[Paragraph]:
-    out: list[Paragraph] = []
-    _runs(tree.getroot(), _xhtml_kind, out)
-    return out
+    found = _Runs(_xhtml_kind, tree.getroot())
+    _runs(tree.getroot(), found)
+    return found.out
 
 
 _CONTAINER = "urn:oasis:names:tc:opendocument:xmlns:container"
@@ -258,12 +272,12 @@ def epub_members(archive: Zip, name: str) -> list[Member]:
         raise UserError(f"{name}: the EPUB has encrypted (DRM) resources")
     if "META-INF/container.xml" not in archive.contents:
         raise UserError(f"{name}: not an EPUB: no META-INF/container.xml")
-    container = parse_xml(archive.contents["META-INF/container.xml"], name, "META-INF/container.xml")
+    container = archive.xml("META-INF/container.xml")
     rootfile = container.find(f".//{{{_CONTAINER}}}rootfile")
     package = rootfile.get("full-path") if rootfile is not None else None
     if not package or package not in archive.contents:
         raise UserError(f"{name}: META-INF/container.xml names no package document in the zip")
-    opf = parse_xml(archive.contents[package], name, package)
+    opf = archive.xml(package)
     folder = posixpath.dirname(package)
     documents = set()
     for item in opf.iter(f"{{{_OPF}}}item"):
@@ -273,7 +287,7 @@ def epub_members(archive: Zip, name: str) -> list[Member]:
     members = []
     for member in archive.names():
         if member in documents:
-            tree = parse_xml(archive.contents[member], name, member)
+            tree = archive.xml(member)
             members.append(Member(member, tree, xhtml_paragraphs(tree)))
     return members
 

@@ -28,8 +28,8 @@ from aiayn.documents.files.package import (
     Zip,
     closing,
     local,
+    nearest_ancestor,
     opening,
-    parse_xml,
     tokens,
     void,
 )
@@ -91,10 +91,12 @@ class _Element:
 
 
 class OfficeParagraph(Paragraph):
-    def __init__(self, p: etree._Element, dialect: Dialect) -> None:
+    def __init__(
+        self, p: etree._Element, dialect: Dialect, base: tuple[bytes, etree._Element | None] | None = None
+    ) -> None:
         self.p, self.d = p, dialect
         self.items: list[_Void | _Element] = []
-        self.base, self.base_properties = _base(p, dialect)
+        self.base, self.base_properties = _base(p, dialect) if base is None else base
         builder = InlineBuilder()
         self._content([c for c in p if local(c.tag) not in dialect.leading | dialect.trailing], builder)
         self.inline: Inline = builder.build()
@@ -267,20 +269,44 @@ class OfficeParagraph(Paragraph):
 
 def _base(p: etree._Element, d: Dialect) -> tuple[bytes, etree._Element | None]:
     """The run properties that hold most of the paragraph's characters (the first run's when none)."""
-    counts: dict[bytes, int] = {}
-    first: dict[bytes, etree._Element | None] = {}
-    for run in p.iter(d.tag("r")):
-        if next(run.iterancestors(d.tag("p")), None) is not p:
-            continue  # a run of a paragraph inside this one's (a text box's)
+    return _bases(p, d)[0].get(p, (b"", None))
+
+
+def _bases(
+    root: etree._Element, d: Dialect
+) -> tuple[dict[etree._Element, tuple[bytes, etree._Element | None]], set[etree._Element]]:
+    """:func:`_base` of every paragraph under ``root`` (itself included) with runs, and those of them
+    with text, in one pass over the runs: a run belongs to its nearest paragraph (not to those around
+    a text box's)."""
+    counts: dict[etree._Element, dict[bytes, int]] = {}
+    first: dict[etree._Element, dict[bytes, etree._Element | None]] = {}
+    texts: set[etree._Element] = set()
+    owners: dict[etree._Element, etree._Element | None] = {}
+    p_tag, t_tag = d.tag("p"), d.tag("t")
+    for run in root.iter(d.tag("r")):
+        p = _owner(run, p_tag, owners)
+        if p is None:
+            continue
         properties = run.find(d.tag("rPr"))
         key = b"" if properties is None else etree.tostring(properties)
-        chars = sum(len(t.text or "") for t in run.findall(d.tag("t")))
-        counts[key] = counts.get(key, 0) + chars
-        first.setdefault(key, properties)
-    if not counts:
-        return b"", None
-    key = max(counts, key=lambda k: counts[k])  # the first of the most
-    return key, first[key]
+        chars = 0
+        for t in run.iterchildren(t_tag):
+            chars += len(t.text or "")
+            if t.text and not t.text.isspace():
+                texts.add(p)
+        mine = counts.setdefault(p, {})
+        mine[key] = mine.get(key, 0) + chars
+        first.setdefault(p, {}).setdefault(key, properties)
+    out = {}
+    for p, mine in counts.items():
+        key = max(mine, key=lambda k: mine[k])  # the first of the most
+        out[p] = key, first[p][key]
+    return out, texts
+
+
+def _owner(node: etree._Element, tag: str, known: dict) -> etree._Element | None:
+    """``node``'s nearest ancestor ``tag`` (None when none)."""
+    return nearest_ancestor(node, lambda a: a.tag == tag, known)
 
 
 def _field_char(run: etree._Element) -> str | None:
@@ -291,9 +317,13 @@ def _field_char(run: etree._Element) -> str | None:
 
 
 def _paragraphs(tree: etree._ElementTree, dialect: Dialect) -> list[Paragraph]:
+    """The paragraphs with text (those without, often most of a hostile file's, are never built)."""
     out: list[Paragraph] = []
+    bases, texts = _bases(tree.getroot(), dialect)
     for p in tree.iter(dialect.tag("p")):
-        paragraph = OfficeParagraph(p, dialect)
+        if p not in texts:
+            continue
+        paragraph = OfficeParagraph(p, dialect, bases[p])
         if paragraph.inline.text.strip():
             out.append(paragraph)
     return out
@@ -323,7 +353,7 @@ def _members(archive: Zip, name: str, parts: re.Pattern, dialect: Dialect, root:
     for member in archive.names():
         if not parts.fullmatch(member):
             continue
-        tree = parse_xml(archive.contents[member], name, member)
+        tree = archive.xml(member)
         if root is not None and member == "word/document.xml" and tree.getroot().tag != root:
             raise UserError(f"{name}: word/document.xml is not a WordprocessingML document")
         members.append(Member(member, tree, _paragraphs(tree, dialect)))

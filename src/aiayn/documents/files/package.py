@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
 from lxml import etree
 
-from aiayn.documents.files.types import FileLimits, TooLarge, TranslatedFile
+from aiayn.documents.files.types import FileLimits, TooLarge, TranslatedFile, characters, squeezed
 from aiayn.documents.markup import Inline, Run
 from aiayn.errors import UserError
 
@@ -36,8 +36,12 @@ MARK = "\x00"
 _INVALID_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff\ud800-\udfff]")
 _DECLARATION = re.compile(rb"^(\xef\xbb\xbf)?<\?xml[^>]*\?>\s*")
 _CHUNK = 1 << 20
-#: A member this much larger than its compressed size, and over 1 MB, is taken for a zip bomb.
+#: A member this much larger than its compressed size (and over :data:`RATIO_FLOOR`), or a zip whose
+#: members together are this much larger than the file (and over :data:`WHOLE_RATIO_FLOOR`), is taken
+#: for a zip bomb.
 MAX_RATIO = 200
+RATIO_FLOOR = 64 * 1024
+WHOLE_RATIO_FLOOR = 4_000_000
 
 
 def xml_text(text: str) -> str:
@@ -83,14 +87,29 @@ class Paragraph:
 
 @dataclass
 class Zip:
-    """A zip read whole within the limits: its entries in order and their contents."""
+    """A zip read whole within the limits: its entries in order and their contents; the XML parsed
+    from it (:meth:`xml`) is counted against ``max_xml_bytes``."""
 
     data: bytes
     infos: list[zipfile.ZipInfo]
     contents: dict[str, bytes]
+    name: str = ""
+    max_xml_bytes: int = FileLimits.max_xml_bytes
+    xml_bytes: int = 0
 
     def names(self) -> list[str]:
         return [info.filename for info in self.infos]
+
+    def xml(self, member: str) -> etree._ElementTree:
+        """A member's XML (:func:`parse_xml`); a :class:`TooLarge` once the members parsed come to
+        more than ``max_xml_bytes`` (a tree takes many times its XML's size in memory)."""
+        data = self.contents[member]
+        self.xml_bytes += len(data)
+        if self.xml_bytes > self.max_xml_bytes:
+            raise TooLarge(
+                f"{self.name}: more than the {self.max_xml_bytes} bytes of XML allowed in its text parts"
+            )
+        return parse_xml(data, self.name, member)
 
     def written(self, changed: dict[str, bytes]) -> bytes:
         """The zip with the ``changed`` members' new contents (the original bytes when none)."""
@@ -136,12 +155,16 @@ def read_zip(data: bytes, name: str, what: str, limits: FileLimits) -> Zip:
         raise TooLarge(
             f"{name}: {declared} bytes unpacked, more than the {limits.max_unpacked_bytes} allowed"
         )
+    if declared > WHOLE_RATIO_FLOOR and declared > MAX_RATIO * len(data):
+        raise TooLarge(
+            f"{name}: unpacks {declared // max(len(data), 1)} times its size: refused as a zip bomb"
+        )
     contents: dict[str, bytes] = {}
     total = 0
     for info in infos:
         if info.flag_bits & 0x1:
             raise UserError(f"{name}: member {info.filename} is encrypted (password-protected)")
-        if info.file_size > 1_000_000 and info.file_size > MAX_RATIO * max(info.compress_size, 1):
+        if info.file_size > RATIO_FLOOR and info.file_size > MAX_RATIO * max(info.compress_size, 1):
             raise TooLarge(
                 f"{name}: member {info.filename} unpacks {info.file_size // max(info.compress_size, 1)} "
                 "times its size: refused as a zip bomb"
@@ -172,7 +195,7 @@ def read_zip(data: bytes, name: str, what: str, limits: FileLimits) -> Zip:
         ) as err:
             raise UserError(f"{name}: member {info.filename} cannot be read ({_first_line(err)})") from None
         contents[info.filename] = b"".join(chunks)
-    return Zip(data, infos, contents)
+    return Zip(data, infos, contents, name, limits.max_xml_bytes)
 
 
 def _first_line(err: Exception) -> str:
@@ -254,7 +277,7 @@ def translate_runs(
     for run in runs:
         mine = found[k : k + len(run.spans)]
         k += len(run.spans)
-        sources = [" ".join(run.inline.text[s:e].split()) for s, e in run.spans]
+        sources = [squeezed(run.inline.text[s:e]) for s, e in run.spans]
         same = all(t.text == source for t, source in zip(mine, sources))
         out.append(None if same or not run.spans else run.write(mine))
     return out, len(document.texts)
@@ -287,7 +310,42 @@ def translate_members(
 
 def characters_of(paragraphs: Sequence[Paragraph]) -> int:
     """The characters to translate: each paragraph's text with its whitespace runs as single spaces."""
-    return sum(len(" ".join(p.inline.text.split())) for p in paragraphs)
+    return sum(characters(p.inline.text) for p in paragraphs)
+
+
+def nearest_ancestor(
+    node: etree._Element, test: Callable[[etree._Element], bool], known: dict
+) -> etree._Element | None:
+    """``node``'s nearest ancestor that passes ``test`` (None when none). ``known`` (one dict for all
+    the calls on a tree) remembers the answer for every ancestor walked through, so that all the
+    calls together walk each node of the tree once: not once for each node under it."""
+    chain = []
+    node = node.getparent()
+    while node is not None and not test(node):
+        if node in known:
+            found = known[node]
+            break
+        chain.append(node)
+        node = node.getparent()
+    else:
+        found = node
+    for walked in chain:
+        known[walked] = found
+    return found
+
+
+def with_text(root: etree._Element) -> set[etree._Element]:
+    """The elements under ``root`` (itself included) with text that is not whitespace in them: in
+    their own text or their descendants' text and tails (one pass; libxml2 finds the text)."""
+    out: set[etree._Element] = set()
+    for text in root.xpath(".//text()[normalize-space()]"):
+        node = text.getparent()
+        if node is not None and text.is_tail:
+            node = node.getparent()
+        while node is not None and node not in out:
+            out.add(node)
+            node = node.getparent()
+    return out
 
 
 def local(tag: object) -> str:

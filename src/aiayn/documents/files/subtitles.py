@@ -10,12 +10,14 @@ the canonical ``HH:MM:SS,mmm --> HH:MM:SS,mmm`` form), and so is any text after 
 
 from __future__ import annotations
 
+import bisect
 import re
 from typing import TYPE_CHECKING
 
 import srt
 
 from aiayn.documents.files.package import translate_runs
+from aiayn.documents.files.types import characters
 from aiayn.documents.markup import Inline, InlineBuilder
 from aiayn.errors import UserError
 
@@ -69,12 +71,16 @@ def rewrap(text: str, lines: int) -> str:
         pos = match.end() if match else end
     if not spaces:
         return text
+    before = [seen for _, seen in spaces]  # increasing: each space is a visible character
     cuts: list[int] = []
     for j in range(1, lines):
         goal = len(visible) * j / lines
-        best = min(spaces, key=lambda s: abs(s[1] - goal))
-        if best[0] not in cuts and (not cuts or best[0] > cuts[-1]):
-            cuts.append(best[0])
+        k = bisect.bisect_left(before, goal)  # the space nearest the goal: k - 1 or k (the first on a tie)
+        if k == len(before) or (k > 0 and goal - before[k - 1] <= before[k] - goal):
+            k -= 1
+        best = spaces[k][0]
+        if not cuts or best > cuts[-1]:
+            cuts.append(best)
     out, last = [], 0
     for cut in cuts:
         out.append(text[last:cut])
@@ -87,7 +93,7 @@ class Subtitles:
     def __init__(self, text: str, name: str) -> None:
         try:
             self.cues = list(srt.parse(text))
-        except (srt.SRTParseError, ValueError, IndexError) as err:
+        except (srt.SRTParseError, ValueError, IndexError, OverflowError) as err:  # Overflow: a huge time
             message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
             raise UserError(f"{name}: not SubRip subtitles ({message[:200]})") from None
         self.name = name
@@ -95,7 +101,7 @@ class Subtitles:
 
     @property
     def characters(self) -> int:
-        return sum(len(" ".join(run.inline.text.split())) for run in self.runs)
+        return sum(characters(run.inline.text) for run in self.runs)
 
     def translate(self, translator: DocumentTranslator, options: DecodeOptions) -> tuple[str, int]:
         written, sentences = translate_runs(translator, options, self.runs, self.name, escape=_identity)

@@ -20,6 +20,18 @@ class FileLimits:
     max_unpacked_bytes: int = 200_000_000
     max_members: int = 10_000
     max_characters: int = 1_000_000  #: text to translate
+    #: the XML parsed for its text (a zip's text members, summed): what a tree's memory grows with
+    max_xml_bytes: int = 50_000_000
+
+
+def squeezed(text: str) -> str:
+    """A text as the model sees it: its whitespace runs as single spaces, none at its ends."""
+    return " ".join(text.split())
+
+
+def characters(text: str) -> int:
+    """A text's characters to translate (and to count against quotas): :func:`squeezed`'s."""
+    return len(squeezed(text))
 
 
 @dataclass
