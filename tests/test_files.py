@@ -287,27 +287,16 @@ def test_odt_spans_links_tabs_and_line_breaks() -> None:
 
 
 def test_odp_text_boxes_and_notes() -> None:
-    from odf.draw import Frame, Page, TextBox
-    from odf.opendocument import OpenDocumentPresentation, load
+    from odf.draw import Frame, TextBox
+    from odf.opendocument import load
     from odf.presentation import Notes
-    from odf.style import MasterPage, PageLayout
     from odf.teletype import extractText
     from odf.text import P, Span
 
-    document = OpenDocumentPresentation()
-    layout = PageLayout(name="L")
-    document.automaticstyles.addElement(layout)
-    master = MasterPage(name="M", pagelayoutname=layout)
-    document.masterstyles.addElement(master)
-    page = Page(masterpagename=master)
-    frame = Frame(width="10cm", height="2cm", x="1cm", y="1cm")
-    box = TextBox()
     p = P(text="Slide ")
     p.addElement(Span(text="text"))
     p.addText(" here.")
-    box.addElement(p)
-    frame.addElement(box)
-    page.addElement(frame)
+    document, page = odp_page(p)
     notes = Notes()
     notes_frame = Frame(width="10cm", height="2cm", x="1cm", y="1cm")
     notes_box = TextBox()
@@ -679,11 +668,12 @@ def test_characters_are_counted_as_the_model_sees_them() -> None:
     assert read_file(b"  One.\n\n  Two  words.\n", "a.txt").characters == len("One. Two words.")
 
 
-def odp_bytes() -> bytes:
+def odp_page(paragraph):
+    """A presentation of one page whose one text box holds ``paragraph``; the document and the page
+    (the presentation holds the page only once the caller adds it)."""
     from odf.draw import Frame, Page, TextBox
     from odf.opendocument import OpenDocumentPresentation
     from odf.style import MasterPage, PageLayout
-    from odf.text import P
 
     document = OpenDocumentPresentation()
     layout = PageLayout(name="L")
@@ -693,9 +683,16 @@ def odp_bytes() -> bytes:
     page = Page(masterpagename=master)
     frame = Frame(width="10cm", height="2cm", x="1cm", y="1cm")
     box = TextBox()
-    box.addElement(P(text="Slide   text here."))
+    box.addElement(paragraph)
     frame.addElement(box)
     page.addElement(frame)
+    return document, page
+
+
+def odp_bytes() -> bytes:
+    from odf.text import P
+
+    document, page = odp_page(P(text="Slide   text here."))
     document.presentation.addElement(page)
     out = io.BytesIO()
     document.write(out)

@@ -108,13 +108,18 @@ def _fill(browser, **fields) -> None:
 def _translate(browser, sentence: str, **fields) -> str:
     """Type the sentence, click Translate; the page's state when done ("ready" or "error")."""
     _fill(browser, source=sentence, **fields)
+    return _click_and_wait(browser, "translate", "an answer")
+
+
+def _click_and_wait(browser, button: str, what: str) -> str:
+    """Click ``button``; the page's state once it has answered ("ready" or "error")."""
     browser.execute_script("document.body.dataset.state = 'submitted'")
-    browser.find_element(By.ID, "translate").click()
+    browser.find_element(By.ID, button).click()
     done = ("ready", "error")
     _wait(
         browser,
         lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-state") in done,
-        "an answer",
+        what,
     )
     return browser.find_element(By.TAG_NAME, "body").get_attribute("data-state")
 
@@ -482,15 +487,7 @@ def _upload(base_url: str, path: Path, **fields: str) -> tuple[int, dict]:
 def _translate_file(browser, path: Path) -> str:
     """Choose the file, click "Translate the file"; the page's state when done ("ready" or "error")."""
     browser.find_element(By.ID, "file").send_keys(str(path))
-    browser.execute_script("document.body.dataset.state = 'submitted'")
-    browser.find_element(By.ID, "translate-file").click()
-    done = ("ready", "error")
-    _wait(
-        browser,
-        lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-state") in done,
-        "the file's answer",
-    )
-    return browser.find_element(By.TAG_NAME, "body").get_attribute("data-state")
+    return _click_and_wait(browser, "translate-file", "the file's answer")
 
 
 def _file_error(browser) -> str:
