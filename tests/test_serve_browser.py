@@ -524,7 +524,8 @@ def test_a_file_is_translated_through_the_page_and_its_link_gives_it_back(
     assert status == 200, answer
     with urllib.request.urlopen(link.get_attribute("href"), timeout=WAIT_S) as got:
         shown = got.read()
-        assert got.headers["Content-Disposition"] == "attachment; filename*=UTF-8''numbers.txt"
+        disposition = got.headers["Content-Disposition"]
+        assert disposition == "attachment; filename=\"numbers.txt\"; filename*=UTF-8''numbers.txt"
     with urllib.request.urlopen(answer["translatedFileUrl"], timeout=WAIT_S) as got:
         expected = got.read()
     assert shown == expected and shown.decode().strip() and shown != numbers.read_bytes()
