@@ -348,12 +348,13 @@ def _job_mode(args) -> bool:
     translated line by line (``--format`` documents and ``--prefix-file`` are read whole, as
     before); an output that is a device or a pipe (``/dev/stdout``) is written as before too.
     The job flags need a job."""
-    output = Path(args.output) if args.output is not None else None
+    output = Path(args.output).absolute() if args.output is not None else None
     job = (
         args.input is not None
         and output is not None
         and args.format is None
         and args.prefix_file is None
+        and not str(output).startswith(("/dev/", "/proc/"))  # /dev/stdout: a file when stdout is one
         and (output.is_file() or not output.exists() or output.is_dir())
     )
     if not job:

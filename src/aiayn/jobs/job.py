@@ -334,7 +334,7 @@ def _create_or_read(folder: Path, manifest: dict[str, Any]) -> dict[str, Any]:
     if not file.exists():
         if any(name.startswith("chunk-") and name[6:].isdigit() for name in os.listdir(folder)):
             raise UserError(f"{folder} holds chunks but no {MANIFEST}: delete {folder} to start over")
-        part = folder / f".{MANIFEST}.tmp-{os.getpid()}"
+        part = folder / f".{MANIFEST}.tmp-{os.getpid()}-{os.urandom(4).hex()}"
         try:
             with open(part, "w", encoding="utf-8") as handle:
                 json.dump(manifest, handle)
@@ -363,7 +363,7 @@ def _check_same(there: dict[str, Any], here: dict[str, Any], output: Path, folde
         raise UserError(f"{output}: the unfinished job there is of another aiayn version; delete {folder}")
     old, new = _flat(there["settings"]), _flat(here["settings"])
     # the checkpoint by its identity, not by the path it was named by (relative, a link, a copy)
-    differ = [key for key in sorted(set(old) | set(new) - {"checkpoint"}) if old.get(key) != new.get(key)]
+    differ = [key for key in sorted((set(old) | set(new)) - {"checkpoint"}) if old.get(key) != new.get(key)]
     if differ:
         said = ", ".join(f"{key} {_show(new.get(key))} (begun with {_show(old.get(key))})" for key in differ)
         raise UserError(f"{output}: an unfinished job there has other settings: {said}; {start_over}")

@@ -38,7 +38,7 @@ def run_job(job: Job, translate: Translate, progress: Progress | None = None) ->
 def chunk_seed(seed: int, k: int) -> int:
     """The sampling seed of chunk ``k`` of a job sampled with ``seed``: the same whichever process
     translates the chunk, and whether or not the job was resumed."""
-    return int.from_bytes(hashlib.sha256(f"{seed}:{k}".encode()).digest()[:7], "big")
+    return int.from_bytes(hashlib.sha256(f"{seed}:{k}".encode()).digest()[:4], "big")
 
 
 def launched_shards() -> tuple[int, int] | None:
