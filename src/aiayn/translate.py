@@ -25,6 +25,10 @@ translate
     split at spaces). ``--file IN --out OUT`` translates a whole file of one of the kinds of
     :mod:`aiayn.documents.files` (from its extension; OUT has the same one) into OUT, its formatting
     carried to the translated words, all its sentences in one stream.
+    ``--input FILE --output FILE`` (lines, not ``--format`` or ``--prefix-file``) runs as a job
+    (:mod:`aiayn.jobs`): chunks of ``--chunk-lines`` committed in ``OUTPUT.job/``, the same command
+    resumes after a kill; ``--num-shards/--shard-id`` or torchrun's ranks share the chunks out;
+    ``--input-format tsv|jsonl`` translates a column or a field; ``.gz/.xz/.zst`` by the names.
 evaluate
     Translates ``--src`` and scores it against ``--ref``: sacreBLEU BLEU and chrF (with
     signatures) on detokenized text, plus the Multi30k literature's tokenized lowercased BLEU,

@@ -146,7 +146,7 @@ class Job:
         try:
             folder.mkdir(exist_ok=True)
         except OSError as err:
-            raise UserError(f"cannot write {output}: cannot create {folder}: {err.strerror}") from None
+            raise UserError(f"cannot write {output}: {err.strerror}") from None
         identity, offsets = _scan(input, settings.chunk_lines)
         manifest = {"version": VERSION, "settings": settings.to_json(), "input": identity, "chunks": offsets}
         existing = _create_or_read(folder, manifest)
