@@ -318,7 +318,7 @@ def test_a_killed_job_resumes_to_the_bytes_of_an_uninterrupted_run(
     )
     folder, deadline = job_folder(output), time.time() + 120
     while victim.poll() is None and time.time() < deadline:
-        if folder.is_dir() and len([p for p in folder.iterdir() if p.name.startswith("chunk-")]) >= 3:
+        if folder.is_dir() and len([p for p in folder.iterdir() if p.name[6:].isdigit()]) >= 3:
             break
         time.sleep(0.005)
     victim.send_signal(signal.SIGKILL)
