@@ -262,7 +262,9 @@ def test_a_failed_translation_leaves_the_existing_output_as_it_was(
     )
     assert "interrupted" in capsys.readouterr().err
     assert out.read_text() == "an earlier translation\n"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "out.txt"]  # no temporary left behind
+    # no temporary left behind; the job's record stays, for the same command to resume (no chunk done)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "out.txt", "out.txt.job"]
+    assert [p.name for p in (tmp_path / "out.txt.job").iterdir()] == ["manifest.json"]
 
 
 def test_translate_nbest_format(checkpoint, monkeypatch, capsys) -> None:

@@ -22,6 +22,7 @@ COMMAND_MODULES = [
     "aiayn.data.cli",
     "aiayn.train.cli",
     "aiayn.translate",
+    "aiayn.jobs.cli",
     "aiayn.plots",
     "aiayn.export",
     "aiayn.marian",

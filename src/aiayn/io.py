@@ -194,7 +194,7 @@ def read_lines(path: str | None) -> list[str]:
     lines = data.split(b"\n")
     if lines and lines[-1] == b"":
         lines.pop()
-    return _decode_lines(lines, name)
+    return decode_lines(lines, name)
 
 
 def stdin_blocks(max_lines: int, fd: int | None = None, name: str = "<stdin>") -> Iterator[list[str]]:
@@ -220,7 +220,7 @@ def stdin_blocks(max_lines: int, fd: int | None = None, name: str = "<stdin>") -
             pending.clear()
         if not lines:
             return
-        yield _decode_lines(lines, name, first=number + 1)
+        yield decode_lines(lines, name, first=number + 1)
         number += len(lines)
 
 
@@ -276,7 +276,7 @@ def _stdin_bytes() -> bytes:
     return buffer.read() if buffer is not None else sys.stdin.read().encode("utf-8")
 
 
-def _decode_lines(lines: list[bytes], name: str, first: int = 1) -> list[str]:
+def decode_lines(lines: list[bytes], name: str, first: int = 1) -> list[str]:
     """UTF-8 text of ``lines`` (a CR before the newline dropped), numbered from ``first`` for errors."""
     return [_decode_line(line.rstrip(b"\r"), name, number) for number, line in enumerate(lines, first)]
 

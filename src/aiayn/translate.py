@@ -25,6 +25,10 @@ translate
     split at spaces). ``--file IN --out OUT`` translates a whole file of one of the kinds of
     :mod:`aiayn.documents.files` (from its extension; OUT has the same one) into OUT, its formatting
     carried to the translated words, all its sentences in one stream.
+    ``--input FILE --output FILE`` (lines, not ``--format`` or ``--prefix-file``) runs as a job
+    (:mod:`aiayn.jobs`): chunks of ``--chunk-lines`` committed in ``OUTPUT.job/``, the same command
+    resumes after a kill; ``--num-shards/--shard-id`` or torchrun's ranks share the chunks out;
+    ``--input-format tsv|jsonl`` translates a column or a field; ``.gz/.xz/.zst`` by the names.
 evaluate
     Translates ``--src`` and scores it against ``--ref``: sacreBLEU BLEU and chrF (with
     signatures) on detokenized text, plus the Multi30k literature's tokenized lowercased BLEU,
@@ -39,6 +43,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
+import hashlib
 import json
 import math
 import sys
@@ -55,6 +61,17 @@ from aiayn.device import resolve_device
 from aiayn.documents.types import FORMATS
 from aiayn.errors import UserError, naming_flags
 from aiayn.io import atomic_file, output_lines, read_lines, stdin_blocks
+from aiayn.jobs import (
+    Job,
+    JobSettings,
+    Progress,
+    checkpoint_identity,
+    chunk_seed,
+    launched_shards,
+    run_job,
+    wait_complete,
+)
+from aiayn.jobs.records import FORMATS as RECORD_FORMATS
 from aiayn.loading import model_languages
 
 
@@ -155,9 +172,12 @@ def _check_engine_options(args, options: DecodeOptions) -> None:
     check_ct2_options(options)
 
 
-def _run_with_progress(engine, lines: list[str], enabled: bool, fn, total: int | None = None):
+def _run_with_progress(engine, lines: list[str], enabled, fn, total: int | None = None):
     """``fn(lines)`` with a progress bar of sentences (``total`` when known: lines split into
-    sentences are counted as they are translated)."""
+    sentences are counted as they are translated); ``enabled`` a function: told them instead."""
+    if callable(enabled):
+        engine.progress = enabled
+        return fn(lines)
     from tqdm import tqdm  # here: only a run draws a bar, and `aiayn --help` stays fast
 
     with tqdm(total=total, unit="sent", file=sys.stderr, disable=not enabled) as bar:
@@ -237,7 +257,47 @@ def _register_translate(subparsers) -> None:
         help="the source language for sentence splitting and glossary terms' inflected forms (default: "
         "the checkpoint's, else a language-neutral rule and each term's own form)",
     )
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    jobs = p.add_argument_group(
+        "jobs (--input FILE --output FILE: committed in chunks, resumed by the same command after a kill; "
+        "docs/translating.md, 'Corpora of any size')"
+    )
+    jobs.add_argument(
+        "--chunk-lines",
+        type=int,
+        help=f"input lines a chunk: the unit committed, resumed and shared out (default: {CHUNK_LINES:,})",
+    )
+    jobs.add_argument(
+        "--num-shards",
+        type=int,
+        help="with --shard-id: translate only chunks k with k %% N == I (a SLURM job array's task), "
+        "then `aiayn jobs merge OUTPUT` once every shard is done",
+    )
+    jobs.add_argument("--shard-id", type=int, help="this shard, from 0 to --num-shards - 1")
+    jobs.add_argument(
+        "--input-format",
+        help=f"{', '.join(RECORD_FORMATS)}: plain lines (default); tsv: --column N translated, the other "
+        "columns kept; jsonl: --field NAME translated, the other fields kept",
+    )
+    jobs.add_argument("--column", type=int, help="with --input-format tsv: the column to translate, from 1")
+    jobs.add_argument("--field", help="with --input-format jsonl: the string field to translate")
+    jobs.add_argument(
+        "--output-field", help="with --input-format jsonl: write the translation here (default: --field)"
+    )
     p.set_defaults(func=run_translate)
+
+
+CHUNK_LINES = 10_000
+#: The flags of a job (``--input FILE --output FILE``), with where they stand in ``args``.
+JOB_FLAGS = {
+    "--chunk-lines": "chunk_lines",
+    "--num-shards": "num_shards",
+    "--shard-id": "shard_id",
+    "--input-format": "input_format",
+    "--column": "column",
+    "--field": "field",
+    "--output-field": "output_field",
+}
 
 
 SAMPLING_OPTIONS = {"temperature": "--temperature", "top_k": "--top-k", "top_p": "--top-p", "seed": "--seed"}
@@ -256,6 +316,8 @@ def run_translate(args) -> int:
     if args.file is not None or args.out is not None:
         return _translate_file(args)
     _check_document_flags(args)
+    if _job_mode(args):
+        return _translate_job(args)
     controls = (
         {"glossary": read_glossary(args.glossary), "glossary_language": _source_language(args)}
         if args.glossary
@@ -280,8 +342,153 @@ def run_translate(args) -> int:
                 write(_translate_lines(documents, options, lines, first, args, progress=False))
         else:
             lines = read_lines(args.input)
-            write(_translate_lines(documents, options, lines, 1, args, progress=args.input is not None))
+            progress = args.input is not None and not args.quiet
+            write(_translate_lines(documents, options, lines, 1, args, progress=progress))
     return 0
+
+
+def _job_mode(args) -> bool:
+    """Whether this run is a job (:mod:`aiayn.jobs`): ``--input`` and ``--output`` files, lines
+    translated line by line (``--format`` documents and ``--prefix-file`` are read whole, as
+    before); an output that is a device or a pipe (``/dev/stdout``) is written as before too.
+    The job flags need a job."""
+    output = Path(args.output).absolute() if args.output is not None else None
+    job = (
+        args.input is not None
+        and output is not None
+        and args.format is None
+        and args.prefix_file is None
+        and not str(output).startswith(("/dev/", "/proc/"))  # /dev/stdout: a file when stdout is one
+        and (output.is_file() or not output.exists() or output.is_dir())
+    )
+    if not job:
+        for flag, name in JOB_FLAGS.items():
+            if getattr(args, name) is not None:
+                why = (
+                    f"not with --format {args.format}"
+                    if args.format is not None
+                    else "not with --prefix-file"
+                    if args.prefix_file is not None
+                    else "needs --input FILE and --output FILE (a job over files)"
+                )
+                raise UserError(f"{flag}: {why}")
+    return job
+
+
+def _translate_job(args) -> int:
+    """``--input FILE --output FILE`` as a job: chunks committed in ``OUTPUT.job/``, the job resumed
+    where a run was stopped, its shard only with ``--num-shards``/``--shard-id`` or under torchrun,
+    the output written whole at the end (by rank 0 under torchrun; by `aiayn jobs merge` for shards)."""
+    shards = _job_shards(args)
+    launched = launched_shards()
+    record = {
+        "input_format": args.input_format or "plain",
+        "column": args.column,
+        "field": args.field,
+        "output_field": args.output_field,
+    }
+    annotations = (("--nbest", args.nbest > 1), ("--scores", args.scores), ("--alignments", args.alignments))
+    for flag, given in annotations:
+        if given and record["input_format"] != "plain":
+            raise UserError(f"{flag}: plain lines only; not with --input-format {record['input_format']}")
+    if args.sample and args.seed is None:
+        raise UserError(
+            "--sample: a job needs --seed (each chunk samples from the seed and its number, so that a "
+            "resumed job draws what an uninterrupted one would)"
+        )
+    controls = (
+        {"glossary": read_glossary(args.glossary), "glossary_language": _source_language(args)}
+        if args.glossary
+        else {}
+    )
+    options, load = _engine_loader(args, nbest=args.nbest, **_sampling(args), **controls)
+    settings = JobSettings(
+        checkpoint=str(args.checkpoint),
+        checkpoint_identity=checkpoint_identity(args.checkpoint),
+        engine=args.engine,
+        compute_type=args.compute_type or "default",
+        decode=_decode_settings(args, options),
+        chunk_lines=CHUNK_LINES if args.chunk_lines is None else args.chunk_lines,
+        **record,
+    )
+    job = Job.open(Path(args.input), Path(args.output), settings, shards=shards or launched or (1, 0))
+    rank = launched[1] if launched else 0
+    pending = job.pending()
+    if pending:
+        documents = _documents(args, load)
+        mine = [k for k in range(job.shards[1], job.chunks, job.shards[0])]
+        todo = sum(job.lines_in(k) for k in pending)
+        total = sum(job.lines_in(k) for k in mine)
+        label = f"aiayn: shard {job.shards[1]} of {job.shards[0]}" if job.shards[0] > 1 else "aiayn"
+        progress = Progress(total, total - todo, enabled=not args.quiet and rank == 0, label=label)
+
+        def translate(k: int, texts: list[str]) -> list[str]:
+            chunk_options = options
+            if args.sample:  # each chunk its own seed: the same in a resumed run
+                chunk_options = dataclasses.replace(options, seed=chunk_seed(args.seed, k))
+            return _translate_lines(
+                documents, chunk_options, texts, job.first_line(k), args, progress=progress.sentences
+            )
+
+        try:
+            run_job(job, translate, progress)
+        finally:
+            progress.close()
+    if shards is not None:
+        if not args.quiet:
+            print(
+                f"aiayn: shard {shards[1]} of {shards[0]} done; once every shard is: "
+                f"aiayn jobs merge {args.output}",
+                file=sys.stderr,
+            )
+        return 0
+    if rank != 0:
+        return 0
+    if launched:
+        wait_complete(job)
+    job.finish()
+    return 0
+
+
+def _job_shards(args) -> tuple[int, int] | None:
+    """``(--num-shards, --shard-id)``, given together (None: not given)."""
+    if (args.num_shards is None) != (args.shard_id is None):
+        pair = ("--num-shards", "--shard-id")
+        given, needed = pair if args.shard_id is None else pair[::-1]
+        raise UserError(f"{given}: needs {needed}")
+    if args.num_shards is None:
+        return None
+    if launched_shards() is not None:
+        raise UserError("--num-shards: not under torchrun (its processes are the shards)")
+    if args.num_shards < 1:
+        raise UserError("--num-shards: must be >= 1")
+    return args.num_shards, args.shard_id
+
+
+def _decode_settings(args, options: DecodeOptions) -> dict:
+    """What of the decoding decides a job's output (compared when the job is resumed)."""
+    glossary = None
+    if args.glossary:
+        glossary = hashlib.sha256(Path(args.glossary).read_bytes()).hexdigest()
+    return {
+        "beam": options.beam,
+        "alpha": options.alpha,
+        "max_len_a": options.max_len_a,
+        "max_len_b": options.max_len_b,
+        "use_cache": options.use_cache,
+        "batch_tokens": args.batch_tokens,
+        "nbest": args.nbest,
+        "sample": args.sample,
+        "temperature": args.temperature,
+        "top_k": args.top_k,
+        "top_p": args.top_p,
+        "seed": args.seed,
+        "glossary_sha256": glossary,
+        "source_lang": _source_language(args),
+        "split": not args.no_split,
+        "scores": args.scores,
+        "alignments": args.alignments,
+    }
 
 
 def _translate_file(args) -> int:
@@ -433,11 +640,12 @@ def _block_end(lines: list[str], size: int) -> int | None:
 
 
 def _translate_lines(
-    documents, options: DecodeOptions, lines: list[str], first: int, args, progress: bool, prefixes=None
+    documents, options: DecodeOptions, lines: list[str], first: int, args, progress, prefixes=None
 ) -> list[str]:
     """Output lines for ``lines`` (the first is line ``first``): one translation each (with
     `` ||| i-j ...`` for ``--alignments``, `` ||| `` confidence and word probabilities for
-    ``--scores``), or ``nbest`` "score<TAB>text" lines each."""
+    ``--scores``), or ``nbest`` "score<TAB>text" lines each. ``progress``: a bar of sentences, or a
+    function told the sentences of each batch."""
     results = _run_with_progress(
         documents,
         lines,
