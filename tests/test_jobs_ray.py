@@ -82,19 +82,25 @@ def local_output(tmp_path: Path) -> str:
     return job.output()
 
 
-def make_upper(folder: str, die_once: bool = False, dies_on: str | None = None, raises_on: str | None = None):
+def make_upper(
+    folder: str,
+    die_once: bool = False,
+    dies_on: str | None = None,
+    raises_on: str | None = None,
+    pause: float = 0.05,
+):
     """The fake ``make_translate``: run in an actor, a translator that upper-cases, slowly enough
     for a death to land mid-job. ``die_once``: the first call of any actor kills its process (a
     marker file makes it once); ``dies_on``: a chunk with this line kills its actor every time;
-    ``raises_on``: a chunk with this line raises. Each call leaves a file naming its chunk's first
-    line, so that the test counts the attempts."""
+    ``raises_on``: a chunk with this line raises; ``pause``: each call's time. Each call leaves a
+    file naming its chunk's first line, so that the test counts the attempts."""
 
     def translate(lines: list[str]) -> list[str]:
         attempts = Path(folder, "attempts")
         attempts.mkdir(parents=True, exist_ok=True)
         with open(attempts / f"{lines[0]}.{os.getpid()}.{time.monotonic_ns()}", "w"):
             pass
-        time.sleep(0.05)
+        time.sleep(pause)
         if die_once:
             marker = Path(folder, "died")
             try:
@@ -231,6 +237,51 @@ def test_a_chunk_that_raises_stops_the_job_with_its_line(local_ray, tmp_path: Pa
         f"{len(job.committed)} of {job.chunks} chunks are kept: the same command continues"
     )
     assert 2 in job.pending() and attempts(tmp_path, LINES[6]) == 1  # an error is not a death: not redone
+
+
+DRIVER = """
+import functools, sys
+from pathlib import Path
+import ray
+sys.path.insert(0, {tests!r})
+import test_jobs_ray as here
+from aiayn.jobs.ray import run_on_ray
+ray.cloudpickle.register_pickle_by_value(here)
+job = here.StandInJob(Path({folder!r}), here.LINES, 3)
+run_on_ray(job, functools.partial(here.make_upper, {attempts!r}, pause=0.5), {address!r}, actors=1)
+"""
+
+
+@needs_ray
+def test_a_killed_driver_leaves_its_commits_and_a_rerun_sends_only_the_rest(
+    local_ray, tmp_path: Path
+) -> None:
+    """A driver of its own, on this module's cluster by its address (``--ray HOST:PORT``), killed
+    once two chunks are committed; the rerun commits only the others, and the output is whole."""
+    folder, address = tmp_path / "ray", ray.get_runtime_context().gcs_address
+    code = DRIVER.format(
+        tests=str(Path(__file__).parent), folder=str(folder), attempts=str(tmp_path), address=address
+    )
+    driver = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        deadline = time.monotonic() + 90
+        while (
+            len(list(folder.glob("chunk-*.txt"))) < 2
+            and driver.poll() is None
+            and time.monotonic() < deadline
+        ):
+            time.sleep(0.05)
+    finally:
+        driver.kill()
+        driver.wait()
+    rerun = StandInJob(folder, LINES, 3)
+    pending = rerun.pending()
+    assert 2 <= rerun.chunks - len(pending) < rerun.chunks, "the driver was killed mid-job"
+    run_on_ray(rerun, functools.partial(make_upper, str(tmp_path / "rerun")), "local", actors=2)
+    assert sorted(rerun.committed) == pending
+    assert rerun.output() == local_output(tmp_path)
 
 
 def unloadable():

@@ -6,7 +6,8 @@ each actor loads the model once (``make_translate()`` in its constructor) and tr
 a call. The translations stream back to the driver, which commits each chunk as it arrives: the
 order of arrival does not matter (a commit is per chunk, and :meth:`Job.finish` concatenates them
 in order), and a driver stopped at any point loses only the chunks in flight: a rerun sends only
-what is still pending.
+what is still pending. The pending chunks' lines are read when the job starts, into Ray's object
+store (which spills to disk past its share of memory).
 
 Failures: an actor that dies (its process killed, its node lost) is restarted, and the chunk it
 was translating is redone once, on the restarted actor (Ray's ``max_task_retries=1``; the actors
