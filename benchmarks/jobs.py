@@ -14,8 +14,8 @@ Parts (``--parts``, all by default), each with ``aiayn translate`` run as a user
 * **workers**: ``--subset`` lines with 1 worker (one process, ``--threads`` threads), 2 workers
   through ``torchrun --nproc-per-node 2`` (each ``--threads / 2``), and with ``--ray local`` where
   Ray is installed (2 actors); outputs compared with the 1-worker one.
-* **chunking**: the same subset streamed through stdin and stdout (no job) against a job with
-  ``--chunk-lines`` and with 1,000-line chunks.
+* **chunking**: the same subset without a job (``--input`` to stdout, read whole; and streamed
+  from stdin) against a job with ``--chunk-lines`` and with 1,000-line chunks.
 
 Writes ``benchmarks/results/jobs.json`` (``--results``) with the command, versions, machine.
 """
@@ -72,9 +72,14 @@ def job_folder(output: Path) -> Path:
 def translate_args(args, source: Path, output: Path, *extra: str) -> list[str]:
     return aiayn(
         "translate", "--checkpoint", args.checkpoint, "--input", str(source), "--output", str(output),
-        "--beam", str(args.beam), "--threads", str(args.threads), "--chunk-lines", str(args.chunk_lines),
+        "--beam", str(args.beam), "--chunk-lines", str(args.chunk_lines),
         "--quiet", *extra,
     )  # fmt: skip
+
+
+def threads(n: int) -> dict:
+    """The environment of a process with ``n`` torch threads (what torchrun gives each rank)."""
+    return {**os.environ, "OMP_NUM_THREADS": str(max(1, n))}
 
 
 def timed(argv: list[str], env: dict | None = None) -> float:
@@ -99,13 +104,13 @@ def part_kills(args, work: Path) -> dict:
     source = work / "input.de"
     make_input(Path(args.data_dir), args.lines, source)
     reference = work / "reference.en"
-    seconds = timed(translate_args(args, source, reference))
+    seconds = timed(translate_args(args, source, reference), threads(args.threads))
     killed = work / "killed.en"
     rng = random.Random(args.seed)
     kills = []
     for _ in range(args.kills):
         delay = rng.uniform(0.1, 0.8) * seconds
-        process = subprocess.Popen(translate_args(args, source, killed), cwd=ROOT)
+        process = subprocess.Popen(translate_args(args, source, killed), cwd=ROOT, env=threads(args.threads))
         time.sleep(delay)
         if process.poll() is not None:
             kills.append({"after_s": round(delay, 1), "finished_before_the_kill": True})
@@ -121,7 +126,7 @@ def part_kills(args, work: Path) -> dict:
                 "seconds_since_last_commit": round(at - times[-1], 1) if times else None,
             }
         )
-    resumed = timed(translate_args(args, source, killed))
+    resumed = timed(translate_args(args, source, killed), threads(args.threads))
     return {
         "lines": args.lines,
         "chunk_lines": args.chunk_lines,
@@ -140,21 +145,18 @@ def part_workers(args, work: Path) -> dict:
     make_input(Path(args.data_dir), args.subset, source)
     runs = {}
     one = work / "one.en"
-    runs["1 process"] = timed(translate_args(args, source, one))
+    runs["1 process"] = timed(translate_args(args, source, one), threads(args.threads))
     two = work / "torchrun.en"
-    half = max(1, args.threads // 2)
     argv = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29533"]
     argv += translate_args(args, source, two)[1:]  # -m aiayn translate ...
-    argv[argv.index("--threads") + 1] = str(half)
-    runs["torchrun, 2 processes"] = timed(argv)
+    runs["torchrun, 2 processes"] = timed(argv, threads(args.threads // 2))
     same = {"torchrun, 2 processes": digest(two) == digest(one)}
     try:
         import ray  # noqa: F401
 
         on_ray = work / "ray.en"
         ray_argv = translate_args(args, source, on_ray, "--ray", "local")
-        ray_argv[ray_argv.index("--threads") + 1] = str(half)
-        runs["ray local, 2 actors"] = timed(ray_argv)
+        runs["ray local, 2 actors"] = timed(ray_argv, threads(args.threads // 2))
         same["ray local, 2 actors"] = digest(on_ray) == digest(one)
     except ImportError:
         runs["ray local, 2 actors"] = None
@@ -170,36 +172,46 @@ def part_chunking(args, work: Path) -> dict:
     source = work / "subset.de"
     if not source.exists():
         make_input(Path(args.data_dir), args.subset, source)
-    plain = work / "plain.en"
-    stream = aiayn(
-        "translate", "--checkpoint", args.checkpoint, "--beam", str(args.beam), "--threads", str(args.threads)
+    plain, streamed = work / "plain.en", work / "streamed.en"
+    whole = aiayn(
+        "translate", "--checkpoint", args.checkpoint, "--beam", str(args.beam), "--input", str(source)
     )
+    stream = aiayn("translate", "--checkpoint", args.checkpoint, "--beam", str(args.beam))
     rounds: dict[str, list[float]] = {
-        "streamed (stdin, stdout)": [],
+        "no job (--input, stdout)": [],
+        "no job, streamed (stdin, stdout)": [],
         f"job, {args.chunk_lines}-line chunks": [],
         "job, 1000-line chunks": [],
     }
     for _ in range(args.rounds):  # interleaved
-        with open(source, "rb") as stdin, open(plain, "wb") as stdout:
-            started = time.monotonic()
-            subprocess.run(stream, stdin=stdin, stdout=stdout, check=True, cwd=ROOT)
-            rounds["streamed (stdin, stdout)"].append(time.monotonic() - started)
+        for name, argv, into, stdin_from in (
+            ("no job (--input, stdout)", whole, plain, None),
+            ("no job, streamed (stdin, stdout)", stream, streamed, source),
+        ):
+            with open(stdin_from or os.devnull, "rb") as stdin, open(into, "wb") as stdout:
+                started = time.monotonic()
+                subprocess.run(
+                    argv, stdin=stdin, stdout=stdout, check=True, cwd=ROOT, env=threads(args.threads)
+                )
+                rounds[name].append(time.monotonic() - started)
         big = work / "chunked.en"
         big.unlink(missing_ok=True)
-        rounds[f"job, {args.chunk_lines}-line chunks"].append(timed(translate_args(args, source, big)))
+        rounds[f"job, {args.chunk_lines}-line chunks"].append(
+            timed(translate_args(args, source, big), threads(args.threads))
+        )
         small = work / "small.en"
         small.unlink(missing_ok=True)
         argv = translate_args(args, source, small)
         argv[argv.index("--chunk-lines") + 1] = "1000"
-        rounds["job, 1000-line chunks"].append(timed(argv))
+        rounds["job, 1000-line chunks"].append(timed(argv, threads(args.threads)))
     medians = {k: round(sorted(v)[len(v) // 2], 2) for k, v in rounds.items()}
-    base = medians["streamed (stdin, stdout)"]
+    base = medians["no job (--input, stdout)"]
     return {
         "lines": args.subset,
         "rounds": args.rounds,
         "median_s": medians,
-        "ratio_to_streamed": {k: round(v / base, 3) for k, v in medians.items()},
-        "identical": digest(big) == digest(plain) == digest(small),
+        "ratio_to_no_job": {k: round(v / base, 3) for k, v in medians.items()},
+        "identical": digest(big) == digest(plain) == digest(small) == digest(streamed),
     }
 
 
@@ -217,7 +229,7 @@ def main() -> None:
     parser.add_argument("--chunk-lines", type=int, default=10_000)
     parser.add_argument("--kills", type=int, default=3)
     parser.add_argument("--beam", type=int, default=1)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=2, help="torch threads in all (OMP_NUM_THREADS)")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--parts", nargs="+", default=list(PARTS), choices=list(PARTS))

@@ -52,6 +52,7 @@ def test_the_import_contracts_are_kept() -> None:
         ),
         ("documents/markup/inline.py", "import aiayn.documents.markup.place", "the inline model BROKEN"),
         ("serve/quotas.py", "import aiayn.serve.models", "its engines or its models BROKEN"),
+        ("loading.py", "import aiayn.jobs.ray", "imports ray only when a job runs on it) BROKEN"),
     ],
 )
 def test_the_contracts_catch_a_wrong_arrow(tmp_path: Path, module: str, line: str, broken: str) -> None:
