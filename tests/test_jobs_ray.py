@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+import test_jobs
 from aiayn.errors import UserError
 from aiayn.jobs.ray import NEEDS_RAY, run_on_ray
 
@@ -23,6 +24,7 @@ try:
 except ImportError:  # the ray extra is not installed: only the test of its message runs
     ray = None
 
+checkpoint, source, translate = test_jobs.checkpoint, test_jobs.source, test_jobs.translate  # its fixtures
 needs_ray = pytest.mark.skipif(ray is None, reason="ray is not installed: pip install -e '.[ray]'")
 pytestmark = pytest.mark.xdist_group("ray")  # one worker starts the one local Ray
 
@@ -95,7 +97,7 @@ def make_upper(
     ``raises_on``: a chunk with this line raises; ``pause``: each call's time. Each call leaves a
     file naming its chunk's first line, so that the test counts the attempts."""
 
-    def translate(lines: list[str]) -> list[str]:
+    def translate(k: int, lines: list[str]) -> list[str]:
         attempts = Path(folder, "attempts")
         attempts.mkdir(parents=True, exist_ok=True)
         with open(attempts / f"{lines[0]}.{os.getpid()}.{time.monotonic_ns()}", "w"):
@@ -297,3 +299,23 @@ def test_a_model_that_does_not_load_stops_the_job_with_its_line(local_ray, tmp_p
         "on Ray: the model did not load: checkpoint model.pt: no such file; "
         f"0 of {job.chunks} chunks are kept: the same command continues"
     )
+
+
+@needs_ray
+def test_the_command_on_ray_writes_what_one_process_writes(local_ray, checkpoint, source, tmp_path) -> None:
+    """``aiayn translate --ray`` with the real job and model: two actors, each loading the model
+    once, write the output of one process, byte for byte, and leave no job folder."""
+    one, on_ray = tmp_path / "one.de", tmp_path / "ray.de"
+    common = ["--input", str(source), "--chunk-lines", "3", "--quiet"]
+    assert translate(checkpoint, *common, "--output", str(one)) == 0
+    assert translate(checkpoint, *common, "--output", str(on_ray), "--ray", "local", "--actors", "2") == 0
+    assert on_ray.read_bytes() == one.read_bytes() and not (tmp_path / "ray.de.job").exists()
+
+
+def test_the_ray_flags_need_ray_and_a_job_of_one_process(checkpoint, source, tmp_path, capsys) -> None:
+    out = str(tmp_path / "out.de")
+    assert translate(checkpoint, "--input", str(source), "--output", out, "--actors", "2") != 0
+    assert "--actors: needs --ray" in capsys.readouterr().err
+    sharded = ["--num-shards", "2", "--shard-id", "0", "--ray", "local"]
+    assert translate(checkpoint, "--input", str(source), "--output", out, *sharded) != 0
+    assert "not with --num-shards or torchrun" in capsys.readouterr().err

@@ -275,6 +275,18 @@ def _register_translate(subparsers) -> None:
     )
     jobs.add_argument("--shard-id", type=int, help="this shard, from 0 to --num-shards - 1")
     jobs.add_argument(
+        "--ray",
+        metavar="ADDRESS",
+        help="run the job's chunks on a Ray cluster (the ray extra): auto (the cluster `ray start` made), "
+        "local (one started in this process) or HOST:PORT; one model per actor",
+    )
+    jobs.add_argument(
+        "--actors", type=int, help="with --ray: actors (default: one per node, or per GPU share)"
+    )
+    jobs.add_argument(
+        "--gpus-per-actor", type=float, help="with --ray: GPUs each actor holds (default: 0, the CPU)"
+    )
+    jobs.add_argument(
         "--input-format",
         help=f"{', '.join(RECORD_FORMATS)}: plain lines (default); tsv: --column N translated, the other "
         "columns kept; jsonl: --field NAME translated, the other fields kept",
@@ -297,6 +309,9 @@ JOB_FLAGS = {
     "--column": "column",
     "--field": "field",
     "--output-field": "output_field",
+    "--ray": "ray",
+    "--actors": "actors",
+    "--gpus-per-actor": "gpus_per_actor",
 }
 
 
@@ -396,12 +411,7 @@ def _translate_job(args) -> int:
             "--sample: a job needs --seed (each chunk samples from the seed and its number, so that a "
             "resumed job draws what an uninterrupted one would)"
         )
-    controls = (
-        {"glossary": read_glossary(args.glossary), "glossary_language": _source_language(args)}
-        if args.glossary
-        else {}
-    )
-    options, load = _engine_loader(args, nbest=args.nbest, **_sampling(args), **controls)
+    options, load = _job_engine(args)
     settings = JobSettings(
         checkpoint=str(args.checkpoint),
         checkpoint_identity=checkpoint_identity(args.checkpoint),
@@ -411,27 +421,33 @@ def _translate_job(args) -> int:
         chunk_lines=CHUNK_LINES if args.chunk_lines is None else args.chunk_lines,
         **record,
     )
+    if args.ray is None and (args.actors is not None or args.gpus_per_actor is not None):
+        raise UserError(f"{'--actors' if args.actors is not None else '--gpus-per-actor'}: needs --ray")
+    if args.ray is not None and (shards is not None or launched):
+        raise UserError("--ray: the cluster shares the chunks out; not with --num-shards or torchrun")
     job = Job.open(Path(args.input), Path(args.output), settings, shards=shards or launched or (1, 0))
     rank = launched[1] if launched else 0
     pending = job.pending()
     if pending:
-        documents = _documents(args, load)
         mine = [k for k in range(job.shards[1], job.chunks, job.shards[0])]
         todo = sum(job.lines_in(k) for k in pending)
         total = sum(job.lines_in(k) for k in mine)
         label = f"aiayn: shard {job.shards[1]} of {job.shards[0]}" if job.shards[0] > 1 else "aiayn"
         progress = Progress(total, total - todo, enabled=not args.quiet and rank == 0, label=label)
-
-        def translate(k: int, texts: list[str]) -> list[str]:
-            chunk_options = options
-            if args.sample:  # each chunk its own seed: the same in a resumed run
-                chunk_options = dataclasses.replace(options, seed=chunk_seed(args.seed, k))
-            return _translate_lines(
-                documents, chunk_options, texts, job.first_line(k), args, progress=progress.sentences
-            )
-
         try:
-            run_job(job, translate, progress)
+            if args.ray is not None:
+                from aiayn.jobs.ray import run_on_ray  # the ray extra: only for a job on a cluster
+
+                gpus = args.gpus_per_actor if args.gpus_per_actor is not None else 0.0
+                on_ray = OnRay(args, job.chunk_lines)
+                run_on_ray(
+                    job, on_ray, args.ray, actors=args.actors, gpus_per_actor=gpus, progress=progress.lines
+                )
+                return 0
+            documents = _documents(args, load)
+            run_job(
+                job, _chunk_translator(args, options, documents, job.first_line, progress.sentences), progress
+            )
         finally:
             progress.close()
     if shards is not None:
@@ -448,6 +464,47 @@ def _translate_job(args) -> int:
         wait_complete(job)
     job.finish()
     return 0
+
+
+def _job_engine(args):
+    """A job's decoding options and its engine's loader (the glossary read, the sampling checked)."""
+    controls = (
+        {"glossary": read_glossary(args.glossary), "glossary_language": _source_language(args)}
+        if args.glossary
+        else {}
+    )
+    return _engine_loader(args, nbest=args.nbest, **_sampling(args), **controls)
+
+
+def _chunk_translator(args, options, documents, first_line, progress):
+    """A job's chunk ``k`` translated as ``aiayn translate`` translates lines: ``(k, texts)`` ->
+    output lines; sampling from a seed of its own (the same in a resumed run)."""
+
+    def translate(k: int, texts: list[str]) -> list[str]:
+        chunk_options = options
+        if args.sample:
+            chunk_options = dataclasses.replace(options, seed=chunk_seed(args.seed, k))
+        return _translate_lines(documents, chunk_options, texts, first_line(k), args, progress=progress)
+
+    return translate
+
+
+@dataclasses.dataclass
+class OnRay:
+    """What a Ray actor runs once (``--ray``): the model loaded, then the job's chunks translated as
+    in one process. Pickled to the actors by reference to this module (aiayn installed on every
+    node); the chunks are ``chunk_lines`` long, so chunk ``k`` starts at line ``k * chunk_lines + 1``."""
+
+    args: argparse.Namespace
+    chunk_lines: int
+
+    def __call__(self):
+        options, load = _job_engine(self.args)
+        documents = _documents(self.args, load)
+        return _chunk_translator(self.args, options, documents, self._first_line, False)
+
+    def _first_line(self, k: int) -> int:
+        return k * self.chunk_lines + 1
 
 
 def _job_shards(args) -> tuple[int, int] | None:

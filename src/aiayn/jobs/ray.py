@@ -51,8 +51,8 @@ class Translator:
     line) rather than as an exception: the driver names it and stops, where Ray would retry the
     actor, or lose the message in its own."""
 
-    def __init__(self, make_translate: Callable[[], Callable[[list[str]], list[str]]]) -> None:
-        self.translate: Callable[[list[str]], list[str]] | None = None
+    def __init__(self, make_translate: Callable[[], Callable[[int, list[str]], list[str]]]) -> None:
+        self.translate: Callable[[int, list[str]], list[str]] | None = None
         try:
             self.translate = make_translate()
         except Exception as raised:  # said for each chunk sent here: the driver stops on the first
@@ -67,7 +67,7 @@ class Translator:
                 error = self.failed
             else:
                 try:
-                    translations = [str(line) for line in self.translate(lines)]
+                    translations = [str(line) for line in self.translate(k, lines)]
                 except Exception as raised:  # the driver's to report, with the chunk's number
                     error = f"chunk {k}: {one_line(raised)}"
                 if not error and len(translations) != len(lines):
@@ -137,7 +137,7 @@ def stopped(job: Job, what: str) -> UserError:
 
 def run_on_ray(
     job: Job,
-    make_translate: Callable[[], Callable[[list[str]], list[str]]],
+    make_translate: Callable[[], Callable[[int, list[str]], list[str]]],
     address: str,
     *,
     actors: int | None = None,
