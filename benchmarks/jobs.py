@@ -6,11 +6,11 @@ loses; throughput with 1 and 2 workers; the cost of chunking against a plain run
 
 Parts (``--parts``, all by default), each with ``aiayn translate`` run as a user runs it:
 
-* **kills**: ``--input IN --output OUT`` uninterrupted (the reference), then the same command on
-  another output SIGKILLed ``--kills`` times at random points (uniform over the reference's
-  duration, after the model is loaded) and run again each time until it finishes; the finished
-  output against the reference (SHA-256), and per kill the chunks committed before it and the time
-  since the last commit (the work lost: at most the chunk in flight).
+* **kills**: ``--input IN --output OUT`` uninterrupted (the reference; kept and reused with
+  ``--work``), then the same command on another output SIGKILLed ``--kills`` times at random points
+  (after a random number of chunks, then a random part of the next one's time) and run again each
+  time, the last run to the end; the finished output against the reference (SHA-256), and per kill
+  the chunks committed and the time since the last commit (the work lost: the chunk in flight).
 * **workers**: ``--subset`` lines with 1 worker (one process, ``--threads`` threads), 2 workers
   through ``torchrun --nproc-per-node 2`` (each ``--threads / 2``), and with ``--ray local`` where
   Ray is installed (2 actors); outputs compared with the 1-worker one.
@@ -101,29 +101,38 @@ def committed(output: Path) -> list[float]:
 
 
 def part_kills(args, work: Path) -> dict:
-    source = work / "input.de"
-    make_input(Path(args.data_dir), args.lines, source)
-    reference = work / "reference.en"
-    seconds = timed(translate_args(args, source, reference), threads(args.threads))
+    source, reference = work / "input.de", work / "reference.en"
+    timing = work / "reference.json"  # a reference kept in --work is not translated again
+    if not (reference.exists() and timing.exists()):
+        make_input(Path(args.data_dir), args.lines, source)
+        seconds = timed(translate_args(args, source, reference), threads(args.threads))
+        timing.write_text(json.dumps({"seconds": seconds}))
+    seconds = json.loads(timing.read_text())["seconds"]
+    chunks = -(-args.lines // args.chunk_lines)
+    per_chunk = seconds / chunks
     killed = work / "killed.en"
+    killed.unlink(missing_ok=True)
+    shutil.rmtree(job_folder(killed), ignore_errors=True)
     rng = random.Random(args.seed)
+    # kill points: after a random number of chunks (in order), then a random part of the next one
+    targets = sorted(rng.sample(range(1, chunks - 1), args.kills))
     kills = []
-    for _ in range(args.kills):
-        delay = rng.uniform(0.1, 0.8) * seconds
+    for target in targets:
         process = subprocess.Popen(translate_args(args, source, killed), cwd=ROOT, env=threads(args.threads))
-        time.sleep(delay)
-        if process.poll() is not None:
-            kills.append({"after_s": round(delay, 1), "finished_before_the_kill": True})
-            break
+        while len(committed(killed)) < target and process.poll() is None:
+            time.sleep(0.05)
+        time.sleep(rng.uniform(0, 1) * per_chunk)
         os.kill(process.pid, signal.SIGKILL)
         process.wait()
-        at = time.time()
         times = committed(killed)
+        since = time.time() - times[-1] if times else None
         kills.append(
             {
-                "after_s": round(delay, 1),
                 "chunks_committed": len(times),
-                "seconds_since_last_commit": round(at - times[-1], 1) if times else None,
+                "seconds_since_last_commit": round(since, 1) if since is not None else None,
+                "lines_lost_estimate": min(args.chunk_lines, round(since / per_chunk * args.chunk_lines))
+                if since is not None
+                else None,
             }
         )
     resumed = timed(translate_args(args, source, killed), threads(args.threads))
