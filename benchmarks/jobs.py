@@ -89,15 +89,15 @@ def timed(argv: list[str], env: dict | None = None) -> float:
 
 
 def committed(output: Path) -> list[float]:
-    """The commit times of the chunks in the job's folder."""
-    folder = job_folder(output)
-    if not folder.exists():
-        return []
-    return sorted(
-        p.stat().st_mtime
-        for p in folder.iterdir()
-        if p.name.startswith("chunk-") and not p.name.endswith(".tmp")
-    )
+    """The commit times of the chunks in the job's folder (not the temporary files of a commit)."""
+    times = []
+    for path in job_folder(output).glob("chunk-*"):
+        if ".tmp" not in path.name:
+            try:
+                times.append(path.stat().st_mtime)
+            except FileNotFoundError:  # the job finished meanwhile
+                pass
+    return sorted(times)
 
 
 def part_kills(args, work: Path) -> dict:
