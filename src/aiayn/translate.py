@@ -284,7 +284,9 @@ def _register_translate(subparsers) -> None:
         "--actors", type=int, help="with --ray: actors (default: one per node, or per GPU share)"
     )
     jobs.add_argument(
-        "--gpus-per-actor", type=float, help="with --ray: GPUs each actor holds (default: 0, the CPU)"
+        "--gpus-per-actor",
+        type=float,
+        help="with --ray: GPUs each actor holds (default: 1 where the cluster has GPUs, else 0)",
     )
     jobs.add_argument(
         "--input-format",

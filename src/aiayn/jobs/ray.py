@@ -117,6 +117,14 @@ def probe(address: str, timeout: float = 10) -> None:
         pass
 
 
+def default_gpus() -> float:
+    """Each actor's GPUs when none were asked: one where the cluster has GPUs (an actor per GPU),
+    else none."""
+    import ray  # here: see connect
+
+    return 1.0 if ray.cluster_resources().get("GPU", 0) >= 1 else 0.0
+
+
 def default_actors(gpus_per_actor: float) -> int:
     """One actor per GPU share the cluster has, or on CPUs one per node (a model uses a node's cores)."""
     import ray  # here: see connect
@@ -141,16 +149,20 @@ def run_on_ray(
     address: str,
     *,
     actors: int | None = None,
-    gpus_per_actor: float = 0,
+    gpus_per_actor: float | None = None,
     progress: Callable[[int], object] | None = None,
 ) -> None:
     """Translate ``job``'s pending chunks on the Ray cluster at ``address``, commit each on arrival,
     then :meth:`~Job.finish` it. ``actors``: the pool's size (by default one per GPU share, or one
-    per node); ``progress``: called with each committed chunk's number of lines."""
+    per node); ``gpus_per_actor``: by default one where the cluster has GPUs, else none;
+    ``progress``: called with each committed chunk's number of lines."""
     if actors is not None and actors < 1:
         raise UserError(f"--ray: {actors} actors: at least 1")
     started = connect(address)
     import ray.data  # here: see connect (which has imported ray)
+
+    if gpus_per_actor is None:
+        gpus_per_actor = default_gpus()
 
     try:
         pending = job.pending()
