@@ -18,7 +18,6 @@ from urllib.parse import quote
 from fastapi import FastAPI, Request
 from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException
-from starlette.formparsers import MultiPartException
 from starlette.responses import Response
 
 from aiayn.decode.search import DecodeOptions
@@ -102,18 +101,16 @@ async def _form(request: Request) -> tuple[str, bytes, dict[str, Any]]:
         raise lt.error(400, "Invalid request: send the file as multipart/form-data (field file)")
     try:
         async with request.form(max_files=1, max_fields=MAX_FIELDS) as form:
-            upload = form.get("file")
-            if not isinstance(upload, UploadFile):
-                raise lt.error(400, "Invalid request: missing file parameter")
-            if not upload.filename:
-                raise lt.error(400, "Invalid request: empty file")
-            return _name(upload.filename), await upload.read(), lt.fields(form, request)
-    except MultiPartException as err:
-        raise lt.error(400, f"Invalid request: {err.message}") from None
-    except HTTPException as err:
-        if err.status_code != 400 or err.detail.startswith("Invalid request"):
-            raise
-        raise lt.error(400, f"Invalid request: {err.detail}") from None  # starlette's: a malformed body
+            upload, params = form.get("file"), lt.fields(form, request)
+            named = isinstance(upload, UploadFile) and bool(upload.filename)
+            data = await upload.read() if named else b""
+    except HTTPException as err:  # starlette's: a malformed body, too many fields or files
+        raise lt.error(400, f"Invalid request: {err.detail}") from None
+    if not isinstance(upload, UploadFile):
+        raise lt.error(400, "Invalid request: missing file parameter")
+    if not upload.filename:
+        raise lt.error(400, "Invalid request: empty file")
+    return _name(upload.filename), data, params
 
 
 def _name(sent: str) -> str:
