@@ -175,20 +175,29 @@ def stable_topk(x: Tensor, k: int, *, two_stage: bool = True) -> tuple[Tensor, T
     """Top ``k`` of each row of ``x`` ``(N, M)``, descending; equal values: lower index first.
 
     ``torch.topk`` leaves the order of ties unspecified; this makes it deterministic. It costs one
-    ``topk`` of ``k + 1`` (:func:`_topk`) plus a sort of ``k`` elements per row, and a full stable
-    sort of only the rows with a tie across the cut (their k-th and (k+1)-th largest values are equal).
+    ``topk`` of ``k + 1`` (:func:`_topk`) plus a sort of ``k`` elements per row; a row with a tie
+    across the cut (its k-th and (k+1)-th largest values equal, frequent in bf16) takes, of the
+    values equal to the k-th, the lowest indices (one pass over the row, no sort of the row).
     ``two_stage=False``: one ``torch.topk`` over the whole row instead of :func:`_topk`'s two stages.
     """
     top_values, top_index = _topk(x, min(k + 1, x.size(-1)), two_stage=two_stage)
-    index = top_index[:, :k].sort(dim=-1).values  # (N, k), ascending index
-    values, perm = x.gather(-1, index).sort(dim=-1, descending=True, stable=True)
-    index = index.gather(-1, perm)
     if top_values.size(-1) > k:
         tied = (top_values[:, k - 1] == top_values[:, k]).nonzero()[:, 0]  # rows with ties across the cut
         if tied.numel():
-            tied_values, tied_index = x[tied].sort(dim=-1, descending=True, stable=True)
-            values[tied], index[tied] = tied_values[:, :k], tied_index[:, :k]
-    return values, index
+            top_index = top_index.clone()
+            top_index[tied, :k] = _first_at_cut(x[tied], top_values[tied, k - 1 : k], k)
+    index = top_index[:, :k].sort(dim=-1).values  # (N, k), ascending index
+    values, perm = x.gather(-1, index).sort(dim=-1, descending=True, stable=True)
+    return values, index.gather(-1, perm)
+
+
+def _first_at_cut(rows: Tensor, cut: Tensor, k: int) -> Tensor:
+    """The indices ``(T, k)`` (ascending) of the top ``k`` of ``rows`` ``(T, M)`` whose k-th largest
+    value is ``cut`` ``(T, 1)``: every value above the cut, then the lowest indices of those at it."""
+    above, at = rows > cut, rows == cut
+    room = k - above.sum(dim=-1, keepdim=True)  # places left for values at the cut (>= 1)
+    take = above | (at & (at.cumsum(dim=-1) <= room))  # exactly k per row
+    return take.nonzero()[:, 1].view(-1, k)
 
 
 def _restrict(log_probs: Tensor, forced: Tensor, ids: SpecialIds) -> Tensor:
