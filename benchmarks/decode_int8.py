@@ -22,6 +22,7 @@ BLEU (sacreBLEU, detokenized, against the references) of each system's first run
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import statistics
 import sys
@@ -39,6 +40,7 @@ from aiayn.decode.translator import Translator
 from aiayn.export import export_ctranslate2
 from aiayn.loading import load_translation_model
 from aiayn.malloc import keep_freed_memory
+from aiayn.precision import native_bf16
 from common import command, machine, versions
 from decode_speed import Aiayn, CTranslate2, languages, read_split
 
@@ -76,6 +78,7 @@ def main() -> None:
     aiayn = Aiayn(model, tokenizer, options, args.batch_tokens)
     batches, limits = aiayn.plan(lines)
     quantized = fast_step.int8(model)
+    bf16 = copy.deepcopy(model).to(torch.bfloat16) if native_bf16(torch.device("cpu")) else None
     reference = {n: replace(o, paths=SearchPaths(fast_step=False)) for n, o in options.items()}
 
     def translator(m, o):
@@ -98,6 +101,7 @@ def main() -> None:
                 "aiayn": translator(model, options[search]),
                 "aiayn model step": translator(model, reference[search]),
                 "aiayn int8": translator(quantized, options[search]),
+                **({"aiayn bf16": translator(bf16, options[search])} if bf16 is not None else {}),
                 **{name: peer_translate(peer, search) for name, peer in ct2.items()},
             }
             figures[search] = run(systems, lines, refs, args.rounds, search)

@@ -23,6 +23,7 @@ from aiayn.decode import DecodeOptions, Translator
 from aiayn.decode.backends import CTranslate2Backend, load_backend
 from aiayn.decode.request import Wanted
 from aiayn.errors import UserError
+from aiayn.precision import native_bf16
 
 N_SENTENCES = 200
 EOS_BONUS = 0.7  # mean output ~10 tokens, none at its limit, ~66 distinct outputs of 200
@@ -270,3 +271,55 @@ def test_the_server_decodes_in_int8_with_the_torch_engine(run) -> None:
     )
     served = load_served(args)
     assert fast_step.is_int8(served.backend.model) and not fast_step.is_int8(served.model)
+
+
+def test_the_torch_engine_translates_in_bf16_where_it_is_native(
+    run, sources, tmp_path, monkeypatch, capsys
+) -> None:
+    """``--compute-type bfloat16``: the model's bf16 copy where the CPU has AVX512-BF16 or AMX; one
+    line elsewhere (emulated bf16 is many times slower), before any model is loaded."""
+    from aiayn.decode import backends
+
+    path = tmp_path / "bf16.txt"
+    args = [
+        "--checkpoint",
+        str(run),
+        "--input",
+        str(sources),
+        "--output",
+        str(path),
+        "--compute-type",
+        "bfloat16",
+    ]
+    if native_bf16(torch.device("cpu")):
+        assert translate(*args) == 0
+        assert len(path.read_text().splitlines()) == len(sources.read_text().splitlines())
+        backend = load_backend(run, batch_tokens=64, warn=print, compute_type="bfloat16")
+        assert next(backend.model.parameters()).dtype == torch.bfloat16
+    monkeypatch.setattr(backends, "native_bf16", lambda device: False)
+    capsys.readouterr()
+    assert translate(*args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--compute-type: bfloat16 needs native bf16" in err, err
+    with pytest.raises(UserError, match="bfloat16 needs native bf16"):
+        load_backend(run, batch_tokens=64, warn=print, compute_type="bfloat16")
+
+
+def test_the_server_decodes_in_bf16_with_the_torch_engine(run, monkeypatch) -> None:
+    """``aiayn serve --compute-type bfloat16``: the backend holds the bf16 copy, the attention page the
+    checkpoint's model; refused at start in one line where bf16 is not native."""
+    from aiayn.cli import build_parser
+    from aiayn.decode import backends
+    from aiayn.serve.cli import load_served
+
+    pytest.importorskip("fastapi")
+    args = build_parser().parse_args(
+        ["serve", "--checkpoint", str(run), "--device", "cpu", "--compute-type", "bfloat16"]
+    )
+    if native_bf16(torch.device("cpu")):
+        served = load_served(args)
+        assert next(served.backend.model.parameters()).dtype == torch.bfloat16
+        assert next(served.model.parameters()).dtype == torch.float32
+    monkeypatch.setattr(backends, "native_bf16", lambda device: False)
+    with pytest.raises(UserError, match="bfloat16 needs native bf16"):
+        load_served(args)

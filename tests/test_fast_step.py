@@ -203,14 +203,16 @@ def test_the_fast_step_is_the_default_on_the_cpu_only() -> None:
     assert fast_step.by_default(model) and not fast_step.by_default(model.to("meta"))
 
 
-def test_the_generator_is_packed_on_the_cpu_in_fp32_only() -> None:
-    """The one weight packed for oneDNN (where PyTorch has it): the vocabulary projection."""
+def test_in_fp32_only_the_generator_is_packed_in_bf16_every_layer_where_native(monkeypatch) -> None:
+    """fp32: the one weight packed for oneDNN (where PyTorch has it) is the vocabulary projection.
+    bf16: every linear layer, where bf16 is native, else none."""
     model = model_of()
     packed = fast_step.weights(model)
     assert packed.generator.packed == fast_step._can_pack(model.generator.proj.weight)
     assert not any(
         linear.packed for layer in packed.layers for linear in (layer.qkv, layer.ff_in, layer.ff_out)
     )
+    monkeypatch.setattr(fast_step, "native_bf16", lambda device: False)
     assert not fast_step.weights(model_of().to(torch.bfloat16)).generator.packed
 
 
@@ -247,6 +249,42 @@ def test_the_int8_copy_decodes_close_to_the_model_and_leaves_it_alone() -> None:
     assert torch.equal(ours.argmax(-1), theirs.argmax(-1))
     with pytest.raises(ValueError, match="runs on the CPU"):
         fast_step.int8(model.to("meta"))
+
+
+NATIVE_BF16 = pytest.mark.skipif(
+    not fast_step.native_bf16(torch.device("cpu")), reason="this CPU has no native bf16 (AVX512-BF16 or AMX)"
+)
+
+
+@NATIVE_BF16
+def test_the_bf16_copy_decodes_close_to_the_model_and_leaves_it_alone() -> None:
+    """Weights in bf16, packed for oneDNN (the decoder's, the generator's, the encoder's linear
+    layers); its step agrees with the bf16 model's own step and with fp32 to bf16 rounding."""
+    model, src = model_of(), sources([5, 9, 3, 7], seed=6)
+    before = {name: p.clone() for name, p in model.state_dict().items()}
+    half = fast_step.bfloat16(model)
+    assert all(torch.equal(before[name], p) for name, p in model.state_dict().items())
+    assert next(half.parameters()).dtype == torch.bfloat16 and next(model.parameters()).dtype == torch.float32
+    packed = fast_step.weights(half)
+    assert packed.generator.packed and packed.layers[0].qkv.packed and packed.layers[0].ff_out.packed
+    assert not isinstance(half.encoder.layers[0].feed_forward.w_1, torch.nn.Linear)
+    fast, own, exact = FastStep(half, src), ModelStep(half, src), FastStep(model, src)
+    prefix = torch.full((4, 1), BOS)
+    with torch.inference_mode():
+        for t, token in enumerate((5, 9, 11)):
+            ours, theirs, fp32 = fast(prefix), own(prefix), exact(prefix)
+            assert ours.dtype == torch.float32
+            assert (ours - theirs).abs().max() < 0.1 and (ours - fp32).abs().max() < 0.1, t
+            assert not torch.equal(ours, fp32)
+            prefix = torch.cat([prefix, torch.full((4, 1), token)], dim=1)
+    options = DecodeOptions(beam=3, max_len_b=6)
+    assert [len(h) for h in generate(half, src, options)] == [1, 1, 1, 1]
+
+
+def test_the_bf16_copy_is_refused_without_native_bf16(monkeypatch) -> None:
+    monkeypatch.setattr(fast_step, "native_bf16", lambda device: False)
+    with pytest.raises(ValueError, match="needs native bf16"):
+        fast_step.bfloat16(model_of())
 
 
 def test_a_model_built_under_inference_mode_decodes_and_follows_a_loaded_state() -> None:

@@ -52,7 +52,14 @@ from pathlib import Path
 from typing import Callable
 
 from aiayn.decode.align import moses
-from aiayn.decode.backends import FLAGS, check_backend, check_ct2_options, load_backend, require_ctranslate2
+from aiayn.decode.backends import (
+    FLAGS,
+    check_backend,
+    check_ct2_options,
+    check_torch_compute,
+    load_backend,
+    require_ctranslate2,
+)
 from aiayn.decode.glossary import read_glossary
 from aiayn.decode.request import Wanted
 from aiayn.decode.search import DecodeOptions
@@ -112,7 +119,8 @@ def _add_model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--compute-type",
         help="the arithmetic the engine runs: torch: int8 (weights quantized per row as they load, "
-        "on the CPU); ctranslate2: int8, float32 (on a GPU also float16, int8_float16), converting "
+        "on the CPU), bfloat16 (where the CPU has AVX512-BF16 or AMX, or on an Ampere or newer GPU); "
+        "ctranslate2: int8, float32 (on a GPU also float16, int8_float16), converting "
         "the stored weights as they load; default: the checkpoint's (torch), the type the export "
         "stores (ctranslate2: aiayn export --quantization; float32 for the export made on first use)",
     )
@@ -134,6 +142,8 @@ def _engine_loader(args, **overrides) -> tuple[DecodeOptions, Callable]:
     check_backend(args.engine, args.compute_type or "default")
     if args.engine == "torch" and args.compute_type == "int8" and args.no_cache:
         raise UserError("--compute-type int8 decodes on the key/value cache: drop --no-cache")
+    if args.engine == "torch" and args.compute_type:
+        check_torch_compute(args.compute_type, device)
     _check_engine_options(args, options)
 
     def load():

@@ -82,14 +82,16 @@ from aiayn.export import (
     export_ctranslate2,
 )
 from aiayn.loading import load_translation_model
+from aiayn.precision import native_bf16
 
 ENGINES = ("torch", "ctranslate2")
 #: CTranslate2's compute types: "default" keeps the export's (float32) weights, "auto" lets
 #: CTranslate2 choose, the others are the export's quantizations.
 COMPUTE_TYPES = ("default", "auto", *(q for q in QUANTIZATIONS if q != "none"))
-#: The torch engine's: the checkpoint's weights, or int8 ones on the CPU
-#: (:func:`aiayn.decode.fast_step.int8`).
-TORCH_COMPUTE_TYPES = ("default", "int8")
+#: The torch engine's: the checkpoint's weights, int8 ones on the CPU
+#: (:func:`aiayn.decode.fast_step.int8`), or bf16 where the device has it natively
+#: (:func:`aiayn.decode.fast_step.bfloat16`).
+TORCH_COMPUTE_TYPES = ("default", "int8", "bfloat16")
 EOS_PIECE = "</s>"
 #: The settings the backends' errors name, and the command-line flags that set them (the export
 #: directory ``out`` of :func:`aiayn.export.export_ctranslate2` is ``--ct2-dir``).
@@ -126,20 +128,38 @@ def check_backend(engine: str, compute_type: str = "default") -> None:
 
 
 def check_torch_compute(compute_type: str, device) -> None:
-    """One line when the torch engine cannot run ``compute_type`` on ``device`` (int8: the CPU only)."""
-    if compute_type == "int8" and torch.device(device).type != "cpu":
+    """One line when the torch engine cannot run ``compute_type`` on ``device`` (int8: the CPU only;
+    bfloat16: where bf16 is native, :func:`aiayn.precision.native_bf16`)."""
+    device = torch.device(device)
+    if compute_type == "int8" and device.type != "cpu":
         raise SettingError(
             Setting("compute_type"),
             ": int8 runs on the CPU with the torch engine (",
             Setting("device"),
             " cpu)",
         )
+    if compute_type == "bfloat16" and not native_bf16(device):
+        where = (
+            "this CPU has neither AVX512-BF16 nor AMX"
+            if device.type == "cpu"
+            else f"{device} has no bf16 units"
+        )
+        raise SettingError(
+            Setting("compute_type"),
+            f": bfloat16 needs native bf16 and {where} (emulated bf16 is many times slower); "
+            "use default (float32) or int8",
+        )
 
 
 def torch_model(model, compute_type: str):
-    """The model the torch engine decodes with: ``model``, or its int8 copy for ``compute_type``
-    "int8" (:func:`aiayn.decode.fast_step.int8`; check the device first, :func:`check_torch_compute`)."""
-    return fast_step.int8(model) if compute_type == "int8" else model
+    """The model the torch engine decodes with: ``model``, or its int8 or bf16 copy for
+    ``compute_type`` "int8" or "bfloat16" (:func:`aiayn.decode.fast_step.int8`,
+    :func:`~aiayn.decode.fast_step.bfloat16`; check the device first, :func:`check_torch_compute`)."""
+    if compute_type == "int8":
+        return fast_step.int8(model)
+    if compute_type == "bfloat16":
+        return fast_step.bfloat16(model)
+    return model
 
 
 def load_backend(

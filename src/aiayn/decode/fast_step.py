@@ -28,6 +28,7 @@ The encoder is the model's own (:func:`~aiayn.decode.step.encode_sources`).
 from __future__ import annotations
 
 import copy
+import functools
 import math
 import warnings
 import weakref
@@ -38,6 +39,7 @@ from torch import Tensor, nn
 
 from aiayn.decode.cache import fold, is_identity, memory_groups
 from aiayn.decode.step import encode_sources
+from aiayn.precision import native_bf16
 
 
 def supported(model) -> bool:
@@ -58,7 +60,7 @@ def by_default(model) -> bool:
 def _can_pack(weight: Tensor) -> bool:
     return (
         weight.device.type == "cpu"
-        and weight.dtype == torch.float32
+        and (weight.dtype == torch.float32 or (weight.dtype == torch.bfloat16 and native_bf16(weight.device)))
         and torch.backends.mkldnn.is_available()
         and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
         and hasattr(torch.ops.mkldnn, "_linear_pointwise")
@@ -117,6 +119,8 @@ class _Layer:
 
     def __init__(self, layer, d_model: int, linear=Linear) -> None:
         d = d_model
+        if linear is Linear and layer.self_attn.in_proj.weight.dtype == torch.bfloat16:
+            linear = functools.partial(Linear, pack=True)
         self_attn, cross = layer.self_attn, layer.cross_attn
         self.qkv = linear(self_attn.in_proj.weight, self_attn.in_proj.bias)  # (3D, D)
         self.self_out = linear(self_attn.out_proj.weight, self_attn.out_proj.bias)
@@ -165,10 +169,7 @@ def int8(model):
     if next(model.parameters()).device.type != "cpu":
         raise ValueError("int8 decoding runs on the CPU: move the model there first")
     quantized = copy.deepcopy(model).float().eval()
-    for module in quantized.encoder.modules():
-        for name, child in list(module.named_children()):
-            if isinstance(child, nn.Linear):
-                setattr(module, name, _Int8Module(child))
+    _encoder_linears(quantized, Int8Linear)
     quantized.int8 = True
     return quantized
 
@@ -178,16 +179,44 @@ def is_int8(model) -> bool:
     return getattr(model, "int8", False) is True
 
 
-class _Int8Module(nn.Module):
-    """An ``nn.Linear`` of the encoder as :class:`Int8Linear` (any leading dimensions)."""
+def bfloat16(model):
+    """A copy of ``model`` that decodes in bf16, for a device with bf16 matrix hardware
+    (:func:`aiayn.precision.native_bf16`: CPUs with AVX512-BF16 or AMX, CUDA GPUs from Ampere on;
+    elsewhere bf16 is emulated, many times slower, and this refuses). Every weight in bf16; the
+    attention's softmax, the log-softmax and the searches' scores stay fp32. On the CPU the encoder's
+    linear layers, like :class:`FastStep`'s, run oneDNN's packed bf16 kernel (:class:`Linear`).
+    ``benchmarks/decode_int8.py`` measures its speed and BLEU against fp32, int8 and CTranslate2."""
+    device = next(model.parameters()).device
+    if not native_bf16(device):
+        raise ValueError(
+            f"bf16 decoding needs native bf16 (AVX512-BF16 or AMX, or an Ampere GPU); {device} has none"
+        )
+    converted = copy.deepcopy(model).to(torch.bfloat16).eval()
+    if device.type == "cpu":
+        _encoder_linears(converted, functools.partial(Linear, pack=True))
+    return converted
 
-    def __init__(self, linear: nn.Linear) -> None:
+
+def _encoder_linears(model, linear) -> None:
+    """In place: every ``nn.Linear`` of ``model``'s encoder run by ``linear(weight, bias)``."""
+    for module in model.encoder.modules():
+        for name, child in list(module.named_children()):
+            if isinstance(child, nn.Linear):
+                setattr(module, name, _EncoderLinear(child, linear))
+
+
+class _EncoderLinear(nn.Module):
+    """An ``nn.Linear`` of the encoder run by ``linear`` (:class:`Int8Linear`, or :class:`Linear`
+    packed), over any leading dimensions."""
+
+    def __init__(self, module: nn.Linear, linear) -> None:
         super().__init__()
-        self.in_features, self.out_features = linear.in_features, linear.out_features
-        self.linear = Int8Linear(linear.weight, linear.bias)
+        self.in_features, self.out_features = module.in_features, module.out_features
+        self.linear = linear(module.weight, module.bias)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.linear(x.reshape(-1, self.in_features)).reshape(*x.shape[:-1], self.out_features)
+        y = self.linear(x.reshape(-1, self.in_features).contiguous())
+        return y.reshape(*x.shape[:-1], self.out_features)
 
 
 def _version(model) -> tuple:
@@ -242,8 +271,8 @@ class FastStep:
         keep = src_mask[:, 0, 0, :]  # (B, S)
         # masked keys: the most negative float (softmax gives them 0); a source with no key at all
         # gets zeros, as the model's attention does
-        self.bias = torch.zeros(keep.shape, dtype=memory.dtype, device=memory.device)
-        self.bias = self.bias.masked_fill(~keep, torch.finfo(memory.dtype).min)[:, None, None, :]
+        self.bias = torch.zeros(keep.shape, dtype=torch.float32, device=memory.device)  # added to fp32 scores
+        self.bias = self.bias.masked_fill(~keep, torch.finfo(torch.float32).min)[:, None, None, :]
         self.has_keys = None if bool(keep.any(dim=-1).all()) else keep.any(dim=-1)[:, None, None, None]
         self.group = 1  # rows per memory row (consecutive rows share it)
         self.sources = torch.arange(src.size(0), device=src.device)  # memory row of each row
@@ -359,9 +388,9 @@ def _attend(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, weights: bool 
     """softmax(q k^T / sqrt(d_k) + bias) v for few queries: ``q`` ``(B, H, T_q, d_k)``, ``k``/``v``
     ``(B, H, T_k, d_k)``, ``bias`` broadcastable to ``(B, H, T_q, T_k)``. ``weights``: the output
     and the softmax ``(B, H, T_q, T_k)``."""
-    if q.dtype != torch.float32:  # fp16/bf16: scores and softmax in fp32, as the model's attention
-        scores = (q.float() @ k.float().transpose(-2, -1)) * (1.0 / math.sqrt(q.size(-1)))
-        scores = scores if bias is None else scores + bias.float()
+    if q.dtype != torch.float32:  # fp16/bf16: the products in q's type (fp32 sums), softmax in fp32
+        scores = (q @ k.transpose(-2, -1)).float() * (1.0 / math.sqrt(q.size(-1)))
+        scores = scores if bias is None else scores + bias
         probs = scores.softmax(dim=-1)
         out = probs.to(v.dtype) @ v
     else:

@@ -112,7 +112,8 @@ def _register_serve(subparsers) -> None:
     p.add_argument(
         "--compute-type",
         default="default",
-        help="the arithmetic the engine runs: torch: int8 (on the CPU); ctranslate2: int8, float32 "
+        help="the arithmetic the engine runs: torch: int8 (on the CPU), bfloat16 (where bf16 is native: "
+        "AVX512-BF16 or AMX CPUs, Ampere or newer GPUs); ctranslate2: int8, float32 "
         "(float16 on a GPU); default: the checkpoint's (torch), the type the export stores (ctranslate2)",
     )
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: auto)")
