@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# One run on a rented GPU machine (one H100/H200, no internet), about 8 minutes in all:
+# One run on a rented GPU machine (one H100/H200, no internet), about 9 minutes in all:
+#   A0 a profile of the base model's training step, eager and compiled (benchmarks/train_profile.py):
+#      top kernels, kinds of kernel, the device's busy share;
 #   A  training throughput of the paper's base and big models against nn.Transformer and Marian
 #      (benchmarks/train_throughput.py --device cuda, batches of ~25,000 target tokens);
 #   B  a Multi30k de->en training with the shipped recipe (configs/multi30k_de_en.yaml) on the GPU for
@@ -13,11 +15,11 @@
 #   TINY=1 DATA_DIR=../shared/data/multi30k OUT=/tmp/gpu_rehearsal PYTHON=.venv/bin/python \
 #       bash benchmarks/gpu_run.sh                    # the same flow on the CPU at tiny sizes
 #
-# Every stage runs under `timeout`, sized from what is left of TOTAL_S (510 s); a stage that fails
+# Every stage runs under `timeout`, sized from what is left of TOTAL_S (540 s); a stage that fails
 # leaves its error in the log and the next stage still runs. Wheels in .whl/ (ctranslate2, sacremoses:
 # what the machine lacks) are installed into $SITE, never torch. DATA_DIR holds Multi30k's
-# {train,val,test2016}.{de,en} (default .gpudata/multi30k). At most 10 files are written to $OUT:
-# gpu_run.log, train_throughput_gpu.json, multi30k_gpu_train.log, multi30k_gpu_metrics.jsonl,
+# {train,val,test2016}.{de,en} (default .gpudata/multi30k). At most 11 files are written to $OUT:
+# gpu_run.log, train_profile_gpu.json, train_throughput_gpu.json, multi30k_gpu_train.log, multi30k_gpu_metrics.jsonl,
 # multi30k_gpu_eval.json, decode_speed_gpu.json, decode_speed_bf16_gpu.json, decode_paths_gpu.json,
 # gpu_summary.json.
 set -u
@@ -29,7 +31,7 @@ PY=${PYTHON:-python3}
 DATA_DIR=${DATA_DIR:-.gpudata/multi30k}
 WORK=${WORK:-/tmp/aiayn_gpu_run}
 SITE=${SITE:-/tmp/site}
-TOTAL_S=${TOTAL_S:-510}
+TOTAL_S=${TOTAL_S:-540}
 START=$SECONDS
 mkdir -p "$OUT" "$WORK"
 exec > >(tee -a "$OUT/gpu_run.log") 2>&1
@@ -128,6 +130,17 @@ else
     DATA=$DATA_DIR
 fi
 wc -l "$DATA"/{train,val,test2016}.{de,en} || true
+
+# ------------------------------------------------------------------------------------------ A0
+# where a base training step's time goes, eager and compiled (issue 54: profile first): top kernels,
+# kinds of kernel, and the share of the wall time the device was busy
+if [ "$TINY" = 1 ]; then
+    A0_ARGS=(--device cpu --shape tiny --batch-tokens 200 --max-len 16 --warmup 2 --steps 2 --threads 1)
+else
+    A0_ARGS=(--device cuda --shape base --batch-tokens 25000 --max-len 64 --warmup 4 --steps 5 --compile)
+fi
+stage A0_train_profile 75 420 "$PY" benchmarks/train_profile.py "${A0_ARGS[@]}" \
+    --results "$OUT/train_profile_gpu.json"
 
 # ------------------------------------------------------------------------------------------ A
 if [ "$TINY" = 1 ]; then
@@ -328,8 +341,20 @@ def decoding(name="decode_speed_gpu.json"):
     return result
 
 
+def train_profile():
+    data = json.loads((out / "train_profile_gpu.json").read_text())
+    result = {}
+    for variant, row in data["variants"].items():
+        kinds = ", ".join(f"{k} {v:.0%}" for k, v in row["kinds"].items())
+        print(f"\ntraining step, {variant}: {row['seconds_per_step'] * 1e3:.1f} ms, busy {row['busy']:.0%}; {kinds}")
+        result[variant] = {k: row[k] for k in ("seconds_per_step", "busy", "kinds", "warmup_s")}
+        result[variant]["top"] = row["top"][:5]
+    return result
+
+
 print("\n=== summary")
 print("stages:", summary["stages"])
+part("train_profile", train_profile)
 part("train_throughput", throughput)
 part("multi30k", multi30k)
 part("decode_speed", decoding)

@@ -307,7 +307,7 @@ class FastStep:
         x = model.decoder.norm(x)
         out = self.weights.generator(x)  # (N, V)
         self.t, self.order = self.t + 1, None
-        return F.log_softmax(out.float(), dim=-1) if self.log_probs else out.float()
+        return F.log_softmax(out, dim=-1, dtype=torch.float32) if self.log_probs else out.float()
 
     def _layer(self, i: int, layer: _Layer, x: Tensor, t: int) -> Tensor:
         """One decoder layer on the new position of every row: ``x`` ``(N, D)``."""
