@@ -46,7 +46,8 @@ KINDS = (
     ("normalisation", r"layer_norm|layernorm|norm_"),
     (
         "elementwise and copies",
-        r"elementwise|vectorized|copy|cat|index|fill|where|dropout|add|mul|relu|gather|scatter|reduce|triton_",
+        r"elementwise|vectorized|copy|cat|index|fill|where|dropout|bernoulli|add|sub|mul|div|exp|neg|relu|"
+        r"gather|scatter|reduce|sum|mean|masked|clone|zero|embedding|triton_",
     ),
 )
 
