@@ -386,17 +386,15 @@ class FastStep:
 
 def _attend(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, weights: bool = False):
     """softmax(q k^T / sqrt(d_k) + bias) v for few queries: ``q`` ``(B, H, T_q, d_k)``, ``k``/``v``
-    ``(B, H, T_k, d_k)``, ``bias`` broadcastable to ``(B, H, T_q, T_k)``. ``weights``: the output
-    and the softmax ``(B, H, T_q, T_k)``."""
-    if q.dtype != torch.float32:  # fp16/bf16: the products in q's type (fp32 sums), softmax in fp32
-        scores = (q @ k.transpose(-2, -1)).float() * (1.0 / math.sqrt(q.size(-1)))
-        scores = scores if bias is None else scores + bias
-        probs = scores.softmax(dim=-1)
-        out = probs.to(v.dtype) @ v
-    else:
-        scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.size(-1)))  # (B, H, T_q, T_k)
-        if bias is not None:
-            scores = scores + bias
-        probs = scores.softmax(dim=-1)
-        out = probs @ v
+    ``(B, H, T_k, d_k)``, ``bias`` fp32, broadcastable to ``(B, H, T_q, T_k)``. ``weights``: the output
+    and the softmax ``(B, H, T_q, T_k)``, fp32.
+
+    The scale goes on ``q`` (a few elements) rather than on the scores; in fp16/bf16 the products are
+    taken in that type (fp32 sums), the bias added and the softmax taken in fp32, each in one pass
+    (the scores widened by the addition or by the softmax itself)."""
+    scores = (q * (1.0 / math.sqrt(q.size(-1)))) @ k.transpose(-2, -1)  # (B, H, T_q, T_k)
+    if bias is not None:
+        scores = scores + bias
+    probs = scores.softmax(dim=-1, dtype=torch.float32)
+    out = (probs if v.dtype == torch.float32 else probs.to(v.dtype)) @ v
     return (out, probs) if weights else out
