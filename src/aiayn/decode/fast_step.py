@@ -12,10 +12,13 @@ differs from the model's own forward only where decoding allows it:
   vocabulary projection runs about 1.5x faster than through PyTorch's default (MKL), while the
   decoder's smaller matmuls do not gain (``benchmarks/README.md``, *Decoding speed*). The packed
   weight is kept per model and made again when a parameter changes (training-time validation
-  decodes a model in training). Elsewhere (GPU, bf16) the plain ``F.linear``.
+  decodes a model in training). In bf16 (:func:`bfloat16`, on a CPU with native bf16) every linear
+  layer is packed: there the decoder's layers gain too (``benchmarks/README.md``, *Issue 54*).
+  Elsewhere (GPU, emulated bf16) the plain ``F.linear``.
 * **One query's attention written out** (two batched matmuls and a softmax over the contiguous
   cache): for one query per row over a short cache this is faster on the CPU than PyTorch's fused
-  kernel, which pays a fixed cost per (row, head).
+  kernel, which pays a fixed cost per (row, head). In bf16 the products stay bf16 (fp32 sums) and
+  the softmax is fp32.
 * The attention and feed-forward layers run from weights gathered once per batch, not through
   their modules (no masks, module calls or per-call checks at each step; embeddings and LayerNorms
   remain the model's).
