@@ -166,7 +166,8 @@ def _topk(x: Tensor, k: int, *, two_stage: bool = True) -> tuple[Tensor, Tensor]
         return x.topk(k, dim=-1)
     n = x.size(0)
     chosen = blocks.amax(dim=-1).topk(k, dim=-1).indices  # (N, k) block ids
-    candidates = blocks.gather(1, chosen[:, :, None].expand(n, k, BLOCK)).reshape(n, k * BLOCK)
+    rows = torch.arange(n, device=x.device)[:, None]
+    candidates = blocks[rows, chosen].reshape(n, k * BLOCK)  # (N, k * BLOCK): faster than a gather
     values, position = candidates.topk(k, dim=-1)  # (N, k)
     return values, chosen.gather(1, position // BLOCK) * BLOCK + position % BLOCK
 
