@@ -122,8 +122,6 @@ class _Layer:
 
     def __init__(self, layer, d_model: int, linear=Linear) -> None:
         d = d_model
-        if linear is Linear and layer.self_attn.in_proj.weight.dtype == torch.bfloat16:
-            linear = functools.partial(Linear, pack=True)
         self_attn, cross = layer.self_attn, layer.cross_attn
         self.qkv = linear(self_attn.in_proj.weight, self_attn.in_proj.bias)  # (3D, D)
         self.self_out = linear(self_attn.out_proj.weight, self_attn.out_proj.bias)
@@ -143,12 +141,16 @@ class _Layer:
 
 class _Weights:
     """Every decoder weight of a model as :class:`FastStep` uses them: views of the parameters
-    (live), except the packed generator and int8 weights (copies, made once per model)."""
+    (live), except packed and int8 weights (copies, made once per model): the generator's, and in
+    bf16 (:func:`bfloat16`'s copies) every layer's, which gain from packing there too."""
 
     def __init__(self, model) -> None:
         config, linear = model.config, Int8Linear if is_int8(model) else Linear
-        self.layers = [_Layer(layer, config.d_model, linear) for layer in model.decoder.layers]
         generator = model.generator.proj
+        layer_linear = (
+            functools.partial(Linear, pack=True) if generator.weight.dtype == torch.bfloat16 else linear
+        )
+        self.layers = [_Layer(layer, config.d_model, layer_linear) for layer in model.decoder.layers]
         self.generator = linear(generator.weight, generator.bias, pack=True)
         self.version = _version(model)
         # what the packed generator was made from: a weight changed where no version counter sees
